@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs everything orchid needs on a fresh Debian 12 machine. Idempotent: safe to re-run.
+#   scripts/setup.sh            Debian packages + the Python venv for tests and tools (.venv)
+#   scripts/setup.sh --cuda     also the CUTLASS/CuTe headers (PyPI nvidia-cutlass) for the `cuda` preset
+#   scripts/setup.sh --golden   also torch + transformers, only needed to regenerate golden files
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_cuda=0
+want_golden=0
+for arg in "$@"; do
+  case "$arg" in
+    --cuda) want_cuda=1 ;;
+    --golden) want_golden=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+debian_packages=(
+  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
+  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv python3-pip
+)
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python: tests and tools only (the engine itself has no Python).
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.orchid-requirements
+req_hash=$(cat tools/requirements-test.txt $( [ $want_cuda = 1 ] && echo tools/requirements-cuda.txt ) \
+  $( [ $want_golden = 1 ] && echo tools/requirements-golden.txt ) | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ] || ! grep -qx "$req_hash" "$stamp"; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r tools/requirements-test.txt
+  [ $want_cuda = 1 ] && .venv/bin/python -m pip install -q -r tools/requirements-cuda.txt
+  [ $want_golden = 1 ] && .venv/bin/python -m pip install -q -r tools/requirements-golden.txt
+  echo "$req_hash" >> "$stamp"
+fi
+echo "setup: done"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every CPU test: set-up, build (preset `cpu`), C++ tests (ctest, GPU tests excluded), Python tests,
+# and the bounded fuzz runs. Used by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cmake --preset cpu >/dev/null
+cmake --build --preset cpu -j "${ORCHID_JOBS:-2}"
+ctest --preset cpu -j "${ORCHID_JOBS:-2}"
+if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+  .venv/bin/python -m pytest -q tests/python
+fi
+scripts/fuzz.sh --ci
+echo "orchid: all tests passed"

@@ -1,0 +1,86 @@
+// The Backend interface: one forward step over a batch of sequences, tokens in, sampled tokens out.
+// The engine builds StepBatch (plain host data) and never sees how a backend computes it; the CPU
+// (fp32 reference) and CUDA backends implement it, so every engine and server test runs on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "runtime/sampling_params.h"
+
+namespace orchid::runtime {
+
+// The paged KV cache, as the engine's block manager sees it. Logical page k of a sequence holds
+// positions [k*page_size, (k+1)*page_size). Full-attention layers and sliding-window layers have separate
+// page pools (a sliding layer only ever needs the last `sliding_window` positions), and one page id
+// addresses that page in every layer of its kind.
+struct KvCacheSpec {
+  int32_t page_size = 16;
+  int32_t num_full_pages = 0;
+  int32_t num_sliding_pages = 0;
+  int32_t sliding_window = 0;  // from the model; 0 if it has no sliding layers
+};
+
+inline constexpr int32_t kNoPage = -1;  // a sliding-table entry whose positions left the window
+
+// One sequence's part of a step.
+struct StepSequence {
+  int64_t seq_id = 0;            // engine's id; lets a backend cache per-sequence state if it wants
+  int32_t token_begin = 0;       // first of this sequence's new tokens in StepBatch::tokens
+  int32_t num_tokens = 0;        // new tokens this step: a prefill chunk, or 1 when decoding
+  int32_t start_pos = 0;         // position of the first new token = tokens already in the cache
+  int32_t full_table_begin = 0;  // pages in StepBatch::full_page_table
+  int32_t num_full_pages = 0;    // covers at least positions [0, start_pos + num_tokens)
+  int32_t sliding_table_begin = 0;  // pages in StepBatch::sliding_page_table, same logical indexing;
+  int32_t num_sliding_pages = 0;    // entries before the window may be kNoPage
+  bool sample = false;           // sample one token after the last new token
+  int32_t sample_index = 0;      // index of the sampled token in the request's output (seeded RNG counter)
+  int32_t params_index = 0;      // into StepBatch::params
+  // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens.
+  int32_t prompt_history_begin = 0, prompt_history_len = 0;
+  int32_t output_history_begin = 0, output_history_len = 0;
+};
+
+enum class LogitsMode : uint8_t { kNone, kSampled, kAll };
+
+struct StepBatch {
+  std::vector<int32_t> tokens;  // new tokens of all sequences, back to back
+  std::vector<StepSequence> seqs;
+  std::vector<int32_t> full_page_table;
+  std::vector<int32_t> sliding_page_table;
+  std::vector<SamplingParams> params;
+  std::vector<int32_t> history_tokens;
+  LogitsMode logits = LogitsMode::kNone;  // also return raw logits (tests, `orchid forward`)
+
+  int32_t num_tokens() const { return int32_t(tokens.size()); }
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;                            // log-softmax of the raw logits; valid if requested
+  std::vector<std::pair<int32_t, float>> top;      // the N most likely tokens and their logprobs
+};
+
+struct StepOutput {
+  std::vector<SampledToken> samples;  // one per sequence with sample=true, in StepBatch::seqs order
+  // kSampled: one row per sampled sequence; kAll: one row per token of StepBatch::tokens.
+  std::vector<float> logits;
+  int64_t logits_rows = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const model::ModelConfig& model_config() const = 0;
+  virtual KvCacheSpec kv_spec() const = 0;
+  // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
+  // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
+  virtual StepOutput forward(const StepBatch& batch) = 0;
+};
+
+}  // namespace orchid::runtime
