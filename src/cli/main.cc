@@ -1,3 +1,34 @@
+// orchid: the command-line entry point. Subcommands register themselves (commands.h); errors are reported
+// here: user mistakes (orchid::Error, bad flags) exit 2 with the message, internal errors exit 70.
 #include <cstdio>
+#include <exception>
 
-int main() { std::puts("orchid"); return 0; }
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"orchid: gpt-oss inference engine and OpenAI-compatible server", "orchid"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  app.parse_complete_callback([&] { orchid::init_logging(log_level); });
+
+  orchid::cli::add_version_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const orchid::Error& e) {
+    std::fprintf(stderr, "orchid: error: %s\n", e.what());
+    return 2;
+  } catch (const orchid::InternalError& e) {
+    std::fprintf(stderr, "orchid: %s\n", e.what());
+    return 70;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "orchid: unexpected error: %s\n", e.what());
+    return 70;
+  }
+  return 0;
+}

@@ -1,0 +1,11 @@
+// Each `orchid` subcommand lives in its own <name>_command.cc and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace orchid::cli {
+
+// Registration functions: add the subcommand, its flags and its callback to `app`.
+void add_version_command(CLI::App& app);
+
+}  // namespace orchid::cli
