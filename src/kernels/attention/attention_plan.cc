@@ -89,8 +89,12 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
     }
   }
 
+  const int32_t seq_records = o.seq_bucket > 0 ? o.seq_bucket : int32_t(seqs.size());
+  if (seq_records < int32_t(seqs.size()))
+    fail("attention plan: seq_bucket {} is smaller than the step's {} sequences", seq_records, seqs.size());
+
   sizes_ = AttentionPlan{};
-  sizes_.num_seqs = int32_t(seqs.size());
+  sizes_.num_seqs = seq_records;
   sizes_.num_tokens = token_rows;
   sizes_.num_prefill_tiles = int32_t(tiles.size());
   sizes_.prefill_tokens_per_tile = tokens_per_tile;
@@ -104,6 +108,7 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   seqs_off_ = blob_.size();
   for (const PlanSequence& s : seqs)
     blob_.insert(blob_.end(), {s.q_start, s.num_q, s.start_pos, s.full_table_begin, s.sliding_table_begin});
+  blob_.resize(seqs_off_ + size_t(seq_records) * 5, 0);  // padding records: no tokens
   token_seq_off_ = blob_.size();
   blob_.insert(blob_.end(), token_seq.begin(), token_seq.end());
   token_pos_off_ = blob_.size();

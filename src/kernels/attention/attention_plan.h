@@ -6,10 +6,10 @@
 // device buffer it owns (cudaMemcpyAsync from pinned memory; no allocation or synchronisation in the step)
 // and calls device_view() to get an AttentionPlan of device pointers into it.
 //
-// CUDA graphs (decode): with PlanOptions::decode_bucket and ::token_bucket fixed, every size a launch derives
-// its grid from is fixed for the bucket; padding slots hold -1 and their CTAs return at once, and each
-// sequence's lengths are read on the device. Replaying a captured decode step only needs a new blob copied to
-// the same device address before the replay.
+// CUDA graphs (decode): with PlanOptions::token_bucket, ::seq_bucket, ::decode_bucket and ::decode_splits
+// fixed, a pure decode step's blob has the same layout and every grid the same size for the bucket; padding
+// slots and tokens hold -1 and their CTAs return at once, and each sequence's lengths are read on the
+// device. Replaying a captured decode step only needs the new blob copied to the same device address.
 #pragma once
 
 #include <cstddef>
@@ -69,6 +69,7 @@ struct PlanOptions {
   int num_kv_heads = 8;
   int sm_count = 132;          // the device's multiprocessors (kernels::device_info().sm_count)
   int token_bucket = 0;        // token rows to plan for (>= tokens in the step; 0 = exactly those)
+  int seq_bucket = 0;          // sequence records to plan for (>= sequences; 0 = exactly those)
   int decode_bucket = 0;       // decode slots (>= decodes in the step; 0 = exactly those)
   int decode_splits = 0;       // KV splits per decode; 0 = chosen from the batch and the longest context
   int max_decode_splits = 64;  // bound for the automatic choice (and the workspace)
