@@ -16,6 +16,7 @@
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/sink_attention.h"
+#include "kernels/attention/smem_attribute.h"
 #include "kernels/attention/warp_mma.cuh"
 
 #include "kernels/common/cuda_check.h"
@@ -329,8 +330,7 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
 template <int kMTiles>
 void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
   constexpr int bytes = DecodeSmem<kMTiles>::kBytes;
-  ORCHID_CUDA_CHECK(
-      cudaFuncSetAttribute(decode_kernel<kMTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  ensure_dynamic_smem<DecodeSmem<kMTiles>>(decode_kernel<kMTiles>, bytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
   decode_kernel<kMTiles><<<grid, kThreads, bytes, stream>>>(p);
   ORCHID_CUDA_CHECK_LAUNCH();

@@ -23,6 +23,7 @@
 // Shared memory per CTA: Q 16 KB + 3 x (8 + 8) KB = 64 KB, two CTAs per SM.
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/sink_attention.h"
+#include "kernels/attention/smem_attribute.h"
 #include "kernels/attention/warp_mma.cuh"
 
 #include "kernels/common/cuda_check.h"
@@ -338,8 +339,7 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   p.page_size_log2 = log2_page;
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
-  ORCHID_CUDA_CHECK(
-      cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  ensure_dynamic_smem<PrefillParams>(prefill_kernel, kSmemBytes);
   const long long blocks = (long long)plan.num_prefill_tiles * plan.num_kv_heads;
   ORCHID_KERNEL_REQUIRE(blocks < (1ll << 31), "sink_attention: too many prefill tiles");
   prefill_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(p);
