@@ -10,11 +10,16 @@
 int main(int argc, char** argv) {
   CLI::App app{"orchid: gpt-oss inference engine and OpenAI-compatible server", "orchid"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (--log-level) may follow the subcommand
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
   app.parse_complete_callback([&] { orchid::init_logging(log_level); });
 
   orchid::cli::add_version_command(app);
+  orchid::cli::add_forward_command(app);
+  orchid::cli::add_generate_command(app);
+  orchid::cli::add_inspect_command(app);
+  orchid::cli::add_synth_command(app);
 
   try {
     app.parse(argc, argv);
