@@ -110,7 +110,7 @@ echo
 echo "==== attention kernels summary (ORCHID_TEST_SEED=$ORCHID_TEST_SEED; logs in $logs) ===="
 for line in "${summary[@]}"; do echo "$line"; done
 echo "---- benchmark (median us, achieved, fraction of 742 TFLOP/s or 4.17 TB/s)"
-grep -E '^(rmsnorm|qkv_rope|prefill_att|decode_att)' "$logs/bench.log" || true
+grep -E '^(rmsnorm|qkv_rope|prefill_|decode_att)' "$logs/bench.log" || true
 grep -A5 '^projections' "$logs/bench.log" || true
 echo "==== $( [ $status -eq 0 ] && echo ALL CHECKS PASSED || echo SOME CHECKS FAILED )"
 exit $status

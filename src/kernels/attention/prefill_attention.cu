@@ -22,6 +22,7 @@
 // bandwidth at that time; from HBM the cache of a layer (32768 x 2 KB = 64 MB) is read about once.
 // Shared memory per CTA: Q 16 KB + 3 x (8 + 8) KB = 64 KB, two CTAs per SM.
 #include "kernels/attention/kv_layout.h"
+#include "kernels/attention/prefill_params.h"
 #include "kernels/attention/sink_attention.h"
 #include "kernels/attention/smem_attribute.h"
 #include "kernels/attention/warp_mma.cuh"
@@ -43,25 +44,7 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;
 constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes;
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kBlockM == kWarps * 32, "each warp owns 32 rows");
-
-struct PrefillParams {
-  const __nv_bfloat16* q;
-  const __nv_bfloat16* k_pool;
-  const __nv_bfloat16* v_pool;
-  const int32_t* page_table;
-  const float* sinks;
-  __nv_bfloat16* out;
-  const AttnSeq* seqs;
-  const PrefillTile* tiles;
-  int table_kind;
-  int num_q_heads;
-  int num_kv_heads;
-  int group;
-  int tokens_per_tile;
-  int page_size_log2;
-  int window;
-  float scale_log2;
-};
+struct MmaSyncKernelTag;
 
 __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_constant__ PrefillParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -339,9 +322,13 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   p.page_size_log2 = log2_page;
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
-  ensure_dynamic_smem<PrefillParams>(prefill_kernel, kSmemBytes);
   const long long blocks = (long long)plan.num_prefill_tiles * plan.num_kv_heads;
   ORCHID_KERNEL_REQUIRE(blocks < (1ll << 31), "sink_attention: too many prefill tiles");
+  if (a.prefill_variant == PrefillVariant::kWgmma) {
+    launch_prefill_wgmma(p, unsigned(blocks), stream);
+    return;
+  }
+  ensure_dynamic_smem<MmaSyncKernelTag>(prefill_kernel, kSmemBytes);
   prefill_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }

@@ -209,22 +209,27 @@ SinkAttentionArgs make_args(const Problem& pr, const DeviceProblem& d) {
 
 // Checks the device output against the reference: every owned token row within tolerance (and written),
 // every padding row untouched.
-void check_output(const Problem& pr, const std::vector<uint16_t>& out_bits) {
+// Sequence of each token row (-1: padding).
+std::vector<int> token_owner(const Problem& pr) {
+  std::vector<int> token_seq(size_t(pr.token_rows), -1);
+  for (size_t s = 0; s < pr.plan_seqs.size(); ++s)
+    for (int i = 0; i < pr.plan_seqs[s].num_q; ++i) token_seq[size_t(pr.plan_seqs[s].q_start + i)] = int(s);
+  return token_seq;
+}
+
+// The double-precision reference output [token_rows][hq][64] (zero on padding rows).
+std::vector<double> reference_output(const Problem& pr) {
   const Scenario& sc = pr.sc;
   const int group = sc.hq / sc.hkv;
   const size_t row = size_t(sc.hq) * 64;
-  std::vector<double> ref(out_bits.size(), 0.0);
-  std::vector<int> token_seq(size_t(pr.token_rows), -1);
+  std::vector<double> ref(size_t(pr.token_rows) * row, 0.0);
   std::vector<float> qf = orchid::testing::bf16_to_floats(pr.q);
   struct Item {
     int seq, i;
   };
   std::vector<Item> items;
   for (size_t s = 0; s < pr.plan_seqs.size(); ++s)
-    for (int i = 0; i < pr.plan_seqs[s].num_q; ++i) {
-      items.push_back({int(s), i});
-      token_seq[size_t(pr.plan_seqs[s].q_start + i)] = int(s);
-    }
+    for (int i = 0; i < pr.plan_seqs[s].num_q; ++i) items.push_back({int(s), i});
   reference::parallel_for(items.size(), [&](size_t it) {
     const PlanSequence& s = pr.plan_seqs[size_t(items[it].seq)];
     const int tok = s.q_start + items[it].i;
@@ -236,6 +241,13 @@ void check_output(const Problem& pr, const std::vector<uint16_t>& out_bits) {
                                     sc.sinks ? &pr.sinks[size_t(h)] : nullptr,
                                     &ref[size_t(tok) * row + size_t(h) * 64]);
   });
+  return ref;
+}
+
+void check_output(const Problem& pr, const std::vector<double>& ref, const std::vector<uint16_t>& out_bits) {
+  const Scenario& sc = pr.sc;
+  const size_t row = size_t(sc.hq) * 64;
+  const std::vector<int> token_seq = token_owner(pr);
   const std::vector<float> got = orchid::testing::bf16_to_floats(out_bits);
   auto owned = [&](size_t i) { return token_seq[i / row] >= 0; };
   auto where = [&](size_t i) {
@@ -261,6 +273,8 @@ void check_output(const Problem& pr, const std::vector<uint16_t>& out_bits) {
   std::printf("    [%s] %s\n", c.ok(1e-2) && touched == 0 ? "ok" : "FAIL", c.summary().c_str());
 }
 
+// Runs the scenario's step (prefill and decode launches) once per prefill implementation, each on a freshly
+// poisoned output, and checks each against the reference (computed once).
 void run_scenario(const Scenario& sc, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const Problem pr = make_problem(sc, rng);
@@ -273,12 +287,27 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
   DeviceProblem d;
   upload(pr, plan, d);
   const AttentionPlan view = plan.device_view(d.blob.get());
-  sink_attention(make_args(pr, d), view, d.workspace.get(), nullptr);
-  ORCHID_CUDA_CHECK(cudaGetLastError());
-  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<std::vector<uint16_t>> outs;
+  for (PrefillVariant variant : {PrefillVariant::kMmaSync, PrefillVariant::kWgmma}) {
+    if (variant != PrefillVariant::kMmaSync && view.num_prefill_tiles == 0) break;
+    if (d.out.size() > 0)
+      ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));  // poison
+    SinkAttentionArgs args = make_args(pr, d);
+    args.prefill_variant = variant;
+    sink_attention(args, view, d.workspace.get(), nullptr);
+    ORCHID_CUDA_CHECK(cudaGetLastError());
+    ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+    outs.push_back(d.out.download());
+  }
   std::printf("  %s: %d prefill tiles, %d decode slots x %d splits\n", sc.describe().c_str(),
               view.num_prefill_tiles, view.decode_bucket, view.decode_splits);
-  check_output(pr, d.out.download());
+  const std::vector<double> ref = reference_output(pr);
+  const char* names[] = {"mma.sync", "wgmma"};
+  for (size_t v = 0; v < outs.size(); ++v) {
+    SCOPED_TRACE(std::string("prefill kernel ") + names[v]);
+    std::printf("    prefill kernel %s:\n", names[v]);
+    check_output(pr, ref, outs[v]);
+  }
 }
 
 class SinkAttention : public ::testing::Test {
@@ -485,13 +514,13 @@ TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
   ORCHID_CUDA_CHECK(cudaGraphLaunch(exec, stream));
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::printf("  graph replay, plan A: %s\n", a.describe().c_str());
-  check_output(pa, d.out.download());
+  check_output(pa, reference_output(pa), d.out.download());
 
   upload(pb, plan_b, d);
   ORCHID_CUDA_CHECK(cudaGraphLaunch(exec, stream));
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::printf("  graph replay, plan B: %s\n", b.describe().c_str());
-  check_output(pb, d.out.download());
+  check_output(pb, reference_output(pb), d.out.download());
 
   ORCHID_CUDA_CHECK(cudaGraphExecDestroy(exec));
   ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
