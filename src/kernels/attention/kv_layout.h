@@ -6,7 +6,9 @@
 // A sequence's logical page k holds positions [k * page_size, (k + 1) * page_size); its page table row maps
 // k to a page id (int32). Page tables are one flat int32 array with a row offset per sequence; full-attention
 // and sliding-window layers use separate pools and separate tables, and a sliding table may hold kNoPage (-1)
-// for pages whose positions all left the window: kernels never dereference those.
+// for pages whose positions all left the window: kernels never dereference those. Contract for the engine:
+// a sliding table row must hold real pages for every position >= (first new token's position - window + 1),
+// since the step's first query reads back that far; attention zero-fills (never reads) anything older.
 //
 // Why head-major inside a page: an attention CTA serves one KV head, so its K (or V) rows of one page are one
 // contiguous run of page_size * 128 bytes (2/4/8 KB for pages of 16/32/64 tokens): every 16-byte cp.async
