@@ -60,10 +60,10 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
       owner = int32_t(i);
       token_pos[size_t(s.q_start + t)] = s.start_pos + t;
     }
-    if (s.num_q == 1) {
+    if (s.num_q == 1 && group <= kMaxDecodeGroup) {
       decodes.push_back(int32_t(i));
       max_decode_ctx = std::max(max_decode_ctx, s.start_pos + 1);
-    } else if (s.num_q > 1) {
+    } else if (s.num_q >= 1) {
       for (int32_t q0 = 0; q0 < s.num_q; q0 += tokens_per_tile) {
         const int32_t last = s.start_pos + std::min(s.num_q, q0 + tokens_per_tile) - 1;
         tiles.push_back({{int32_t(i), q0}, last});

@@ -51,9 +51,11 @@ struct AttentionPlan {
   int32_t num_kv_heads = 0;
 };
 
-// Query rows of one prefill CTA (tokens x query heads of one KV group). The launcher and the plan agree on
-// it.
+// Query rows of one prefill CTA (tokens x query heads of one KV group); the launcher and the plan agree.
 inline constexpr int kPrefillBlockM = 128;
+// Largest query-head group the decode kernel takes (4 m16 tiles); with larger groups single-token
+// sequences go through the prefill kernel instead.
+inline constexpr int kMaxDecodeGroup = 64;
 
 // A step's sequence as the engine knows it (StepSequence without the sampling fields).
 struct PlanSequence {
@@ -77,8 +79,8 @@ struct PlanOptions {
 
 class AttentionPlanBuilder {
  public:
-  // Sequences with num_q == 1 go to the decode kernel, longer ones to the prefill kernel, num_q == 0 to
-  // neither. Throws orchid::Error on inconsistent input (overlapping or out-of-range token ranges, bad
+  // Sequences with num_q == 1 go to the decode kernel (if Hq / Hkv <= kMaxDecodeGroup), longer ones to
+  // the prefill kernel, num_q == 0 to neither. Throws orchid::Error on inconsistent input (overlapping or out-of-range token ranges, bad
   // head counts, too small buckets).
   void build(const std::vector<PlanSequence>& seqs, int32_t num_tokens, const PlanOptions& options);
 

@@ -346,7 +346,8 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   ORCHID_KERNEL_REQUIRE(plan.num_kv_heads > 0 && plan.num_q_heads % plan.num_kv_heads == 0,
                         "sink_attention: bad head counts in the plan");
   const int group = plan.num_q_heads / plan.num_kv_heads;
-  ORCHID_KERNEL_REQUIRE(group <= 64, "sink_attention: decode supports at most 64 query heads per KV head");
+  ORCHID_KERNEL_REQUIRE(group <= kMaxDecodeGroup,
+                        "sink_attention: decode supports at most 64 query heads per KV head");
   ORCHID_KERNEL_REQUIRE(plan.decode_splits >= 1 && plan.decode_splits <= 65535 && plan.decode_bucket <= 65535,
                         "sink_attention: bad decode grid in the plan");
   ORCHID_KERNEL_REQUIRE(plan.decode_splits == 1 || workspace != nullptr,

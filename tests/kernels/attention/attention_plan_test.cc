@@ -34,7 +34,7 @@ std::vector<PlanSequence> random_step(std::mt19937_64& rng, int n, int* num_toke
 
 TEST(AttentionPlan, BlobDescribesTheStep) {
   std::mt19937_64 rng(7);
-  for (int group : {1, 5, 8, 64}) {
+  for (int group : {1, 5, 8, 64, 96}) {
     int num_tokens = 0;
     const auto seqs = random_step(rng, 40, &num_tokens);
     PlanOptions o;
@@ -60,14 +60,14 @@ TEST(AttentionPlan, BlobDescribesTheStep) {
         EXPECT_EQ(p.token_seq[s.q_start + t], i);
         EXPECT_EQ(p.token_pos[s.q_start + t], s.start_pos + t);
       }
-      decodes += s.num_q == 1;
+      decodes += s.num_q == 1 && group <= kMaxDecodeGroup;
     }
     for (int t = num_tokens; t < p.num_tokens; ++t) EXPECT_EQ(p.token_seq[t], -1);
     int last_prev = 1 << 30;
     for (int k = 0; k < p.num_prefill_tiles; ++k) {
       const PrefillTile tile = p.prefill_tiles[k];
       const AttnSeq& s = p.seqs[tile.seq];
-      ASSERT_GT(s.num_q, 1);
+      ASSERT_TRUE(s.num_q > 1 || group > kMaxDecodeGroup);
       ASSERT_EQ(tile.q0 % p.prefill_tokens_per_tile, 0);
       const int n = std::min(p.prefill_tokens_per_tile, s.num_q - tile.q0);
       ASSERT_GT(n, 0);
@@ -78,7 +78,8 @@ TEST(AttentionPlan, BlobDescribesTheStep) {
     }
     for (int i = 0; i < 40; ++i)
       for (int t = 0; t < seqs[size_t(i)].num_q; ++t)
-        EXPECT_EQ(covered[size_t(seqs[size_t(i)].q_start + t)], seqs[size_t(i)].num_q > 1 ? 1 : 0);
+        EXPECT_EQ(covered[size_t(seqs[size_t(i)].q_start + t)],
+                  seqs[size_t(i)].num_q > 1 || group > kMaxDecodeGroup ? 1 : 0);
     ASSERT_EQ(p.decode_bucket, decodes);
     for (int k = 0; k < p.decode_bucket; ++k) EXPECT_EQ(p.seqs[p.decode_seqs[k]].num_q, 1);
     EXPECT_GE(p.decode_splits, 1);
