@@ -80,8 +80,8 @@ struct PlanOptions {
 class AttentionPlanBuilder {
  public:
   // Sequences with num_q == 1 go to the decode kernel (if Hq / Hkv <= kMaxDecodeGroup), longer ones to
-  // the prefill kernel, num_q == 0 to neither. Throws orchid::Error on inconsistent input (overlapping or out-of-range token ranges, bad
-  // head counts, too small buckets).
+  // the prefill kernel, num_q == 0 to neither. Throws orchid::Error on inconsistent input (overlapping or
+  // out-of-range token ranges, bad head counts, too small buckets).
   void build(const std::vector<PlanSequence>& seqs, int32_t num_tokens, const PlanOptions& options);
 
   const std::vector<int32_t>& blob() const { return blob_; }
