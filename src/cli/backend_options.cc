@@ -9,13 +9,15 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--backend", backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--weights", weights, "expert weight format on the GPU: fp8, mxfp4 or bf16 (the CPU computes in fp32)")
+  cmd->add_option("--weights", weights,
+                  "expert weight format on the GPU: fp8, mxfp4 or bf16 (the CPU computes in fp32)")
       ->check(CLI::IsMember({"fp8", "mxfp4", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--block-size", block_size, "KV cache page size in tokens")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--max-model-len", max_model_len, "longest sequence (prompt + output) to plan the KV cache for")
+  cmd->add_option("--max-model-len", max_model_len,
+                  "longest sequence (prompt + output) to plan the KV cache for")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
       ->capture_default_str();
   cmd->add_option("--kv-pages", kv_pages, "KV pages per pool (0: derived from --max-model-len or GPU memory)")

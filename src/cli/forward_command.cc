@@ -21,14 +21,18 @@ struct ForwardArgs {
 
 void add_forward_command(CLI::App& app) {
   auto args = std::make_shared<ForwardArgs>();
-  auto* cmd = app.add_subcommand("forward", "Run the model on token ids and write the logits of every position (.npy)");
+  auto* cmd = app.add_subcommand("forward",
+                                 "Run the model on token ids and write the logits of every position (.npy)");
   cmd->add_option("MODEL", args->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
   auto* ids = cmd->add_option("--ids", args->ids, "comma-separated token ids");
-  auto* file = cmd->add_option("--ids-file", args->ids_file, "file holding token ids (comma/space separated or JSON)");
+  auto* file =
+      cmd->add_option("--ids-file", args->ids_file, "file holding token ids (comma/space separated or JSON)");
   ids->excludes(file);
   cmd->add_option("--logits-out", args->out, "output .npy file, float32 [n, vocab]")->required();
-  cmd->add_option("--chunk", args->chunk, "prefill chunk size in tokens (0: all at once)")->check(CLI::Range(0, 1 << 30));
-  cmd->add_flag("--incremental", args->incremental, "feed one token per step (decode path) instead of a prefill");
+  cmd->add_option("--chunk", args->chunk, "prefill chunk size in tokens (0: all at once)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_flag("--incremental", args->incremental,
+                "feed one token per step (decode path) instead of a prefill");
   args->backend.add_flags(cmd);
   cmd->callback([args] {
     std::vector<int64_t> list;
@@ -40,7 +44,8 @@ void add_forward_command(CLI::App& app) {
         if (ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r') ch = ',';
       std::string cleaned;
       for (size_t i = 0; i < text.size(); ++i)
-        if (!(text[i] == ',' && (cleaned.empty() || cleaned.back() == ',' || cleaned.back() == '['))) cleaned += text[i];
+        if (!(text[i] == ',' && (cleaned.empty() || cleaned.back() == ',' || cleaned.back() == '[')))
+          cleaned += text[i];
       while (!cleaned.empty() && cleaned.back() == ',') cleaned.pop_back();
       list = parse_int_list(cleaned, "--ids-file");
     } else {

@@ -29,13 +29,18 @@ void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate tokens from a prompt");
   cmd->add_option("MODEL", args->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
   cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated prompt token ids")->required();
-  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  cmd->add_option("--temperature", args->sampling.temperature, "0: greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--temperature", args->sampling.temperature, "0: greedy")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
   cmd->add_option("--top-k", args->sampling.top_k, "0: off")->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--top-p", args->sampling.top_p, "1: off")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", args->sampling.min_p, "0: off")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "sampling seed")->check(CLI::Range(int64_t(0), INT64_MAX));
-  cmd->add_option("--stop-ids", args->stop_ids, "comma-separated ids that end generation (default: the model's eos ids)");
+  cmd->add_option("--stop-ids", args->stop_ids,
+                  "comma-separated ids that end generation (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at eos/stop ids");
   cmd->add_flag("--print-ids", args->print_ids, "print the generated ids as a JSON array on the last line");
   args->backend.add_flags(cmd);
@@ -69,8 +74,8 @@ void add_generate_command(CLI::App& app) {
     const auto t2 = std::chrono::steady_clock::now();
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-    spdlog::info("prefill {} tokens in {:.3f} s; {} tokens generated, {:.1f} tok/s decode", prompt.size(), prefill_s,
-                 out.size(), out.size() > 1 ? double(out.size() - 1) / decode_s : 0.0);
+    spdlog::info("prefill {} tokens in {:.3f} s; {} tokens generated, {:.1f} tok/s decode", prompt.size(),
+                 prefill_s, out.size(), out.size() > 1 ? double(out.size() - 1) / decode_s : 0.0);
     std::string json = "[";
     for (size_t i = 0; i < out.size(); ++i) json += (i ? "," : "") + std::to_string(out[i]);
     json += "]";

@@ -13,7 +13,9 @@
 namespace orchid::cli {
 
 namespace {
-std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30)); }
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30));
+}
 }  // namespace
 
 void add_inspect_command(CLI::App& app) {
@@ -35,7 +37,8 @@ void add_inspect_command(CLI::App& app) {
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     std::printf("model: %s\n", c.name.c_str());
-    std::printf("config (transformers 5 style):\n%s\n", c.to_json(model::ConfigStyle::kTransformers5).dump(2).c_str());
+    std::printf("config (transformers 5 style):\n%s\n",
+                c.to_json(model::ConfigStyle::kTransformers5).dump(2).c_str());
     std::printf("\ntensors (%zu in the manifest%s):\n", manifest.size(),
                 ref.synthetic ? ", synthetic: generated in memory when run" : "");
     std::printf("  %-52s %-22s %-6s %12s  %s\n", "name", "shape", "dtype", "bytes", "file");
@@ -59,15 +62,18 @@ void add_inspect_command(CLI::App& app) {
         std::printf("  %-52s %-22s %-6s %12llu  %s\n", s.name.c_str(), io::shape_str(s.shape).c_str(),
                     std::string(dtype_name(dt)).c_str(), (unsigned long long)bytes, file.c_str());
     }
-    if (!*tensors && c.num_layers > 1) std::printf("  ... layers 1..%lld alike (--tensors lists all)\n", (long long)c.num_layers - 1);
+    if (!*tensors && c.num_layers > 1)
+      std::printf("  ... layers 1..%lld alike (--tensors lists all)\n", (long long)c.num_layers - 1);
     std::printf("\ncheckpoint: %s in %zu tensors\n", gib(total).c_str(), manifest.size());
     std::printf("memory estimate (weights; attention, router, embeddings and lm_head in BF16):\n");
-    for (const char* f : {"mxfp4", "fp8", "bf16"}) std::printf("  --weights %-6s %s\n", f, gib(model::weight_bytes(c, f)).c_str());
+    for (const char* f : {"mxfp4", "fp8", "bf16"})
+      std::printf("  --weights %-6s %s\n", f, gib(model::weight_bytes(c, f)).c_str());
     const uint64_t kv_full = uint64_t(c.num_full_layers()) * uint64_t(c.kv_dim()) * 2 * 2;
     const uint64_t kv_sliding = uint64_t(c.num_sliding_layers()) * uint64_t(c.kv_dim()) * 2 * 2;
-    std::printf("KV cache (BF16): %llu B per token in full-attention layers; sliding layers keep %lld tokens "
-                "(%llu B per token while in the window)\n",
-                (unsigned long long)kv_full, (long long)c.sliding_window, (unsigned long long)kv_sliding);
+    std::printf(
+        "KV cache (BF16): %llu B per token in full-attention layers; sliding layers keep %lld tokens "
+        "(%llu B per token while in the window)\n",
+        (unsigned long long)kv_full, (long long)c.sliding_window, (unsigned long long)kv_sliding);
     std::printf("opened in %.3f s\n", load_s);
   });
 }

@@ -56,13 +56,15 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
     shard_names.assign(shards.begin(), shards.end());
   } else {
     for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") shard_names.push_back(e.path().filename());
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        shard_names.push_back(e.path().filename());
     std::sort(shard_names.begin(), shard_names.end());
     if (shard_names.empty()) fail("model directory '{}' has no .safetensors files", dir);
   }
   for (const auto& shard : shard_names) {
     const std::string path = (fs::path(dir) / shard).string();
-    if (!fs::exists(path)) fail("{}: shard '{}' listed in the index does not exist", index_path.string(), shard);
+    if (!fs::exists(path))
+      fail("{}: shard '{}' listed in the index does not exist", index_path.string(), shard);
     auto file = SafetensorsFile::open(path);
     for (const auto& e : file->header().tensors) {
       if (!weight_map.empty()) {
@@ -77,7 +79,8 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   }
   for (const auto& [name, shard] : weight_map)
     if (!ck.tensors_.count(name))
-      fail("{}: tensor '{}' is listed in '{}' but that file does not contain it", index_path.string(), name, shard);
+      fail("{}: tensor '{}' is listed in '{}' but that file does not contain it", index_path.string(), name,
+           shard);
   return ck;
 }
 

@@ -29,7 +29,7 @@ class Checkpoint {
 
  private:
   std::map<std::string, TensorView> tensors_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::vector<std::shared_ptr<const void>> owners_;
   std::string where_;
 };

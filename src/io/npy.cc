@@ -51,10 +51,13 @@ NpyArray read_npy(const std::string& path) {
   in.read(header.data(), std::streamsize(hlen));
   std::smatch m;
   NpyArray a;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']+)'"))) fail("{}: no descr in header", path);
+  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']+)'")))
+    fail("{}: no descr in header", path);
   a.descr = m[1];
-  if (header.find("'fortran_order': True") != std::string::npos) fail("{}: Fortran order is not supported", path);
-  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) fail("{}: no shape in header", path);
+  if (header.find("'fortran_order': True") != std::string::npos)
+    fail("{}: Fortran order is not supported", path);
+  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
+    fail("{}: no shape in header", path);
   std::string dims = m[1];
   int64_t n = 1;
   static const std::regex kNumber("\\d+");

@@ -13,8 +13,8 @@ struct NpyArray {
   std::string descr;  // "<f4", "<i4", "<i8"
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
-  std::vector<float> as_f32() const;     // for "<f4"
-  std::vector<int64_t> as_i64() const;   // for integer arrays
+  std::vector<float> as_f32() const;    // for "<f4"
+  std::vector<int64_t> as_i64() const;  // for integer arrays
 };
 NpyArray read_npy(const std::string& path);
 

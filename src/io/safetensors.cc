@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -52,11 +53,12 @@ TensorEntry parse_entry(const std::string& name, const json& v, std::string_view
     fail("{}: tensor '{}': 'data_offsets' must be two non-negative integers", file, name);
   e.begin = (*off)[0].get<uint64_t>();
   e.end = (*off)[1].get<uint64_t>();
-  if (e.end < e.begin) fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", file, name, e.begin, e.end);
+  if (e.end < e.begin)
+    fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", file, name, e.begin, e.end);
   const uint64_t expect = numel * dtype_size(e.dtype);
   if (e.end - e.begin != expect)
-    fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", file, name, shape_str(e.shape),
-         dtype_name(e.dtype), expect, e.end - e.begin);
+    fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", file, name,
+         shape_str(e.shape), dtype_name(e.dtype), expect, e.end - e.begin);
   return e;
 }
 
@@ -66,9 +68,12 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, uint64_t file_size, 
   if (file_size < 8 || bytes.size() < 8)
     fail("{}: not a safetensors file: {} bytes is shorter than the 8-byte header length", file, file_size);
   const uint64_t n = read_u64_le(bytes.data());
-  if (n > kMaxSafetensorsHeader) fail("{}: header length {} exceeds the {} byte limit", file, n, kMaxSafetensorsHeader);
-  if (n > file_size - 8) fail("{}: header length {} runs past the end of the file ({} bytes)", file, n, file_size);
-  if (bytes.size() < 8 + n) fail("{}: truncated header ({} of {} bytes available)", file, bytes.size() - 8, n);
+  if (n > kMaxSafetensorsHeader)
+    fail("{}: header length {} exceeds the {} byte limit", file, n, kMaxSafetensorsHeader);
+  if (n > file_size - 8)
+    fail("{}: header length {} runs past the end of the file ({} bytes)", file, n, file_size);
+  if (bytes.size() < 8 + n)
+    fail("{}: truncated header ({} of {} bytes available)", file, bytes.size() - 8, n);
   std::string_view text = bytes.substr(8, n);
   if (text.empty() || text.front() != '{') fail("{}: header is not a JSON object", file);
   json j;
@@ -93,13 +98,14 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, uint64_t file_size, 
     }
     h.tensors.push_back(parse_entry(it.key(), *it, file));
   }
-  std::sort(h.tensors.begin(), h.tensors.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
   for (size_t i = 0; i < h.tensors.size(); ++i) {
     const auto& e = h.tensors[i];
     if (e.end > data_size)
-      fail("{}: tensor '{}': data [{}, {}) runs past the end of the data section ({} bytes); truncated file?", file,
-           e.name, e.begin, e.end, data_size);
+      fail("{}: tensor '{}': data [{}, {}) runs past the end of the data section ({} bytes); truncated file?",
+           file, e.name, e.begin, e.end, data_size);
     if (i > 0 && e.begin < h.tensors[i - 1].end && e.end > e.begin)
       fail("{}: tensors '{}' and '{}' overlap", file, h.tensors[i - 1].name, e.name);
   }
@@ -137,7 +143,8 @@ void write_impl(const std::string& path, const std::vector<TensorToWrite>& tenso
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= uint64_t(d);
     uint64_t bytes = numel * dtype_size(t.dtype);
-    header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape},
+    header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                      {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     sizes.push_back(bytes);
@@ -159,9 +166,15 @@ void write_impl(const std::string& path, const std::vector<TensorToWrite>& tenso
       (*produce)(i, buffer.data());
       bytes = reinterpret_cast<const char*>(buffer.data());
     }
-    out.write(bytes, std::streamsize(sizes[i]));
+    if (bytes) {
+      out.write(bytes, std::streamsize(sizes[i]));
+    } else {
+      out.seekp(std::streamoff(sizes[i]), std::ios::cur);  // a hole: reads as zeros, takes no disk
+    }
   }
+  out.close();
   if (!out) fail("error writing '{}' (disk full?)", path);
+  std::filesystem::resize_file(path, 8 + text.size() + offset);  // a trailing hole still counts
 }
 }  // namespace
 

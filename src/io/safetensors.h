@@ -55,7 +55,8 @@ struct TensorToWrite {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  const void* data;  // numel * dtype_size bytes
+  const void*
+      data;  // numel * dtype_size bytes; nullptr leaves a hole (a sparse file region reading as zeros)
 };
 
 // Writes a file in the layout above (header padded with spaces to a multiple of 8, as the reference does).

@@ -28,7 +28,10 @@ ModelRef parse_model_ref(const std::string& arg) {
   }
   if (arg.empty()) fail("MODEL is empty: give a model directory or synthetic:tiny|20b|120b[@seed]");
   if (!fs::is_directory(arg))
-    fail("MODEL '{}' is not a directory (give a Hugging Face model directory or synthetic:tiny|20b|120b[@seed])", arg);
+    fail(
+        "MODEL '{}' is not a directory (give a Hugging Face model directory or "
+        "synthetic:tiny|20b|120b[@seed])",
+        arg);
   r.dir = arg;
   return r;
 }

@@ -8,9 +8,10 @@ namespace orchid::model {
 
 std::string_view role_name(TensorRole r) {
   static constexpr std::string_view kNames[] = {
-      "embedding", "input_norm", "q_proj", "q_bias", "k_proj", "k_bias", "v_proj", "v_bias", "o_proj", "o_bias",
-      "sinks", "post_norm", "router", "router_bias", "gate_up_blocks", "gate_up_scales", "down_blocks",
-      "down_scales", "gate_up_weight", "down_weight", "gate_up_bias", "down_bias", "final_norm", "lm_head"};
+      "embedding",      "input_norm",  "q_proj",         "q_bias",         "k_proj",      "k_bias",
+      "v_proj",         "v_bias",      "o_proj",         "o_bias",         "sinks",       "post_norm",
+      "router",         "router_bias", "gate_up_blocks", "gate_up_scales", "down_blocks", "down_scales",
+      "gate_up_weight", "down_weight", "gate_up_bias",   "down_bias",      "final_norm",  "lm_head"};
   return kNames[size_t(r)];
 }
 
@@ -36,7 +37,8 @@ std::vector<TensorSpec> gpt_oss_manifest(const ModelConfig& c) {
   m.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, kFloat, TensorRole::kEmbedding});
   for (int l = 0; l < int(c.num_layers); ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    auto add = [&](std::string suffix, std::vector<int64_t> shape, const std::vector<DType>& dt, TensorRole r) {
+    auto add = [&](std::string suffix, std::vector<int64_t> shape, const std::vector<DType>& dt,
+                   TensorRole r) {
       m.push_back({p + suffix, std::move(shape), dt, r, l});
     };
     add("input_layernorm.weight", {H}, kFloat, TensorRole::kInputNorm);
@@ -71,7 +73,8 @@ std::vector<TensorSpec> gpt_oss_manifest(const ModelConfig& c) {
 
 void validate_checkpoint(const io::Checkpoint& ck, const std::vector<TensorSpec>& manifest) {
   for (const auto& spec : manifest) {
-    if (!ck.has(spec.name)) fail("{}: missing tensor '{}' (expected shape {})", ck.where(), spec.name, io::shape_str(spec.shape));
+    if (!ck.has(spec.name))
+      fail("{}: missing tensor '{}' (expected shape {})", ck.where(), spec.name, io::shape_str(spec.shape));
     const auto& t = ck.get(spec.name);
     if (t.shape != spec.shape)
       fail("{}: tensor '{}' has shape {}, expected {}", t.source, spec.name, io::shape_str(t.shape),
@@ -88,7 +91,8 @@ void validate_checkpoint(const io::Checkpoint& ck, const std::vector<TensorSpec>
 
 uint64_t weight_bytes(const ModelConfig& c, std::string_view format) {
   uint64_t total = 0;
-  const uint64_t expert_params = uint64_t(c.num_experts) * 3 * c.hidden_size * c.intermediate_size;  // per layer
+  const uint64_t expert_params =
+      uint64_t(c.num_experts) * 3 * c.hidden_size * c.intermediate_size;  // per layer
   for (const auto& s : gpt_oss_manifest(c)) {
     if (is_expert_weight(s.role)) continue;
     uint64_t n = 1;
@@ -101,7 +105,8 @@ uint64_t weight_bytes(const ModelConfig& c, std::string_view format) {
   } else if (format == "fp8") {
     // 1 byte per weight plus one fp32 scale per 128x128 block of each expert matrix.
     auto blocks = [](uint64_t rows, uint64_t cols) { return ((rows + 127) / 128) * ((cols + 127) / 128); };
-    uint64_t per_expert = blocks(2 * c.intermediate_size, c.hidden_size) + blocks(c.hidden_size, c.intermediate_size);
+    uint64_t per_expert =
+        blocks(2 * c.intermediate_size, c.hidden_size) + blocks(c.hidden_size, c.intermediate_size);
     experts = expert_params + 4 * per_expert * uint64_t(c.num_experts);
   } else if (format == "mxfp4") {
     experts = expert_params / 2 + expert_params / 32;  // 4 bits per weight + one byte per 32

@@ -16,14 +16,26 @@ namespace orchid::model {
 enum class TensorRole : uint8_t {
   kEmbedding,
   kInputNorm,
-  kQProj, kQBias, kKProj, kKBias, kVProj, kVBias, kOProj, kOBias,
+  kQProj,
+  kQBias,
+  kKProj,
+  kKBias,
+  kVProj,
+  kVBias,
+  kOProj,
+  kOBias,
   kSinks,
   kPostNorm,
-  kRouter, kRouterBias,
-  kGateUpBlocks, kGateUpScales,  // MXFP4 experts: [E, 2I, H/32, 16] u8 and [E, 2I, H/32] e8m0
-  kDownBlocks, kDownScales,      //                 [E, H, I/32, 16] and [E, H, I/32]
-  kGateUpWeight, kDownWeight,    // dense experts as transformers stores them: [E, H, 2I] and [E, I, H]
-  kGateUpBias, kDownBias,
+  kRouter,
+  kRouterBias,
+  kGateUpBlocks,
+  kGateUpScales,  // MXFP4 experts: [E, 2I, H/32, 16] u8 and [E, 2I, H/32] e8m0
+  kDownBlocks,
+  kDownScales,  //                 [E, H, I/32, 16] and [E, H, I/32]
+  kGateUpWeight,
+  kDownWeight,  // dense experts as transformers stores them: [E, H, 2I] and [E, I, H]
+  kGateUpBias,
+  kDownBias,
   kFinalNorm,
   kLmHead,
 };
@@ -35,7 +47,7 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   std::vector<DType> dtypes;  // accepted, preferred first
   TensorRole role;
-  int layer = -1;             // -1: not per layer
+  int layer = -1;  // -1: not per layer
 };
 
 std::vector<TensorSpec> gpt_oss_manifest(const ModelConfig& c);

@@ -23,7 +23,8 @@ void dequantize_mxfp4_rows(const uint8_t* blocks, const uint8_t* scales, int64_t
                            int64_t row_end, float* out) {
   const int64_t groups = in_dim / kMxfp4Group;
   for (int64_t r = row_begin; r < row_end; ++r)
-    dequantize_mxfp4_row(blocks + r * groups * 16, scales + r * groups, in_dim, out + (r - row_begin) * in_dim);
+    dequantize_mxfp4_row(blocks + r * groups * 16, scales + r * groups, in_dim,
+                         out + (r - row_begin) * in_dim);
 }
 
 }  // namespace orchid::model

@@ -11,7 +11,8 @@ RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim) {
   t.inv_freq.resize(size_t(half));
   const double base = rope.theta;
   if (!rope.yarn) {
-    for (int64_t i = 0; i < half; ++i) t.inv_freq[size_t(i)] = float(1.0 / std::pow(base, double(2 * i) / double(head_dim)));
+    for (int64_t i = 0; i < half; ++i)
+      t.inv_freq[size_t(i)] = float(1.0 / std::pow(base, double(2 * i) / double(head_dim)));
     t.concentration = 1.0f;
     return t;
   }
@@ -34,7 +35,8 @@ RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim) {
     const double freq = std::pow(base, double(2 * i) / double(head_dim));
     const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
     const double extrapolation_weight = 1.0 - ramp;  // high-frequency dims keep the original frequency
-    const double inv = (1.0 / (factor * freq)) * (1.0 - extrapolation_weight) + (1.0 / freq) * extrapolation_weight;
+    const double inv =
+        (1.0 / (factor * freq)) * (1.0 - extrapolation_weight) + (1.0 / freq) * extrapolation_weight;
     t.inv_freq[size_t(i)] = float(inv);
   }
   t.concentration = float(0.1 * std::log(factor) + 1.0);

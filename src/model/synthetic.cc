@@ -1,5 +1,7 @@
 #include "model/synthetic.h"
 
+// Header-only use: the binary needs no libxxhash at run time.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstring>
@@ -11,7 +13,9 @@
 
 namespace orchid::model {
 
-uint64_t synthetic_tensor_key(std::string_view name, uint64_t seed) { return XXH64(name.data(), name.size(), seed); }
+uint64_t synthetic_tensor_key(std::string_view name, uint64_t seed) {
+  return XXH64(name.data(), name.size(), seed);
+}
 
 SyntheticDistribution synthetic_distribution(TensorRole role) {
   using K = SyntheticDistribution;
@@ -35,8 +39,8 @@ SyntheticDistribution synthetic_distribution(TensorRole role) {
 
 namespace {
 
-// Four 16-bit uniforms in (0, 1), each (k + 0.5) / 65536 (exact in fp32), summed exactly; the sum has mean 2 and
-// variance 1/3. Two roundings follow (times sqrt(3)*std, plus mean) — unfused on every device.
+// Four 16-bit uniforms in (0, 1), each (k + 0.5) / 65536 (exact in fp32), summed exactly; the sum has mean 2
+// and variance 1/3. Two roundings follow (times sqrt(3)*std, plus mean) — unfused on every device.
 inline float normal_from_hash(uint64_t h, float scale, float mean) {
   float s = 0.0f;
   for (int k = 0; k < 4; ++k) s += (float((h >> (16 * k)) & 0xffff) + 0.5f) * (1.0f / 65536.0f);
@@ -46,7 +50,8 @@ inline float normal_from_hash(uint64_t h, float scale, float mean) {
 
 }  // namespace
 
-void fill_synthetic(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t begin, int64_t count, void* out) {
+void fill_synthetic(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t begin, int64_t count,
+                    void* out) {
   const uint64_t key = synthetic_tensor_key(spec.name, seed);
   const SyntheticDistribution d = synthetic_distribution(spec.role);
   const float scale = d.std * 1.7320508075688772f;
@@ -67,7 +72,8 @@ void fill_synthetic(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t 
     case SyntheticDistribution::kNormal: {
       if (dtype == DType::kBF16) {
         auto* o = static_cast<uint16_t*>(out);
-        for (int64_t i = 0; i < count; ++i) o[i] = float_to_bf16(normal_from_hash(hash(begin + i), scale, d.mean));
+        for (int64_t i = 0; i < count; ++i)
+          o[i] = float_to_bf16(normal_from_hash(hash(begin + i), scale, d.mean));
       } else if (dtype == DType::kF32) {
         auto* o = static_cast<float*>(out);
         for (int64_t i = 0; i < count; ++i) o[i] = normal_from_hash(hash(begin + i), scale, d.mean);

@@ -37,7 +37,8 @@ SyntheticDistribution synthetic_distribution(TensorRole role);
 
 // Fills elements [begin, begin + count) of the tensor (`out` points at element `begin`), in `dtype`
 // (BF16 or F32 for float tensors, U8 for blocks and scales).
-void fill_synthetic(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t begin, int64_t count, void* out);
+void fill_synthetic(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t begin, int64_t count,
+                    void* out);
 
 // Every manifest tensor, in memory (float tensors in BF16, as the official checkpoints).
 io::Checkpoint synthetic_checkpoint(const ModelConfig& c, uint64_t seed);

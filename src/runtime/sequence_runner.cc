@@ -6,7 +6,8 @@
 
 namespace orchid::runtime {
 
-SequenceRunner::SequenceRunner(Backend& backend, SamplingParams params) : backend_(backend), params_(params) {}
+SequenceRunner::SequenceRunner(Backend& backend, SamplingParams params)
+    : backend_(backend), params_(params) {}
 
 StepOutput SequenceRunner::feed(const std::vector<int32_t>& ids, bool sample, bool all_logits, int32_t chunk,
                                 std::vector<float>* logits) {
@@ -14,8 +15,8 @@ StepOutput SequenceRunner::feed(const std::vector<int32_t>& ids, bool sample, bo
   const int64_t total = int64_t(history_.size() + ids.size());
   const int64_t pages = (total + spec.page_size - 1) / spec.page_size;
   if (pages > spec.num_full_pages || pages > spec.num_sliding_pages)
-    fail("sequence of {} tokens needs {} KV pages of {} tokens; the cache has {} (full) / {} (sliding)", total, pages,
-         spec.page_size, spec.num_full_pages, spec.num_sliding_pages);
+    fail("sequence of {} tokens needs {} KV pages of {} tokens; the cache has {} (full) / {} (sliding)",
+         total, pages, spec.page_size, spec.num_full_pages, spec.num_sliding_pages);
   if (chunk <= 0) chunk = int32_t(std::max<size_t>(ids.size(), 1));
   StepOutput out;
   for (size_t begin = 0; begin < ids.size(); begin += size_t(chunk)) {
