@@ -11,6 +11,7 @@
 
 #include "core/dtypes.h"
 #include "kernels/attention/yarn.h"
+#include "model/rope.h"
 
 namespace orchid::kernels::attention::reference {
 
@@ -28,13 +29,10 @@ void parallel_for(size_t n, const F& f) {
 
 // One token's row x = qkv (bf16 values as float) with `bias` (as float, or null) at position `pos`:
 // q, k (rotated) and v as bf16 bit patterns, head-major, 64 dims per head.
-// cos/sin (times the concentration) of the fp32 angle float(pos) * inv_freq[j], for j < 32.
+// cos/sin (times the concentration) of the fp32 angle float(pos) * inv_freq[j], for j < 32: the model
+// layer's definition, shared with the CPU backend.
 inline void rope_cos_sin(int pos, const RopeFrequencies& f, float* c, float* s) {
-  for (int j = 0; j < 32; ++j) {
-    const float angle = float(pos) * f.inv_freq[size_t(j)];  // fp32 product, as specified
-    c[j] = float(std::cos(double(angle))) * f.concentration;
-    s[j] = float(std::sin(double(angle))) * f.concentration;
-  }
+  for (int j = 0; j < 32; ++j) model::rope_cos_sin(f, pos, j, &c[j], &s[j]);
 }
 
 inline void qkv_rope_row(const float* x, const float* bias, int pos, const RopeFrequencies& f, int hq,

@@ -1,5 +1,6 @@
-// yarn_inv_freq against transformers' gpt-oss rotary embedding (golden file made by
-// tools/golden/yarn_golden.py), and the RoPE reference's cos/sin arithmetic against the same file.
+// The RoPE kernel's host tables (yarn_inv_freq) and the reference's cos/sin of the fp32 angle against
+// transformers' gpt-oss rotary embedding itself, including its cos/sin at positions up to 131071
+// (golden file made by tools/golden/yarn_golden.py).
 #include "kernels/attention/yarn.h"
 
 #include <gtest/gtest.h>
