@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Writes tests/kernels/attention/golden/yarn.json: rotary inverse frequencies and the cos/sin scaling
-("attention_factor") and cos/sin at a few positions, computed by transformers' gpt-oss rotary embedding for gpt-oss's configuration and a few
-variants, the oracle for kernels/attention/yarn.h.
+"""Writes tests/kernels/attention/golden/yarn.json: for gpt-oss's rotary configuration and a few variants,
+the inverse frequencies, the cos/sin scaling ("attention_factor") and cos/sin at a few positions (up to
+131071), all computed by transformers' own gpt-oss rotary embedding: the oracle for kernels/attention/yarn.h
+and the RoPE reference of the kernel tests.
 
-Needs torch + transformers (tools/requirements-golden.txt). Run from the repository root:
+Needs torch + transformers 5.x (rope_parameters; tools/requirements-golden.txt). Run from the repository root:
     .venv/bin/python tools/golden/yarn_golden.py
 """
 import json
