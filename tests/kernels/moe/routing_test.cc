@@ -1,0 +1,114 @@
+// Router top-k + softmax and the token permutation vs CPU references: ties (lower expert wins), E = 32 and
+// 128, a single token (decode), odd token counts, experts with no tokens, skewed routing, several counting
+// chunks (T*k > 1024).
+#include "kernels/moe/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernel_reference.h"
+#include "kernel_test_util.h"
+
+namespace orchid::kernels {
+namespace {
+
+using orchid::testing::DeviceBuffer;
+
+struct TopkCase {
+  const char* name;
+  int tokens, experts, top_k;
+  bool coarse;  // integer logits in [-3, 3]: many exact ties
+};
+
+class TopkSoftmaxTest : public ::testing::TestWithParam<TopkCase> {};
+
+TEST_P(TopkSoftmaxTest, MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  const TopkCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::vector<float> logits(size_t(c.tokens) * c.experts);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_int_distribution<int> coarse(-3, 3);
+  for (auto& v : logits) v = c.coarse ? float(coarse(rng)) : nd(rng);
+  DeviceBuffer<float> dl, dw(size_t(c.tokens) * c.top_k);
+  DeviceBuffer<int> di(size_t(c.tokens) * c.top_k);
+  dl.upload(logits);
+  di.poison();
+  dw.poison();
+  moe_topk_softmax(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<int> ri(size_t(c.tokens) * c.top_k);
+  std::vector<float> rw(ri.size());
+  orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
+  EXPECT_TRUE(orchid::testing::compare_exact((std::string(c.name) + " idx").c_str(), di.download(), ri));
+  std::vector<double> rwd(rw.begin(), rw.end());
+  EXPECT_TRUE(orchid::testing::compare((std::string(c.name) + " weights").c_str(), dw.download(), rwd, 1e-7, 1e-6, 1e-6));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, TopkSoftmaxTest,
+                         ::testing::Values(TopkCase{"decode_e32", 1, 32, 4, false},
+                                           TopkCase{"odd_e32", 37, 32, 4, false},
+                                           TopkCase{"ties_e32", 301, 32, 4, true},
+                                           TopkCase{"e128", 1000, 128, 4, false},
+                                           TopkCase{"ties_e128", 77, 128, 4, true},
+                                           TopkCase{"e256_k8", 9, 256, 8, false},
+                                           TopkCase{"e40_k1", 13, 40, 1, false}),
+                         [](const ::testing::TestParamInfo<TopkCase>& i) { return std::string(i.param.name); });
+
+struct PermuteCase {
+  const char* name;
+  int tokens, experts, top_k;
+  int hot;  // > 0: only this many experts get tokens (the rest stay empty)
+};
+
+class PermuteTest : public ::testing::TestWithParam<PermuteCase> {};
+
+TEST_P(PermuteTest, MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  const PermuteCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  const int items = c.tokens * c.top_k;
+  std::vector<int> idx(items);
+  const int pool = c.hot > 0 ? c.hot : c.experts;
+  for (int t = 0; t < c.tokens; ++t) {
+    // k distinct experts per token, drawn from the first `pool` experts of a shuffled list.
+    std::vector<int> perm(c.experts);
+    for (int e = 0; e < c.experts; ++e) perm[e] = e;
+    std::shuffle(perm.begin(), perm.begin() + pool, rng);
+    for (int j = 0; j < c.top_k; ++j) idx[size_t(t) * c.top_k + j] = perm[j];
+  }
+  const auto ref = orchid::ref::permute(idx.data(), c.tokens, c.experts, c.top_k);
+
+  DeviceBuffer<int> didx, off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
+  DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
+  didx.upload(idx);
+  for (auto* b : {&off, &rt, &re, &sr, &act, &nact}) b->poison();
+  MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
+  moe_permute(didx.get(), c.tokens, c.experts, c.top_k, r, scratch.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+
+  const std::string n = c.name;
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " offsets").c_str(), off.download(), ref.offsets));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+  std::vector<int> ref_active = ref.active;
+  ref_active.resize(c.experts, -1);
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " active").c_str(), act.download(), ref_active));
+  EXPECT_EQ(nact.download()[0], int(ref.active.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PermuteTest,
+                         ::testing::Values(PermuteCase{"decode_t1_e32", 1, 32, 4, 0},
+                                           PermuteCase{"t7_e128", 7, 128, 4, 0},
+                                           PermuteCase{"t67_e32", 67, 32, 4, 0},
+                                           PermuteCase{"hot4_t300_e32", 300, 32, 4, 4},
+                                           PermuteCase{"chunks_t1537_e32", 1537, 32, 4, 0},
+                                           PermuteCase{"chunks_t5001_e128", 5001, 128, 4, 0},
+                                           PermuteCase{"skew_t2049_e128", 2049, 128, 4, 9}),
+                         [](const ::testing::TestParamInfo<PermuteCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace orchid::kernels
