@@ -10,12 +10,12 @@
 
 #include "kernels/common/cuda_check.h"
 
-#define ORCHID_CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                             \
-    cublasStatus_t orchid_st_ = (expr);                                                            \
-    if (orchid_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                          \
-      ::orchid::check_failed(__FILE__, __LINE__, #expr, std::string("cuBLASLt status ") +          \
-                                                            cublasLt_status_name(orchid_st_));     \
+#define ORCHID_CUBLAS_CHECK(expr)                                                                 \
+  do {                                                                                            \
+    cublasStatus_t orchid_st_ = (expr);                                                           \
+    if (orchid_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                         \
+      ::orchid::check_failed(__FILE__, __LINE__, #expr,                                           \
+                             std::string("cuBLASLt status ") + cublasLt_status_name(orchid_st_)); \
   } while (0)
 
 namespace orchid::kernels {
@@ -23,15 +23,24 @@ namespace {
 
 const char* cublasLt_status_name(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "NOT_SUPPORTED";
-    default: return "UNKNOWN";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "NOT_SUPPORTED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -39,7 +48,8 @@ const char* cublasLt_status_name(cublasStatus_t s) {
 template <typename T>
 __global__ void add_bias_kernel(T* y, int64_t ldy, const T* bias, int m, int n) {
   const int64_t total = int64_t(m) * n;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i % n;
     T* p = y + r * ldy + c;
     if constexpr (sizeof(T) == 2) {
@@ -89,7 +99,8 @@ struct DenseGemm::Impl {
     ORCHID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     ORCHID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtEpilogue_t epi = bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    ORCHID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    ORCHID_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     ORCHID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(a.k), uint64_t(a.n), a.k));
     ORCHID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(a.k), uint64_t(a.m), ldx));
     ORCHID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(a.n), uint64_t(a.m), ldy));
@@ -97,11 +108,12 @@ struct DenseGemm::Impl {
     cublasLtMatmulPreference_t pref = nullptr;
     ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = workspace_bytes;
-    ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                             sizeof(ws)));
+    ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(p.a);
@@ -151,12 +163,12 @@ void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Plan& p = impl_->plan_for(a, ldx, ldy);
   if (p.bias_epilogue) {
-    ORCHID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias,
-                                                       sizeof(a.bias)));
+    ORCHID_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof(a.bias)));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  ORCHID_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c,
-                                     &p.algo, impl_->workspace, impl_->workspace_bytes, stream));
+  ORCHID_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y,
+                                     p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream));
   if (a.bias && !p.bias_epilogue) {
     const int64_t total = int64_t(a.m) * a.n;
     const int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));
@@ -164,8 +176,8 @@ void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
       add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(a.y), ldy,
                                                   static_cast<const __nv_bfloat16*>(a.bias), a.m, a.n);
     } else {
-      add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(a.y), ldy, static_cast<const float*>(a.bias),
-                                                  a.m, a.n);
+      add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(a.y), ldy,
+                                                  static_cast<const float*>(a.bias), a.m, a.n);
     }
     ORCHID_CUDA_CHECK_LAUNCH();
   }

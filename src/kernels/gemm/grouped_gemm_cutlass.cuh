@@ -166,14 +166,17 @@ void run(const GroupedGemmArgs& a, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(a.num_groups > 0 && a.n > 0 && a.k > 0, "grouped GEMM: empty shape");
   ORCHID_KERNEL_REQUIRE(a.offsets && a.a && a.b && a.d && a.workspace, "grouped GEMM: null pointer");
   ORCHID_KERNEL_REQUIRE((reinterpret_cast<uintptr_t>(a.a) | reinterpret_cast<uintptr_t>(a.b) |
-                         reinterpret_cast<uintptr_t>(a.d)) % 16 == 0,
+                         reinterpret_cast<uintptr_t>(a.d)) %
+                                16 ==
+                            0,
                         "grouped GEMM: a, b, d must be 16-byte aligned");
   ORCHID_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0,
                         "grouped GEMM: workspace must be 256-byte aligned");
   ORCHID_KERNEL_REQUIRE((a.workspace_bytes >= workspace_bytes<Gemm, kBlockScaled>(a.num_groups)),
                         "grouped GEMM: workspace too small");
   if constexpr (kBlockScaled) {
-    ORCHID_KERNEL_REQUIRE(a.k % 128 == 0 && a.n % 16 == 0, "FP8 grouped GEMM: needs k % 128 == 0, n % 16 == 0");
+    ORCHID_KERNEL_REQUIRE(a.k % 128 == 0 && a.n % 16 == 0,
+                          "FP8 grouped GEMM: needs k % 128 == 0, n % 16 == 0");
     ORCHID_KERNEL_REQUIRE(a.a_scale && a.b_scale, "FP8 grouped GEMM: null scale pointer");
   } else {
     ORCHID_KERNEL_REQUIRE(a.k % 8 == 0 && a.n % 8 == 0, "BF16 grouped GEMM: needs k % 8 == 0, n % 8 == 0");

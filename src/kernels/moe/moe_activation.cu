@@ -29,7 +29,8 @@ __device__ __forceinline__ float warp_max(float v) {
 __global__ void gather_bf16_kernel(const uint4* __restrict__ h, const int* __restrict__ row_token, int rows,
                                    int vecs_per_row, uint4* __restrict__ out) {
   const int64_t total = int64_t(rows) * vecs_per_row;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / vecs_per_row, v = i % vecs_per_row;
     const int64_t src = row_token ? row_token[r] : r;
     out[i] = h[src * vecs_per_row + v];
@@ -37,9 +38,9 @@ __global__ void gather_bf16_kernel(const uint4* __restrict__ h, const int* __res
 }
 
 // One warp per (row, 128-column group); lane l owns columns 4l..4l+3 of the group.
-__global__ void gather_quant_fp8_kernel(const __nv_bfloat16* __restrict__ h, const int* __restrict__ row_token,
-                                        int rows, int k, int groups, uint8_t* __restrict__ out_q,
-                                        float* __restrict__ out_scale) {
+__global__ void gather_quant_fp8_kernel(const __nv_bfloat16* __restrict__ h,
+                                        const int* __restrict__ row_token, int rows, int k, int groups,
+                                        uint8_t* __restrict__ out_q, float* __restrict__ out_scale) {
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= int64_t(rows) * groups) return;
@@ -87,12 +88,14 @@ __global__ void swiglu_bf16_kernel(const __nv_bfloat16* __restrict__ u, const __
                                    __nv_bfloat16* __restrict__ z) {
   const int quads = inter / 4;
   const int64_t total = int64_t(rows) * quads;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / quads;
     const int q = int(i % quads);
     float zz[4];
     swiglu4(u + r * 2 * inter, b1 + int64_t(row_expert[r]) * 2 * inter, q * 8, p, zz);
-    *reinterpret_cast<uint2*>(z + r * inter + q * 4) = make_uint2(pack_bf16x2(zz[0], zz[1]), pack_bf16x2(zz[2], zz[3]));
+    *reinterpret_cast<uint2*>(z + r * inter + q * 4) =
+        make_uint2(pack_bf16x2(zz[0], zz[1]), pack_bf16x2(zz[2], zz[3]));
   }
 }
 
@@ -120,7 +123,8 @@ __global__ void swiglu_fp8_kernel(const __nv_bfloat16* __restrict__ u, const __n
 // One block per token; each thread owns 8 consecutive hidden columns per step.
 __global__ void combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
                                const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
-                               const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x) {
+                               const int* __restrict__ slot_row, int top_k, int hidden,
+                               float* __restrict__ x) {
   const int64_t t = blockIdx.x;
   const int vecs = hidden / 8;
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
@@ -172,8 +176,8 @@ void moe_gather_bf16(const void* h, const int* row_token, int rows, int k, void*
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, uint8_t* out_q, float* out_scale,
-                          cudaStream_t stream) {
+void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, uint8_t* out_q,
+                          float* out_scale, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(k % 4 == 0, "moe_gather_quant_fp8: k must be a multiple of 4");
   if (rows <= 0) return;
   const int groups = round_up_128(k) / 128;
@@ -183,8 +187,8 @@ void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, 
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void moe_swiglu_bf16(const void* u, const void* b1, const int* row_expert, int rows, int inter, SwigluParams p,
-                     void* z, cudaStream_t stream) {
+void moe_swiglu_bf16(const void* u, const void* b1, const int* row_expert, int rows, int inter,
+                     SwigluParams p, void* z, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(inter % 4 == 0, "moe_swiglu_bf16: inter must be a multiple of 4");
   if (rows <= 0) return;
   swiglu_bf16_kernel<<<grid_for(int64_t(rows) * (inter / 4), 256), 256, 0, stream>>>(
@@ -200,8 +204,8 @@ void moe_swiglu_fp8(const void* u, const void* b1, const int* row_expert, int ro
   const int groups = round_up_128(inter) / 128;
   const int64_t threads = int64_t(rows) * groups * 32;
   swiglu_fp8_kernel<<<int((threads + 255) / 256), 256, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(u), static_cast<const __nv_bfloat16*>(b1), row_expert, rows, inter, groups,
-      p, z_q, z_scale);
+      static_cast<const __nv_bfloat16*>(u), static_cast<const __nv_bfloat16*>(b1), row_expert, rows, inter,
+      groups, p, z_q, z_scale);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -210,8 +214,8 @@ void moe_combine(const void* y, const void* b2, const int* topk_idx, const float
   ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine: hidden must be a multiple of 8");
   if (num_tokens <= 0) return;
   combine_kernel<<<num_tokens, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(y),
-                                                 static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w, slot_row,
-                                                 top_k, hidden, x);
+                                                 static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
+                                                 slot_row, top_k, hidden, x);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

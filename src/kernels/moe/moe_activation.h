@@ -21,11 +21,11 @@ void moe_gather_bf16(const void* h, const int* row_token, int rows, int k, void*
 
 // out_q[r, :] = e4m3 of h[row_token[r], :] in 1x128 groups, out_scale[r, g] its scales; zero-padded to
 // round_up_128(k) columns. h bf16 [*, k], k % 4 == 0; row_token == nullptr means the identity.
-void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, uint8_t* out_q, float* out_scale,
-                          cudaStream_t stream);
+void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, uint8_t* out_q,
+                          float* out_scale, cudaStream_t stream);
 
 struct SwigluParams {
-  float limit = 7.0f;   // swiglu_limit
+  float limit = 7.0f;  // swiglu_limit
   float alpha = 1.702f;
 };
 

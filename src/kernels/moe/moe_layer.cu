@@ -79,14 +79,16 @@ size_t moe_workspace_bytes(const MoeConfig& cfg) {
 }
 
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
-  ORCHID_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 256 == 0, "moe: workspace must be 256-byte aligned");
+  ORCHID_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
+                        "moe: workspace must be 256-byte aligned");
   size_t total = 0;
   return carve(cfg, static_cast<uint8_t*>(workspace), &total);
 }
 
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream) {
-  ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens, "moe_forward: num_tokens out of range");
+  ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
+                        "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
                         "moe_forward: null pointer");
   const MoeBuffers b = moe_buffers(c, workspace);
@@ -158,8 +160,8 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     const void *w1 = w.w1, *w1s = w.w1_scale, *w2 = w.w2, *w2s = w.w2_scale;
     if (c.weights == MoeWeights::kMxfp4) {
       // Only experts that received rows are converted (offsets are read on the device).
-      mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w1), static_cast<const uint8_t*>(w.w1_scale), E, 2 * I, H,
-                         Fp8ScaleRule::kPow2, b.w1_fp8, b.w1_fp8_scale, b.routing.offsets, stream);
+      mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w1), static_cast<const uint8_t*>(w.w1_scale), E, 2 * I,
+                         H, Fp8ScaleRule::kPow2, b.w1_fp8, b.w1_fp8_scale, b.routing.offsets, stream);
       mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w2), static_cast<const uint8_t*>(w.w2_scale), E, H, I,
                          Fp8ScaleRule::kPow2, b.w2_fp8, b.w2_fp8_scale, b.routing.offsets, stream);
       w1 = b.w1_fp8;
@@ -180,7 +182,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.b = w1;
     g.b_scale = static_cast<const float*>(w1s);
     g.d = b.u;
-    grouped_gemm_fp8_blockwise(g, stream);
+    grouped_gemm_fp8_blockwise(g, stream, c.fp8_config);
     moe_swiglu_fp8(b.u, w.b1, b.routing.row_expert, M, I, sp, b.z_q, b.z_scale, stream);
     g.n = H;
     g.k = Ip;
@@ -189,7 +191,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.b = w2;
     g.b_scale = static_cast<const float*>(w2s);
     g.d = b.y;
-    grouped_gemm_fp8_blockwise(g, stream);
+    grouped_gemm_fp8_blockwise(g, stream, c.fp8_config);
   }
   moe_combine(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, stream);
 }

@@ -7,7 +7,8 @@
 //
 // Expert weight formats (chosen at load, `--weights`):
 //   kBf16:  w1 bf16 [E, 2I, H], w2 bf16 [E, H, I]                           -> BF16 grouped GEMM
-//   kFp8:   w1 e4m3 [E, 2I, Hp] + fp32 [E, 2I/128, Hp/128], w2 e4m3 [E, H, Ip] + fp32 [E, ceil(H/128), Ip/128]
+//   kFp8:   w1 e4m3 [E, 2I, Hp] + fp32 [E, 2I/128, Hp/128], w2 e4m3 [E, H, Ip] + fp32 [E, ceil(H/128),
+//   Ip/128]
 //           (Hp, Ip = H, I rounded up to 128; weight_convert.h makes them)   -> FP8 blockwise grouped GEMM
 //   kMxfp4: w1 blocks u8 [E, 2I, H/32, 16] + e8m0 [E, 2I, H/32], w2 [E, H, I/32, 16] + [E, H, I/32], as in
 //           the checkpoint. Up to mxfp4_direct_max_tokens tokens: the MXFP4 streaming kernel; above: the
@@ -21,6 +22,7 @@
 #include <cstdint>
 
 #include "kernels/gemm/dense_gemm.h"
+#include "kernels/gemm/grouped_gemm.h"
 #include "kernels/moe/routing.h"
 
 namespace orchid::kernels {
@@ -33,6 +35,7 @@ struct MoeConfig {
   MoeWeights weights = MoeWeights::kMxfp4;
   int max_tokens = 1;                // the largest num_tokens a forward call will get (workspace sizing)
   int mxfp4_direct_max_tokens = 64;  // MXFP4 only: token counts up to this use the streaming kernel
+  Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
 };
 
 struct MoeLayerWeights {
@@ -59,8 +62,8 @@ struct MoeBuffers {
   void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias
   uint8_t* z_q = nullptr;  // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
   float* z_scale = nullptr;
-  void* z_bf16 = nullptr;  // SwiGLU output, bf16 [M, I]
-  void* y = nullptr;       // down output, bf16 [M, H], no bias
+  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I]
+  void* y = nullptr;          // down output, bf16 [M, H], no bias
   uint8_t* w1_fp8 = nullptr;  // MXFP4 prefill: the layer's experts in the FP8 block format
   float* w1_fp8_scale = nullptr;
   uint8_t* w2_fp8 = nullptr;

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_moe_gemm_kernel(Mxfp4GemmAr
     for (int i = 0; i < 2; ++i) {
       const int seg = lane + 32 * i, row = seg / 4, j = seg % 4, mx = 4 * c + j;
       const bool valid = c < nchunks && mx < kmx;
-      cp_async_16(st + row * kStageRowBytes + j * 16, valid ? wbase + (int64_t(row) * kmx + mx) * 16 : p.blocks,
-                  valid);
+      cp_async_16(st + row * kStageRowBytes + j * 16,
+                  valid ? wbase + (int64_t(row) * kmx + mx) * 16 : p.blocks, valid);
     }
     cp_async_commit();
   };
@@ -118,6 +118,17 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_moe_gemm_kernel(Mxfp4GemmAr
   bool scales_loaded = false;
 
   for (int tok0 = 0; tok0 < m; tok0 += 8 * kNT) {
+    // The weight stream does not depend on the activations: start it before filling the activation tile,
+    // so its latency overlaps the fill (this warp's ring is idle here: the previous pass drained it).
+    if (warp_active) {
+      if (!scales_loaded) {
+        for (int s = lane; s < kmx; s += 32)
+          cp_async_16(ss + s * 16, sbase + s * 16, true);  // 16 rows * kmx bytes, lands with chunk 0
+        scales_loaded = true;
+      }
+#pragma unroll
+      for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
+    }
     // Activation tile: tokens tok0.. as fp16, each 8-group permuted to [0,4,1,5,2,6,3,7]; missing tokens = 0.
     __syncthreads();
     const int groups = k / 8;
@@ -146,13 +157,6 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_moe_gemm_kernel(Mxfp4GemmAr
     __syncthreads();
     if (!warp_active) continue;
 
-    if (!scales_loaded) {
-      for (int s = lane; s < kmx; s += 32) cp_async_16(ss + s * 16, sbase + s * 16, true);  // 16 rows * kmx bytes
-      scales_loaded = true;
-    }
-#pragma unroll
-    for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
-
     float acc[kNT][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
@@ -167,7 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_moe_gemm_kernel(Mxfp4GemmAr
         const int mx = 4 * c + j;
         if (mx >= kmx) break;
         const uint32_t wa = *reinterpret_cast<const uint32_t*>(st + g * kStageRowBytes + j * 16 + 4 * t);
-        const uint32_t wb = *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
+        const uint32_t wb =
+            *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
         const float sa = mx_scale(ss[g * kmx + mx]);
         const float sb = mx_scale(ss[(g + 8) * kmx + mx]);
         const uint32_t a0 = e2m1_pair_to_f16x2<0>(wa), a1 = e2m1_pair_to_f16x2<1>(wa);
@@ -207,8 +212,8 @@ void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   static std::atomic<int> configured{0};
   const int bytes = smem_bytes(kNT, p.k);
   if (configured.load() < bytes) {
-    ORCHID_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_moe_gemm_kernel<kNT>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    ORCHID_CUDA_CHECK(
+        cudaFuncSetAttribute(mxfp4_moe_gemm_kernel<kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     configured.store(bytes);
   }
   const dim3 grid((p.n + kRowsPerCta - 1) / kRowsPerCta, p.max_active);

@@ -4,9 +4,9 @@
 //
 // For each non-empty expert e (rows [offsets[e], offsets[e+1]) of the permuted batch):
 //   y[r, 0:n] = x[src(r), 0:k] · W[e]^T,  W[e][o][c] = e2m1(blocks[e, o, c/32, (c%32)/2] nibble) * 2^(s-127)
-// src(r) = x_rows[r] (e.g. routing's row_token, to gather the token rows on the fly) or r when x_rows is null.
-// Activations are rounded to fp16 for the MMA (exact for bf16 values in [6.1e-5, 65504]); accumulation is
-// fp32, scaled per 32-column MX block. Output bf16 without bias. Grids depend only on the host bounds, so
+// src(r) = x_rows[r] (e.g. routing's row_token, to gather the token rows on the fly) or r when x_rows is
+// null. Activations are rounded to fp16 for the MMA (exact for bf16 values in [6.1e-5, 65504]); accumulation
+// is fp32, scaled per 32-column MX block. Output bf16 without bias. Grids depend only on the host bounds, so
 // the launch is CUDA-graph capturable.
 #pragma once
 
@@ -18,17 +18,17 @@ namespace orchid::kernels {
 
 struct Mxfp4GemmArgs {
   int num_experts = 0;
-  int n = 0, k = 0;                  // n % 16 == 0, k % 32 == 0
-  const int* offsets = nullptr;      // device [E+1]
-  const int* active = nullptr;       // device [E]: non-empty experts (routing), -1 padded
-  const int* num_active = nullptr;   // device [1]
-  int max_active = 0;                // host bound on *num_active (e.g. min(E, rows)): the grid's y size
-  int max_rows_per_expert = 0;       // host bound on any expert's rows (e.g. the token count): picks the tile
-  const uint8_t* blocks = nullptr;   // [E, n, k/32, 16]
-  const uint8_t* scales = nullptr;   // [E, n, k/32] e8m0
-  const void* x = nullptr;           // bf16 [*, k]
-  const int* x_rows = nullptr;       // device [M] or nullptr
-  void* y = nullptr;                 // bf16 [M, n]
+  int n = 0, k = 0;                 // n % 16 == 0, k % 32 == 0
+  const int* offsets = nullptr;     // device [E+1]
+  const int* active = nullptr;      // device [E]: non-empty experts (routing), -1 padded
+  const int* num_active = nullptr;  // device [1]
+  int max_active = 0;               // host bound on *num_active (e.g. min(E, rows)): the grid's y size
+  int max_rows_per_expert = 0;      // host bound on any expert's rows (e.g. the token count): picks the tile
+  const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
+  const uint8_t* scales = nullptr;  // [E, n, k/32] e8m0
+  const void* x = nullptr;          // bf16 [*, k]
+  const int* x_rows = nullptr;      // device [M] or nullptr
+  void* y = nullptr;                // bf16 [M, n]
 };
 
 void mxfp4_moe_gemm(const Mxfp4GemmArgs& args, cudaStream_t stream);

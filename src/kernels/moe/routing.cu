@@ -22,8 +22,8 @@ __device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
 
 // One warp per token; lane l holds experts l, l+32, ... in registers. k rounds of warp arg-max.
 template <int kPerLane>
-__global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_tokens, int num_experts, int top_k,
-                                    int* __restrict__ topk_idx, float* __restrict__ topk_w) {
+__global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_tokens, int num_experts,
+                                    int top_k, int* __restrict__ topk_idx, float* __restrict__ topk_w) {
   const int token = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
   const int lane = threadIdx.x % 32;
   if (token >= num_tokens) return;
@@ -84,10 +84,9 @@ __global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_to
 
 // Pass 1: per chunk of 1024 items, each item's stable rank among the chunk's items of the same expert, and
 // the chunk's per-expert counts.
-__global__ void __launch_bounds__(kPermuteChunk) permute_count_kernel(const int* __restrict__ topk_idx,
-                                                                      int num_items, int num_experts,
-                                                                      int* __restrict__ local_rank,
-                                                                      int* __restrict__ chunk_counts) {
+__global__ void __launch_bounds__(kPermuteChunk)
+    permute_count_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts,
+                         int* __restrict__ local_rank, int* __restrict__ chunk_counts) {
   __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
@@ -113,11 +112,10 @@ __global__ void __launch_bounds__(kPermuteChunk) permute_count_kernel(const int*
 
 // Pass 2 (one block, thread e = expert): chunk counts -> exclusive chunk bases per expert, expert offsets,
 // and the compact list of non-empty experts.
-__global__ void __launch_bounds__(kMoeMaxExperts) permute_offsets_kernel(int* __restrict__ chunk_counts,
-                                                                         int num_chunks, int num_experts,
-                                                                         int* __restrict__ offsets,
-                                                                         int* __restrict__ active,
-                                                                         int* __restrict__ num_active) {
+__global__ void __launch_bounds__(kMoeMaxExperts)
+    permute_offsets_kernel(int* __restrict__ chunk_counts, int num_chunks, int num_experts,
+                           int* __restrict__ offsets, int* __restrict__ active,
+                           int* __restrict__ num_active) {
   __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts];
   const int e = threadIdx.x;
   int total = 0;
@@ -153,10 +151,11 @@ __global__ void __launch_bounds__(kMoeMaxExperts) permute_offsets_kernel(int* __
 }
 
 // Pass 3: final row of every item, and the maps in both directions.
-__global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts, int top_k,
-                                       const int* __restrict__ local_rank, const int* __restrict__ chunk_base,
-                                       const int* __restrict__ offsets, int* __restrict__ row_token,
-                                       int* __restrict__ row_expert, int* __restrict__ slot_row) {
+__global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts,
+                                       int top_k, const int* __restrict__ local_rank,
+                                       const int* __restrict__ chunk_base, const int* __restrict__ offsets,
+                                       int* __restrict__ row_token, int* __restrict__ row_expert,
+                                       int* __restrict__ slot_row) {
   const int item = blockIdx.x * blockDim.x + threadIdx.x;
   if (item >= num_items) return;
   const int e = topk_idx[item];
@@ -175,19 +174,25 @@ size_t align16(size_t x) {
 
 void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx,
                       float* topk_w, cudaStream_t stream) {
-  ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_topk_softmax: bad expert count");
-  ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_topk_softmax: bad top_k");
+  ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts,
+                        "moe_topk_softmax: bad expert count");
+  ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts,
+                        "moe_topk_softmax: bad top_k");
   if (num_tokens <= 0) return;
   const int threads = 128;
   const int blocks = int((int64_t(num_tokens) * 32 + threads - 1) / threads);
   if (num_experts <= 32) {
-    topk_softmax_kernel<1><<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<1>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
   } else if (num_experts <= 64) {
-    topk_softmax_kernel<2><<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<2>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
   } else if (num_experts <= 128) {
-    topk_softmax_kernel<4><<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<4>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
   } else {
-    topk_softmax_kernel<8><<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<8>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
@@ -210,8 +215,8 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
   const int items = int(items64);
   const int chunks = (items + kPermuteChunk - 1) / kPermuteChunk;
   int* chunk_counts = static_cast<int*>(scratch);
-  int* local_rank =
-      reinterpret_cast<int*>(static_cast<char*>(scratch) + align16(size_t(chunks) * num_experts * sizeof(int)));
+  int* local_rank = reinterpret_cast<int*>(static_cast<char*>(scratch) +
+                                           align16(size_t(chunks) * num_experts * sizeof(int)));
   if (chunks > 0) {
     permute_count_kernel<<<chunks, kPermuteChunk, 0, stream>>>(topk_idx, items, num_experts, local_rank,
                                                                chunk_counts);
@@ -221,9 +226,9 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
                                                            out.active, out.num_active);
   ORCHID_CUDA_CHECK_LAUNCH();
   if (items > 0) {
-    permute_scatter_kernel<<<(items + 255) / 256, 256, 0, stream>>>(topk_idx, items, num_experts, top_k,
-                                                                    local_rank, chunk_counts, out.offsets,
-                                                                    out.row_token, out.row_expert, out.slot_row);
+    permute_scatter_kernel<<<(items + 255) / 256, 256, 0, stream>>>(
+        topk_idx, items, num_experts, top_k, local_rank, chunk_counts, out.offsets, out.row_token,
+        out.row_expert, out.slot_row);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
 }

@@ -21,7 +21,7 @@ __device__ __forceinline__ ScalePair block_scale(float amax, Fp8ScaleRule rule) 
   if (!(amax > 0.0f)) return {1.0f, 1.0f};
   if (rule == Fp8ScaleRule::kAmaxOver448) return {__fdiv_rn(amax, kFp8Max), __fdiv_rn(kFp8Max, amax)};
   int ex;
-  const float mant = frexpf(amax, &ex);  // amax = mant * 2^ex, mant in [0.5, 1)
+  const float mant = frexpf(amax, &ex);      // amax = mant * 2^ex, mant in [0.5, 1)
   int e = mant <= 0.875f ? ex - 9 : ex - 8;  // 448 = 0.875 * 2^9
   e = max(-126, min(127, e));
   return {ldexpf(1.0f, e), ldexpf(1.0f, -e)};
@@ -63,11 +63,10 @@ __global__ void mxfp4_to_bf16_kernel(const uint4* __restrict__ blocks, const uin
 }
 
 // One CTA (256 threads) per 128x128 output block; thread t owns MX blocks (row t/4 + 64i, column block t%4).
-__global__ void __launch_bounds__(256) mxfp4_to_fp8_kernel(const uint8_t* __restrict__ blocks,
-                                                           const uint8_t* __restrict__ scales, int n, int k,
-                                                           Fp8ScaleRule rule, uint8_t* __restrict__ out_q,
-                                                           float* __restrict__ out_scale,
-                                                           const int* __restrict__ expert_offsets) {
+__global__ void __launch_bounds__(256)
+    mxfp4_to_fp8_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales, int n, int k,
+                        Fp8ScaleRule rule, uint8_t* __restrict__ out_q, float* __restrict__ out_scale,
+                        const int* __restrict__ expert_offsets) {
   __shared__ float red[8];
   const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
   if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
@@ -116,7 +115,8 @@ __global__ void __launch_bounds__(256) mxfp4_to_fp8_kernel(const uint8_t* __rest
         float v[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[j] = e2m1_to_float((bits >> (4 * j)) & 0xfu) * sc[i];
-        o[q * 2 + h] = valid[i] ? fp8x4_from_float(v[0] * s.inv, v[1] * s.inv, v[2] * s.inv, v[3] * s.inv) : 0u;
+        o[q * 2 + h] =
+            valid[i] ? fp8x4_from_float(v[0] * s.inv, v[1] * s.inv, v[2] * s.inv, v[3] * s.inv) : 0u;
       }
     }
     uint4* dst = reinterpret_cast<uint4*>(out_q + (int64_t(e) * n + row) * kpad + col);
@@ -126,9 +126,9 @@ __global__ void __launch_bounds__(256) mxfp4_to_fp8_kernel(const uint8_t* __rest
 }
 
 // One CTA (256 threads) per 128x128 block; thread t owns columns 8*(t%16)..+7 of rows t/16 + 16i.
-__global__ void __launch_bounds__(256) bf16_to_fp8_kernel(const __nv_bfloat16* __restrict__ w, int n, int k,
-                                                          Fp8ScaleRule rule, uint8_t* __restrict__ out_q,
-                                                          float* __restrict__ out_scale) {
+__global__ void __launch_bounds__(256)
+    bf16_to_fp8_kernel(const __nv_bfloat16* __restrict__ w, int n, int k, Fp8ScaleRule rule,
+                       uint8_t* __restrict__ out_q, float* __restrict__ out_scale) {
   __shared__ float red[8];
   const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
   const int kpad = (k + kTile - 1) / kTile * kTile, row_blocks = (n + kTile - 1) / kTile;
@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(256) bf16_to_fp8_kernel(const __nv_bfloat16* _
     const uint32_t x[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(x[j] << 16)), fabsf(__uint_as_float(x[j] & 0xffff0000u))));
+      amax =
+          fmaxf(amax, fmaxf(fabsf(__uint_as_float(x[j] << 16)), fabsf(__uint_as_float(x[j] & 0xffff0000u))));
   }
   amax = block_max_256(amax, red);
   const ScalePair s = block_scale(amax, rule);
@@ -154,10 +155,12 @@ __global__ void __launch_bounds__(256) bf16_to_fp8_kernel(const __nv_bfloat16* _
     const int row = rb * kTile + tid / 16 + 16 * i;
     if (row >= n) continue;
     const uint32_t x[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-    const uint32_t lo = fp8x4_from_float(__uint_as_float(x[0] << 16) * s.inv, __uint_as_float(x[0] & 0xffff0000u) * s.inv,
-                                         __uint_as_float(x[1] << 16) * s.inv, __uint_as_float(x[1] & 0xffff0000u) * s.inv);
-    const uint32_t hi = fp8x4_from_float(__uint_as_float(x[2] << 16) * s.inv, __uint_as_float(x[2] & 0xffff0000u) * s.inv,
-                                         __uint_as_float(x[3] << 16) * s.inv, __uint_as_float(x[3] & 0xffff0000u) * s.inv);
+    const uint32_t lo =
+        fp8x4_from_float(__uint_as_float(x[0] << 16) * s.inv, __uint_as_float(x[0] & 0xffff0000u) * s.inv,
+                         __uint_as_float(x[1] << 16) * s.inv, __uint_as_float(x[1] & 0xffff0000u) * s.inv);
+    const uint32_t hi =
+        fp8x4_from_float(__uint_as_float(x[2] << 16) * s.inv, __uint_as_float(x[2] & 0xffff0000u) * s.inv,
+                         __uint_as_float(x[3] << 16) * s.inv, __uint_as_float(x[3] & 0xffff0000u) * s.inv);
     *reinterpret_cast<uint2*>(out_q + (int64_t(e) * n + row) * kpad + col) = make_uint2(lo, hi);
   }
 }
@@ -175,8 +178,9 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k, Fp8ScaleRule rule,
-                        uint8_t* out_q, float* out_scale, const int* expert_offsets, cudaStream_t stream) {
+void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
+                        Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
+                        cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_to_fp8_block: k must be a multiple of 32");
   ORCHID_KERNEL_REQUIRE(experts <= 65535, "mxfp4_to_fp8_block: too many experts");
   if (experts <= 0 || n <= 0) return;
@@ -191,7 +195,8 @@ void bf16_to_fp8_block(const void* w, int experts, int n, int k, Fp8ScaleRule ru
   ORCHID_KERNEL_REQUIRE(experts <= 65535, "bf16_to_fp8_block: too many experts");
   if (experts <= 0 || n <= 0) return;
   const dim3 grid((k + kTile - 1) / kTile, (n + kTile - 1) / kTile, experts);
-  bf16_to_fp8_kernel<<<grid, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w), n, k, rule, out_q, out_scale);
+  bf16_to_fp8_kernel<<<grid, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w), n, k, rule, out_q,
+                                               out_scale);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -57,7 +57,9 @@ void run_case(const Case& c) {
   a.out = c.out;
   gemm.run(a, nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  if (c.bias) std::printf("[info] %s: bias %s\n", c.name, gemm.bias_fused(a) ? "in the cuBLASLt epilogue" : "separate kernel");
+  if (c.bias)
+    std::printf("[info] %s: bias %s\n", c.name,
+                gemm.bias_fused(a) ? "in the cuBLASLt epilogue" : "separate kernel");
 
   std::vector<double> ref(size_t(c.m) * c.n);
   const auto xf = orchid::testing::bf16_to_floats(x), wf = orchid::testing::bf16_to_floats(w);

@@ -53,8 +53,9 @@ double rms_of(const std::vector<double>& v) {
   return std::sqrt(s / double(std::max<size_t>(1, v.size())));
 }
 
-void run_fp8(const Case& c) {
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+void run_fp8(const Case& c, Fp8GroupedConfig config) {
+  const std::string name = std::string(c.name) + " " + fp8_grouped_config_name(config);
+  std::mt19937_64 rng(orchid::testing::test_seed(name.c_str()));
   const int E = int(c.sizes.size()), n = c.n, k = c.k;
   ASSERT_EQ(k % 128, 0);
   const auto off = offsets_of(c.sizes);
@@ -66,7 +67,8 @@ void run_fp8(const Case& c) {
   for (auto& v : bf) v = nd(rng) / std::sqrt(float(k));
   std::vector<uint8_t> aq(size_t(M) * k), bq(size_t(E) * n * k);
   std::vector<float> as(size_t(M) * (k / 128)), bs(size_t(E) * ((n + 127) / 128) * (k / 128));
-  for (int r = 0; r < M; ++r) orchid::ref::quant_fp8_row(&af[size_t(r) * k], k, &aq[size_t(r) * k], &as[size_t(r) * (k / 128)]);
+  for (int r = 0; r < M; ++r)
+    orchid::ref::quant_fp8_row(&af[size_t(r) * k], k, &aq[size_t(r) * k], &as[size_t(r) * (k / 128)]);
   orchid::ref::fp8_block_quant(bf.data(), E, n, k, orchid::ref::Fp8Rule::kAmaxOver448, bq.data(), bs.data());
   // The reference sees exactly the quantized operands.
   std::vector<float> adq(af.size()), bdq(bf.size());
@@ -99,12 +101,12 @@ void run_fp8(const Case& c) {
   g.b_scale = dbs.get();
   g.workspace = ws.get();
   g.workspace_bytes = ws.size();
-  grouped_gemm_fp8_blockwise(g, nullptr);
+  grouped_gemm_fp8_blockwise(g, nullptr, config);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   auto got = download_bf16(dd);
   got.resize(size_t(M) * n);
   const double rms = rms_of(ref);
-  EXPECT_TRUE(orchid::testing::compare(c.name, got, ref, 2e-3 * rms, 8e-3, 5e-3));
+  EXPECT_TRUE(orchid::testing::compare(name.c_str(), got, ref, 2e-3 * rms, 8e-3, 5e-3));
 }
 
 void run_bf16(const Case& c) {
@@ -114,7 +116,8 @@ void run_bf16(const Case& c) {
   const int M = off[E];
   auto a = orchid::testing::random_bf16(rng, size_t(M) * k, 1.0f);
   auto b = orchid::testing::random_bf16(rng, size_t(E) * n * k, 1.0f / std::sqrt(float(k)));
-  const auto ref = reference(off, n, k, orchid::testing::bf16_to_floats(a), orchid::testing::bf16_to_floats(b));
+  const auto ref =
+      reference(off, n, k, orchid::testing::bf16_to_floats(a), orchid::testing::bf16_to_floats(b));
 
   DeviceBuffer<uint16_t> da, db;
   DeviceBuffer<int> doff;
@@ -164,9 +167,14 @@ const std::vector<Case>& cases() {
 
 class GroupedGemmTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(GroupedGemmTest, Fp8BlockwiseMatchesReference) {
+TEST_P(GroupedGemmTest, Fp8BlockwiseCooperativeMatchesReference) {
   ORCHID_REQUIRE_GPU();
-  run_fp8(GetParam());
+  run_fp8(GetParam(), Fp8GroupedConfig::kCooperative128x128);
+}
+
+TEST_P(GroupedGemmTest, Fp8BlockwisePingpongMatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  run_fp8(GetParam(), Fp8GroupedConfig::kPingpong64x128);
 }
 
 TEST_P(GroupedGemmTest, Bf16MatchesReference) {

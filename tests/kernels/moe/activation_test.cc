@@ -117,13 +117,14 @@ TEST_P(ActivationTest, SwigluBf16AndFp8) {
 
   // bf16: the device's expf may differ from libm's by an ulp, so allow one bf16 rounding step.
   std::vector<double> zd(zf.begin(), zf.end());
-  EXPECT_TRUE(orchid::testing::compare("swiglu bf16", orchid::testing::bf16_to_floats(zb.download()), zd, 1e-6,
-                                       1.0 / 128, 4e-3));
+  EXPECT_TRUE(orchid::testing::compare("swiglu bf16", orchid::testing::bf16_to_floats(zb.download()), zd,
+                                       1e-6, 1.0 / 128, 4e-3));
   // fp8: scales to fp32 rounding; codes equal except (rarely) one step apart where z sits on a rounding
   // boundary and the two expf differ.
   std::vector<uint8_t> rq(zq.size());
   std::vector<float> rs(zs.size());
-  for (int r = 0; r < M; ++r) orchid::ref::quant_fp8_row(&zf[size_t(r) * I], I, &rq[size_t(r) * Ip], &rs[size_t(r) * (Ip / 128)]);
+  for (int r = 0; r < M; ++r)
+    orchid::ref::quant_fp8_row(&zf[size_t(r) * I], I, &rq[size_t(r) * Ip], &rs[size_t(r) * (Ip / 128)]);
   std::vector<double> rsd(rs.begin(), rs.end());
   EXPECT_TRUE(orchid::testing::compare("swiglu fp8 scales", zs.download(), rsd, 0, 1e-6, 1e-6));
   const auto gq = zq.download();
@@ -158,7 +159,8 @@ TEST_P(ActivationTest, CombineWeightedInOrder) {
       double acc = 0;
       for (int j = 0; j < K; ++j) {
         const int row = p.slot_row[size_t(t) * K + j], e = idx[size_t(t) * K + j];
-        acc += double(w[size_t(t) * K + j]) * (double(yf[size_t(row) * H + c]) + double(bf[size_t(e) * H + c]));
+        acc +=
+            double(w[size_t(t) * K + j]) * (double(yf[size_t(row) * H + c]) + double(bf[size_t(e) * H + c]));
       }
       ref[size_t(t) * H + c] = double(x[size_t(t) * H + c]) + acc;
     }
@@ -179,18 +181,19 @@ TEST_P(ActivationTest, CombineWeightedInOrder) {
   dx.upload(x);
   moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, dx.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  EXPECT_TRUE(orchid::testing::compare_exact("combine rerun bitwise",
-                                             [&] {
-                                               auto v = dx.download();
-                                               std::vector<uint32_t> b(v.size());
-                                               std::memcpy(b.data(), v.data(), v.size() * 4);
-                                               return b;
-                                             }(),
-                                             [&] {
-                                               std::vector<uint32_t> b(first.size());
-                                               std::memcpy(b.data(), first.data(), first.size() * 4);
-                                               return b;
-                                             }()));
+  EXPECT_TRUE(orchid::testing::compare_exact(
+      "combine rerun bitwise",
+      [&] {
+        auto v = dx.download();
+        std::vector<uint32_t> b(v.size());
+        std::memcpy(b.data(), v.data(), v.size() * 4);
+        return b;
+      }(),
+      [&] {
+        std::vector<uint32_t> b(first.size());
+        std::memcpy(b.data(), first.data(), first.size() * 4);
+        return b;
+      }()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokens, ActivationTest, ::testing::Values(1, 7, 129),

@@ -24,7 +24,8 @@ using orchid::testing::DeviceBuffer;
 template <typename T>
 std::vector<T> fetch(const void* p, size_t count) {
   std::vector<T> v(count);
-  if (count && cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) std::abort();
+  if (count && cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+    std::abort();
   return v;
 }
 
@@ -38,7 +39,8 @@ std::vector<float> dequant_rows(const std::vector<uint8_t>& q, const std::vector
   std::vector<float> out(size_t(rows) * k);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < k; ++c)
-      out[size_t(r) * k + c] = fp8e4m3_to_float(q[size_t(r) * kpad + c]) * s[size_t(r) * (kpad / 128) + c / 128];
+      out[size_t(r) * k + c] =
+          fp8e4m3_to_float(q[size_t(r) * kpad + c]) * s[size_t(r) * (kpad / 128) + c / 128];
   return out;
 }
 
@@ -125,10 +127,10 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     w1_8s.resize(size_t(E) * ((2 * I + 127) / 128) * (Hp / 128));
     w2_8.resize(size_t(E) * H * Ip);
     w2_8s.resize(size_t(E) * ((H + 127) / 128) * (Ip / 128));
-    mxfp4_to_fp8_block(d_w1b.get(), d_w1s.get(), E, 2 * I, H, Fp8ScaleRule::kPow2, w1_8.get(), w1_8s.get(), nullptr,
-                       nullptr);
-    mxfp4_to_fp8_block(d_w2b.get(), d_w2s.get(), E, H, I, Fp8ScaleRule::kPow2, w2_8.get(), w2_8s.get(), nullptr,
-                       nullptr);
+    mxfp4_to_fp8_block(d_w1b.get(), d_w1s.get(), E, 2 * I, H, Fp8ScaleRule::kPow2, w1_8.get(), w1_8s.get(),
+                       nullptr, nullptr);
+    mxfp4_to_fp8_block(d_w2b.get(), d_w2s.get(), E, H, I, Fp8ScaleRule::kPow2, w2_8.get(), w2_8s.get(),
+                       nullptr, nullptr);
     lw.w1 = w1_8.get();
     lw.w1_scale = w1_8s.get();
     lw.w2 = w2_8.get();
@@ -167,14 +169,16 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     std::vector<float> rw(M);
     orchid::ref::topk_softmax(logits.data(), T, E, K, ri.data(), rw.data());
     EXPECT_TRUE(orchid::testing::compare_exact("2 top-k experts", idx, ri));
-    EXPECT_TRUE(orchid::testing::compare("2 top-k weights", tw, std::vector<double>(rw.begin(), rw.end()), 1e-7,
-                                         1e-6, 1e-6));
+    EXPECT_TRUE(orchid::testing::compare("2 top-k weights", tw, std::vector<double>(rw.begin(), rw.end()),
+                                         1e-7, 1e-6, 1e-6));
   }
   // ---- stage 3: permutation ----
   const auto perm = orchid::ref::permute(idx.data(), T, E, K);
-  EXPECT_TRUE(orchid::testing::compare_exact("3 offsets", fetch<int>(b.routing.offsets, E + 1), perm.offsets));
+  EXPECT_TRUE(
+      orchid::testing::compare_exact("3 offsets", fetch<int>(b.routing.offsets, E + 1), perm.offsets));
   EXPECT_TRUE(orchid::testing::compare_exact("3 slot_row", fetch<int>(b.routing.slot_row, M), perm.slot_row));
-  EXPECT_TRUE(orchid::testing::compare_exact("3 row_token", fetch<int>(b.routing.row_token, M), perm.row_token));
+  EXPECT_TRUE(
+      orchid::testing::compare_exact("3 row_token", fetch<int>(b.routing.row_token, M), perm.row_token));
 
   // Reference expert weights (float) per expert, as the GEMMs see them.
   const int rb1 = (2 * I + 127) / 128, rb2 = (H + 127) / 128;
@@ -193,8 +197,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   auto expert_w1 = [&](int e, bool exact) {  // [2I, H]
     std::vector<float> w(size_t(2) * I * H);
     if (fp8_path && !exact)
-      orchid::ref::fp8_block_dequant(&q1[size_t(e) * 2 * I * Hp], &s1[size_t(e) * rb1 * (Hp / 128)], 1, 2 * I, H,
-                                     w.data());
+      orchid::ref::fp8_block_dequant(&q1[size_t(e) * 2 * I * Hp], &s1[size_t(e) * rb1 * (Hp / 128)], 1, 2 * I,
+                                     H, w.data());
     else
       orchid::ref::mxfp4_to_float(&w1b[size_t(e) * 2 * I * H / 2], &w1s[size_t(e) * 2 * I * H / 32], 2 * I, H,
                                   w.data());
@@ -203,7 +207,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   auto expert_w2 = [&](int e, bool exact) {  // [H, I]
     std::vector<float> w(size_t(H) * I);
     if (fp8_path && !exact)
-      orchid::ref::fp8_block_dequant(&q2[size_t(e) * H * Ip], &s2[size_t(e) * rb2 * (Ip / 128)], 1, H, I, w.data());
+      orchid::ref::fp8_block_dequant(&q2[size_t(e) * H * Ip], &s2[size_t(e) * rb2 * (Ip / 128)], 1, H, I,
+                                     w.data());
     else
       orchid::ref::mxfp4_to_float(&w2b[size_t(e) * H * I / 2], &w2s[size_t(e) * H * I / 32], H, I, w.data());
     return w;
@@ -212,7 +217,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   // ---- stage 4: gate_up (device expert inputs) ----
   std::vector<float> a_in(size_t(M) * H);  // the GEMM's A operand as the device produced it
   if (fp8_path) {
-    a_in = dequant_rows(fetch<uint8_t>(b.a_q, size_t(M) * Hp), fetch<float>(b.a_scale, size_t(M) * (Hp / 128)), M, H);
+    a_in = dequant_rows(fetch<uint8_t>(b.a_q, size_t(M) * Hp),
+                        fetch<float>(b.a_scale, size_t(M) * (Hp / 128)), M, H);
   } else {
     for (int r = 0; r < M; ++r) std::copy_n(&hf[size_t(perm.row_token[r]) * H], H, &a_in[size_t(r) * H]);
   }
@@ -236,12 +242,14 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     for (int r = 0; r < M; ++r) {
       const int e = perm.row_expert[r];
       for (int i = 0; i < I; ++i)
-        ref[size_t(r) * I + i] = orchid::ref::swiglu(u[size_t(r) * 2 * I + 2 * i] + b1f[size_t(e) * 2 * I + 2 * i],
-                                                     u[size_t(r) * 2 * I + 2 * i + 1] + b1f[size_t(e) * 2 * I + 2 * i + 1],
-                                                     cfg.swiglu_limit, cfg.swiglu_alpha);
+        ref[size_t(r) * I + i] =
+            orchid::ref::swiglu(u[size_t(r) * 2 * I + 2 * i] + b1f[size_t(e) * 2 * I + 2 * i],
+                                u[size_t(r) * 2 * I + 2 * i + 1] + b1f[size_t(e) * 2 * I + 2 * i + 1],
+                                cfg.swiglu_limit, cfg.swiglu_alpha);
     }
     if (fp8_path) {
-      z_in = dequant_rows(fetch<uint8_t>(b.z_q, size_t(M) * Ip), fetch<float>(b.z_scale, size_t(M) * (Ip / 128)), M, I);
+      z_in = dequant_rows(fetch<uint8_t>(b.z_q, size_t(M) * Ip),
+                          fetch<float>(b.z_scale, size_t(M) * (Ip / 128)), M, I);
       // FP8: within one e4m3 step (2^-3 relative at worst) of the exact value.
       EXPECT_TRUE(orchid::testing::compare("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.04));
     } else {
@@ -271,7 +279,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
         double acc = 0;
         for (int j = 0; j < K; ++j) {
           const int row = perm.slot_row[size_t(t) * K + j], e = idx[size_t(t) * K + j];
-          acc += double(tw[size_t(t) * K + j]) * (double(y[size_t(row) * H + col]) + double(b2f[size_t(e) * H + col]));
+          acc += double(tw[size_t(t) * K + j]) *
+                 (double(y[size_t(row) * H + col]) + double(b2f[size_t(e) * H + col]));
         }
         ref[size_t(t) * H + col] = double(x0[size_t(t) * H + col]) + acc;
       }
@@ -293,8 +302,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
         orchid::ref::gemm(1, 2 * I, H, &hf[size_t(t) * H], H, w1.data(), nullptr, uu.data());
         for (int i = 0; i < I; ++i)
           zz[i] = orchid::ref::swiglu(float(uu[2 * i] + b1f[size_t(e) * 2 * I + 2 * i]),
-                                      float(uu[2 * i + 1] + b1f[size_t(e) * 2 * I + 2 * i + 1]), cfg.swiglu_limit,
-                                      cfg.swiglu_alpha);
+                                      float(uu[2 * i + 1] + b1f[size_t(e) * 2 * I + 2 * i + 1]),
+                                      cfg.swiglu_limit, cfg.swiglu_alpha);
         orchid::ref::gemm(1, H, I, zz.data(), I, w2.data(), nullptr, yy.data());
         for (int col = 0; col < H; ++col)
           delta[size_t(t) * H + col] += double(tw[size_t(t) * K + j]) * (yy[col] + b2f[size_t(e) * H + col]);
@@ -304,7 +313,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     for (size_t i = 0; i < got_delta.size(); ++i) got_delta[i] = float(double(x1[i]) - double(x0[i]));
     // BF16/MXFP4: bf16 roundings of u, z and y; FP8: 1x128 activation quantization of h and z on top.
     const double l2 = fp8_path ? 6e-2 : 1.5e-2;
-    EXPECT_TRUE(orchid::testing::compare("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta), 0.5, l2));
+    EXPECT_TRUE(
+        orchid::testing::compare("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta), 0.5, l2));
   }
   // ---- determinism and CUDA-graph capture ----
   {

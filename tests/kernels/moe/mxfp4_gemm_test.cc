@@ -58,10 +58,10 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   for (int e = 0; e < E; ++e) {
     const int m = c.sizes[e];
     if (m == 0) continue;
-    orchid::ref::mxfp4_to_float(&blocks[size_t(e) * n * kb * 16], &scales[size_t(e) * n * kb], n, k, wf.data());
+    orchid::ref::mxfp4_to_float(&blocks[size_t(e) * n * kb * 16], &scales[size_t(e) * n * kb], n, k,
+                                wf.data());
     xe.assign(size_t(m) * k, 0);
-    for (int i = 0; i < m; ++i)
-      std::copy_n(&xf[size_t(map[off[e] + i]) * k], k, &xe[size_t(i) * k]);
+    for (int i = 0; i < m; ++i) std::copy_n(&xf[size_t(map[off[e] + i]) * k], k, &xe[size_t(i) * k]);
     orchid::ref::gemm(m, n, k, xe.data(), k, wf.data(), nullptr, &ref[size_t(off[e]) * n]);
   }
 

@@ -44,18 +44,17 @@ TEST_P(TopkSoftmaxTest, MatchesReference) {
   orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
   EXPECT_TRUE(orchid::testing::compare_exact((std::string(c.name) + " idx").c_str(), di.download(), ri));
   std::vector<double> rwd(rw.begin(), rw.end());
-  EXPECT_TRUE(orchid::testing::compare((std::string(c.name) + " weights").c_str(), dw.download(), rwd, 1e-7, 1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::compare((std::string(c.name) + " weights").c_str(), dw.download(), rwd, 1e-7,
+                                       1e-6, 1e-6));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, TopkSoftmaxTest,
-                         ::testing::Values(TopkCase{"decode_e32", 1, 32, 4, false},
-                                           TopkCase{"odd_e32", 37, 32, 4, false},
-                                           TopkCase{"ties_e32", 301, 32, 4, true},
-                                           TopkCase{"e128", 1000, 128, 4, false},
-                                           TopkCase{"ties_e128", 77, 128, 4, true},
-                                           TopkCase{"e256_k8", 9, 256, 8, false},
-                                           TopkCase{"e40_k1", 13, 40, 1, false}),
-                         [](const ::testing::TestParamInfo<TopkCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TopkSoftmaxTest,
+    ::testing::Values(TopkCase{"decode_e32", 1, 32, 4, false}, TopkCase{"odd_e32", 37, 32, 4, false},
+                      TopkCase{"ties_e32", 301, 32, 4, true}, TopkCase{"e128", 1000, 128, 4, false},
+                      TopkCase{"ties_e128", 77, 128, 4, true}, TopkCase{"e256_k8", 9, 256, 8, false},
+                      TopkCase{"e40_k1", 13, 40, 1, false}),
+    [](const ::testing::TestParamInfo<TopkCase>& i) { return std::string(i.param.name); });
 
 struct PermuteCase {
   const char* name;
@@ -100,15 +99,14 @@ TEST_P(PermuteTest, MatchesReference) {
   EXPECT_EQ(nact.download()[0], int(ref.active.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, PermuteTest,
-                         ::testing::Values(PermuteCase{"decode_t1_e32", 1, 32, 4, 0},
-                                           PermuteCase{"t7_e128", 7, 128, 4, 0},
-                                           PermuteCase{"t67_e32", 67, 32, 4, 0},
-                                           PermuteCase{"hot4_t300_e32", 300, 32, 4, 4},
-                                           PermuteCase{"chunks_t1537_e32", 1537, 32, 4, 0},
-                                           PermuteCase{"chunks_t5001_e128", 5001, 128, 4, 0},
-                                           PermuteCase{"skew_t2049_e128", 2049, 128, 4, 9}),
-                         [](const ::testing::TestParamInfo<PermuteCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PermuteTest,
+    ::testing::Values(PermuteCase{"decode_t1_e32", 1, 32, 4, 0}, PermuteCase{"t7_e128", 7, 128, 4, 0},
+                      PermuteCase{"t67_e32", 67, 32, 4, 0}, PermuteCase{"hot4_t300_e32", 300, 32, 4, 4},
+                      PermuteCase{"chunks_t1537_e32", 1537, 32, 4, 0},
+                      PermuteCase{"chunks_t5001_e128", 5001, 128, 4, 0},
+                      PermuteCase{"skew_t2049_e128", 2049, 128, 4, 9}),
+    [](const ::testing::TestParamInfo<PermuteCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace orchid::kernels

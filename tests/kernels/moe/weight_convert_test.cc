@@ -123,8 +123,8 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     std::vector<uint8_t> wq(q.size());
     std::vector<float> ws(s.size());
-    orchid::ref::fp8_block_quant(wf.data(), c.experts, c.n, c.k, pow2 ? orchid::ref::Fp8Rule::kPow2
-                                                                       : orchid::ref::Fp8Rule::kAmaxOver448,
+    orchid::ref::fp8_block_quant(wf.data(), c.experts, c.n, c.k,
+                                 pow2 ? orchid::ref::Fp8Rule::kPow2 : orchid::ref::Fp8Rule::kAmaxOver448,
                                  wq.data(), ws.data());
     auto gq = q.download();
     auto gs = s.download();
@@ -151,8 +151,8 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
       num += double(deq[i] - wf[i]) * double(deq[i] - wf[i]);
       den += double(wf[i]) * double(wf[i]);
     }
-    std::printf("[info] %s: %zu of %zu elements inexact (%.3f%%), rel_l2 %.3g\n", n.c_str(), inexact, wf.size(),
-                100.0 * double(inexact) / double(wf.size()), std::sqrt(num / den));
+    std::printf("[info] %s: %zu of %zu elements inexact (%.3f%%), rel_l2 %.3g\n", n.c_str(), inexact,
+                wf.size(), 100.0 * double(inexact) / double(wf.size()), std::sqrt(num / den));
   }
 }
 
@@ -160,7 +160,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4ToFp8Test,
                          ::testing::Values(BlockCase{"partial_blocks", 3, 320, 2880},
                                            BlockCase{"gate_up_20b_1expert", 1, 5760, 2880},
                                            BlockCase{"small", 2, 64, 96}),
-                         [](const ::testing::TestParamInfo<BlockCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<BlockCase>& i) {
+                           return std::string(i.param.name);
+                         });
 
 TEST(WeightConvert, Bf16ToFp8BlockBothRules) {
   ORCHID_REQUIRE_GPU();
@@ -181,10 +183,10 @@ TEST(WeightConvert, Bf16ToFp8BlockBothRules) {
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     std::vector<uint8_t> wq(q.size());
     std::vector<float> ws(s.size());
-    orchid::ref::fp8_block_quant(wf.data(), E, n, k,
-                                 rule == Fp8ScaleRule::kPow2 ? orchid::ref::Fp8Rule::kPow2
-                                                             : orchid::ref::Fp8Rule::kAmaxOver448,
-                                 wq.data(), ws.data());
+    orchid::ref::fp8_block_quant(
+        wf.data(), E, n, k,
+        rule == Fp8ScaleRule::kPow2 ? orchid::ref::Fp8Rule::kPow2 : orchid::ref::Fp8Rule::kAmaxOver448,
+        wq.data(), ws.data());
     EXPECT_TRUE(orchid::testing::compare_exact("bf16->fp8 block q", q.download(), wq));
     std::vector<double> wsd(ws.begin(), ws.end());
     EXPECT_TRUE(orchid::testing::compare("bf16->fp8 block scales", s.download(), wsd, 0, 0, 0));

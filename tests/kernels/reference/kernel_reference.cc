@@ -103,7 +103,8 @@ void fp8_block_quant(const float* w, int experts, int n, int k, Fp8Rule rule, ui
         const int r_end = std::min(n, rb * 128 + 128), c_end = std::min(k, cb * 128 + 128);
         float amax = 0.0f;
         for (int r = rb * 128; r < r_end; ++r)
-          for (int c = cb * 128; c < c_end; ++c) amax = std::fmax(amax, std::fabs(w[(int64_t(e) * n + r) * k + c]));
+          for (int c = cb * 128; c < c_end; ++c)
+            amax = std::fmax(amax, std::fabs(w[(int64_t(e) * n + r) * k + c]));
         float s = 1.0f, inv = 1.0f;
         if (amax > 0.0f) {
           if (rule == Fp8Rule::kAmaxOver448) {
@@ -121,7 +122,8 @@ void fp8_block_quant(const float* w, int experts, int n, int k, Fp8Rule rule, ui
         scale[(int64_t(e) * rb_count + rb) * cb_count + cb] = s;
         for (int r = rb * 128; r < r_end; ++r)
           for (int c = cb * 128; c < cb * 128 + 128; ++c)
-            q[(int64_t(e) * n + r) * kpad + c] = c < k ? float_to_fp8e4m3(w[(int64_t(e) * n + r) * k + c] * inv) : 0;
+            q[(int64_t(e) * n + r) * kpad + c] =
+                c < k ? float_to_fp8e4m3(w[(int64_t(e) * n + r) * k + c] * inv) : 0;
       }
     }
   }

@@ -18,10 +18,10 @@
 
 namespace orchid::testing {
 
-#define ORCHID_TEST_CUDA(expr)                                                                         \
-  do {                                                                                                 \
-    cudaError_t e_ = (expr);                                                                           \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);                             \
+#define ORCHID_TEST_CUDA(expr)                                             \
+  do {                                                                     \
+    cudaError_t e_ = (expr);                                               \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 // Skips the test where no CUDA device is visible (CPU-only build machines run the binary's listing only).
@@ -55,7 +55,8 @@ class DeviceBuffer {
   size_t bytes() const { return count_ * sizeof(T); }
   void upload(const std::vector<T>& v) {
     resize(v.size());
-    if (!v.empty() && cudaMemcpy(ptr_, v.data(), bytes(), cudaMemcpyHostToDevice) != cudaSuccess) std::abort();
+    if (!v.empty() && cudaMemcpy(ptr_, v.data(), bytes(), cudaMemcpyHostToDevice) != cudaSuccess)
+      std::abort();
   }
   std::vector<T> download() const {
     std::vector<T> v(count_);
@@ -104,8 +105,8 @@ struct CompareStats {
 
 // Element i passes when |got - ref| <= atol + rtol * |ref|; the whole check also needs rel_l2 <= l2_tol and
 // no NaN (a NaN is an unwritten poisoned element or a real NaN). Prints one line either way.
-inline bool compare(const char* name, const std::vector<float>& got, const std::vector<double>& ref, double atol,
-                    double rtol, double l2_tol, CompareStats* out = nullptr) {
+inline bool compare(const char* name, const std::vector<float>& got, const std::vector<double>& ref,
+                    double atol, double rtol, double l2_tol, CompareStats* out = nullptr) {
   CompareStats s;
   double num = 0, den = 0;
   if (got.size() != ref.size()) {
@@ -135,8 +136,8 @@ inline bool compare(const char* name, const std::vector<float>& got, const std::
               ok ? "ok  " : "FAIL", got.size(), s.max_abs, s.max_rel, s.rel_l2, (long long)s.bad,
               (long long)s.nan);
   if (s.first_bad >= 0)
-    std::printf(" first_bad=%lld (got %.6g, ref %.6g)", (long long)s.first_bad, double(got[size_t(s.first_bad)]),
-                ref[size_t(s.first_bad)]);
+    std::printf(" first_bad=%lld (got %.6g, ref %.6g)", (long long)s.first_bad,
+                double(got[size_t(s.first_bad)]), ref[size_t(s.first_bad)]);
   std::printf("\n");
   if (out) *out = s;
   return ok;
@@ -153,9 +154,11 @@ bool compare_exact(const char* name, const std::vector<T>& got, const std::vecto
       ++bad;
     }
   const bool ok = bad == 0 && got.size() == ref.size();
-  std::printf("[check] %-44s %s n=%zu mismatches=%lld", name, ok ? "ok  " : "FAIL", got.size(), (long long)bad);
-  if (first >= 0) std::printf(" first=%lld (got %lld, ref %lld)", (long long)first, (long long)got[size_t(first)],
-                              (long long)ref[size_t(first)]);
+  std::printf("[check] %-44s %s n=%zu mismatches=%lld", name, ok ? "ok  " : "FAIL", got.size(),
+              (long long)bad);
+  if (first >= 0)
+    std::printf(" first=%lld (got %lld, ref %lld)", (long long)first, (long long)got[size_t(first)],
+                (long long)ref[size_t(first)]);
   std::printf("\n");
   return ok;
 }
