@@ -9,6 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -197,13 +201,23 @@ void run(const GroupedGemmArgs& a, cudaStream_t stream) {
   grouped_setup_kernel<Gemm, kBlockScaled, kElemBytesAB><<<(a.num_groups + 127) / 128, 128, 0, stream>>>(sp);
   ORCHID_CUDA_CHECK_LAUNCH();
 
-  auto args = make_arguments<Gemm, kBlockScaled>(a.num_groups, ws);
-  Gemm gemm;
-  cutlass::Status st = gemm.can_implement(args);
-  ORCHID_KERNEL_REQUIRE(st == cutlass::Status::kSuccess, cutlassGetStatusString(st));
-  st = gemm.initialize(args, ws + lay.arrays_end, stream);
-  ORCHID_KERNEL_REQUIRE(st == cutlass::Status::kSuccess, cutlassGetStatusString(st));
-  st = gemm.run(stream);
+  // The CUTLASS arguments depend only on (workspace, group count): shapes and pointers are read on the
+  // device. So the kernel parameters are built once per workspace and reused: no host work per call beyond
+  // the launch, and nothing but kernel launches while a CUDA graph is being captured.
+  static std::mutex mu;
+  static std::map<std::pair<void*, int>, std::unique_ptr<Gemm>> initialized;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Gemm>& gemm = initialized[{a.workspace, a.num_groups}];
+  if (!gemm) {
+    auto args = make_arguments<Gemm, kBlockScaled>(a.num_groups, ws);
+    auto g = std::make_unique<Gemm>();
+    cutlass::Status st = g->can_implement(args);
+    ORCHID_KERNEL_REQUIRE(st == cutlass::Status::kSuccess, cutlassGetStatusString(st));
+    st = g->initialize(args, ws + lay.arrays_end, stream);
+    ORCHID_KERNEL_REQUIRE(st == cutlass::Status::kSuccess, cutlassGetStatusString(st));
+    gemm = std::move(g);
+  }
+  cutlass::Status st = gemm->run(stream);
   ORCHID_KERNEL_REQUIRE(st == cutlass::Status::kSuccess, cutlassGetStatusString(st));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
