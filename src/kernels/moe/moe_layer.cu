@@ -106,8 +106,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   r.y = b.logits;
   r.out = GemmOut::kF32;
   router_gemm.run(r, stream);
-  moe_topk_softmax(b.logits, T, E, K, b.topk_idx, b.topk_w, stream);
-  moe_permute(b.topk_idx, T, E, K, b.routing, b.permute_scratch, stream);
+  moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream);
 
   const bool mxfp4_direct = c.weights == MoeWeights::kMxfp4 && T <= c.mxfp4_direct_max_tokens;
   if (c.weights == MoeWeights::kBf16) {

@@ -20,14 +20,12 @@ __device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
   return ea != INT_MAX && (eb == INT_MAX || va > vb || (va == vb && ea < eb));
 }
 
-// One warp per token; lane l holds experts l, l+32, ... in registers. k rounds of warp arg-max.
+// One warp computes one token's top-k; lane l holds experts l, l+32, ... in registers; k rounds of warp
+// arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
 template <int kPerLane>
-__global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_tokens, int num_experts,
-                                    int top_k, int* __restrict__ topk_idx, float* __restrict__ topk_w) {
-  const int token = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
-  const int lane = threadIdx.x % 32;
-  if (token >= num_tokens) return;
-  const float* row = logits + int64_t(token) * num_experts;
+__device__ __forceinline__ void topk_one_token(const float* __restrict__ row, int num_experts, int top_k,
+                                               int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
+                                               int* smem_idx) {
   float v[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
@@ -76,10 +74,21 @@ __global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_to
   for (int j = 0; j < kMoeMaxTopK; ++j) {
     if (j >= top_k) break;
     if (lane == j) {
-      topk_idx[int64_t(token) * top_k + j] = sel_e[j];
-      topk_w[int64_t(token) * top_k + j] = ex[j] / sum;
+      out_idx[j] = sel_e[j];
+      out_w[j] = ex[j] / sum;
+      if (smem_idx) smem_idx[j] = sel_e[j];
     }
   }
+}
+
+template <int kPerLane>
+__global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_tokens, int num_experts,
+                                    int top_k, int* __restrict__ topk_idx, float* __restrict__ topk_w) {
+  const int token = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
+  const int lane = threadIdx.x % 32;
+  if (token >= num_tokens) return;
+  topk_one_token<kPerLane>(logits + int64_t(token) * num_experts, num_experts, top_k, lane,
+                           topk_idx + int64_t(token) * top_k, topk_w + int64_t(token) * top_k, nullptr);
 }
 
 // Pass 1: per chunk of 1024 items, each item's stable rank among the chunk's items of the same expert, and
@@ -166,6 +175,71 @@ __global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num
   slot_row[item] = row;
 }
 
+// Decode-sized batches (T*k <= 1024): top-k and the whole permutation in one CTA of 1024 threads, one
+// launch instead of four (launch gaps dominate a decode step's routing). Same results as the general path.
+template <int kPerLane>
+__global__ void __launch_bounds__(kPermuteChunk)
+    route_small_kernel(const float* __restrict__ logits, int num_tokens, int num_experts, int top_k,
+                       int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
+  __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
+  __shared__ int s_idx[kPermuteChunk];
+  __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts], s_own[kMoeMaxExperts];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int items = num_tokens * top_k;
+  for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
+  for (int t = warp; t < num_tokens; t += kPermuteChunk / 32)
+    topk_one_token<kPerLane>(logits + int64_t(t) * num_experts, num_experts, top_k, lane,
+                             topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k, s_idx + t * top_k);
+  __syncthreads();
+  const int e = tid < items ? s_idx[tid] : -1;
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int rank = __popc(peers & ((1u << lane) - 1u));
+  if (e >= 0 && rank == 0) cnt[warp][e] = __popc(peers);
+  __syncthreads();
+  if (tid < kMoeMaxExperts) {
+    int run = 0;
+    if (tid < num_experts) {
+      for (int w = 0; w < kPermuteChunk / 32; ++w) {
+        const int c = cnt[w][tid];
+        cnt[w][tid] = run;
+        run += c;
+      }
+    }
+    s_own[tid] = run;
+    s_tot[tid] = run;
+    s_act[tid] = run > 0 ? 1 : 0;
+  }
+  __syncthreads();
+  for (int d = 1; d < kMoeMaxExperts; d <<= 1) {
+    int a = 0, b = 0;
+    if (tid < kMoeMaxExperts && tid >= d) {
+      a = s_tot[tid - d];
+      b = s_act[tid - d];
+    }
+    __syncthreads();
+    if (tid < kMoeMaxExperts) {
+      s_tot[tid] += a;
+      s_act[tid] += b;
+    }
+    __syncthreads();
+  }
+  if (tid < num_experts) {
+    out.offsets[tid] = s_tot[tid] - s_own[tid];
+    if (tid == num_experts - 1) {
+      out.offsets[num_experts] = s_tot[tid];
+      *out.num_active = s_act[tid];
+    }
+    if (s_own[tid] > 0) out.active[s_act[tid] - 1] = tid;
+    if (tid >= s_act[num_experts - 1]) out.active[tid] = -1;
+  }
+  if (e >= 0) {
+    const int row = s_tot[e] - s_own[e] + cnt[warp][e] + rank;
+    out.row_token[row] = tid / top_k;
+    out.row_expert[row] = e;
+    out.slot_row[tid] = row;
+  }
+}
+
 size_t align16(size_t x) {
   return (x + 15) & ~size_t(15);
 }
@@ -231,6 +305,34 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
         out.row_expert, out.slot_row);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
+}
+
+void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
+               const MoeRouting& out, void* scratch, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
+  ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
+  if (int64_t(num_tokens) * top_k > kPermuteChunk || num_tokens <= 0) {
+    moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream);
+    moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream);
+    return;
+  }
+  ORCHID_KERNEL_REQUIRE(
+      out.offsets && out.row_token && out.row_expert && out.slot_row && out.active && out.num_active,
+      "moe_route: null pointer");
+  if (num_experts <= 32) {
+    route_small_kernel<1>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  } else if (num_experts <= 64) {
+    route_small_kernel<2>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  } else if (num_experts <= 128) {
+    route_small_kernel<4>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  } else {
+    route_small_kernel<8>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  }
+  ORCHID_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace orchid::kernels

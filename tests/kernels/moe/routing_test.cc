@@ -108,5 +108,56 @@ INSTANTIATE_TEST_SUITE_P(
                       PermuteCase{"skew_t2049_e128", 2049, 128, 4, 9}),
     [](const ::testing::TestParamInfo<PermuteCase>& i) { return std::string(i.param.name); });
 
+struct RouteCase {
+  const char* name;
+  int tokens, experts, top_k;
+};
+
+class RouteTest : public ::testing::TestWithParam<RouteCase> {};
+
+// moe_route: the fused single-CTA kernel (T*k <= 1024) and the general path give the references' results.
+TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  const RouteCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  const int items = c.tokens * c.top_k;
+  std::vector<float> logits(size_t(c.tokens) * c.experts);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (auto& v : logits) v = bf16_to_float(float_to_bf16(nd(rng)));  // on the bf16 grid: some exact ties
+  std::vector<int> ri(items);
+  std::vector<float> rw(items);
+  orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
+  const auto ref = orchid::ref::permute(ri.data(), c.tokens, c.experts, c.top_k);
+
+  DeviceBuffer<float> dl, dw(items);
+  DeviceBuffer<int> di(items), off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
+  DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
+  dl.upload(logits);
+  for (auto* b : {&di, &off, &rt, &re, &sr, &act, &nact}) b->poison();
+  dw.poison();
+  MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
+  moe_route(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const std::string n = std::string(c.name) + (items <= 1024 ? " (fused)" : " (general)");
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " idx").c_str(), di.download(), ri));
+  EXPECT_TRUE(orchid::testing::compare((n + " weights").c_str(), dw.download(),
+                                       std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " offsets").c_str(), off.download(), ref.offsets));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+  std::vector<int> ref_active = ref.active;
+  ref_active.resize(c.experts, -1);
+  EXPECT_TRUE(orchid::testing::compare_exact((n + " active").c_str(), act.download(), ref_active));
+  EXPECT_EQ(nact.download()[0], int(ref.active.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RouteTest,
+    ::testing::Values(RouteCase{"t1_e32", 1, 32, 4}, RouteCase{"t7_e128", 7, 128, 4},
+                      RouteCase{"t63_e32", 63, 32, 4}, RouteCase{"t256_e32_full_cta", 256, 32, 4},
+                      RouteCase{"t257_e32_general", 257, 32, 4}, RouteCase{"t100_e256_k8", 100, 256, 8}),
+    [](const ::testing::TestParamInfo<RouteCase>& i) { return std::string(i.param.name); });
+
 }  // namespace
 }  // namespace orchid::kernels
