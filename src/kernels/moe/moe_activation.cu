@@ -7,6 +7,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/quant.cuh"
 #include "kernels/moe/moe_activation.h"
+#include "kernels/moe/swiglu.cuh"
 
 namespace orchid::kernels {
 namespace {
@@ -76,10 +77,7 @@ __device__ __forceinline__ void swiglu4(const __nv_bfloat16* __restrict__ u_row,
     float ug, uup, bg, bup;
     unpack_bf16x2(uw[i], ug, uup);
     unpack_bf16x2(bw[i], bg, bup);
-    const float g = fminf(ug + bg, p.limit);
-    const float l = fminf(fmaxf(uup + bup, -p.limit), p.limit);
-    const float sig = 1.0f / (1.0f + expf(-p.alpha * g));
-    z[i] = g * sig * (l + 1.0f);
+    z[i] = swiglu_fp32(ug + bg, uup + bup, p.limit, p.alpha);
   }
 }
 

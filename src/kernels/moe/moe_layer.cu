@@ -143,9 +143,11 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.scales = static_cast<const uint8_t*>(w.w1_scale);
     g.x = h;
     g.x_rows = b.routing.row_token;
-    g.y = b.u;
+    g.y = b.z_bf16;  // bias + SwiGLU fused into the epilogue: u never goes to memory
+    g.swiglu_bias = w.b1;
+    g.swiglu = sp;
     mxfp4_moe_gemm(g, stream);
-    moe_swiglu_bf16(b.u, w.b1, b.routing.row_expert, M, I, sp, b.z_bf16, stream);
+    g.swiglu_bias = nullptr;
     g.n = H;
     g.k = I;
     g.blocks = static_cast<const uint8_t*>(w.w2);

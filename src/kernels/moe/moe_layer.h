@@ -59,7 +59,7 @@ struct MoeBuffers {
   uint8_t* a_q = nullptr;  // FP8 expert input [M, Hp] + scales [M, Hp/128]
   float* a_scale = nullptr;
   void* a_bf16 = nullptr;  // BF16 expert input [M, H]
-  void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias
+  void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 decode path)
   uint8_t* z_q = nullptr;  // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
   float* z_scale = nullptr;
   void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I]

@@ -24,6 +24,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/swiglu.cuh"
 
 namespace orchid::kernels {
 namespace {
@@ -195,13 +196,33 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_moe_gemm_kernel(Mxfp4GemmAr
     }
     cp_async_wait<0>();
 
+    if (p.swiglu_bias == nullptr) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+      for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
-        const int row = wrow0 + g + (q >> 1) * 8;
-        if (tok < m) yg[(int64_t(row0) + tok) * n + row] = __float2bfloat16_rn(acc[nt][q]);
+        for (int q = 0; q < 4; ++q) {
+          const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
+          const int row = wrow0 + g + (q >> 1) * 8;
+          if (tok < m) yg[(int64_t(row0) + tok) * n + row] = __float2bfloat16_rn(acc[nt][q]);
+        }
+      }
+    } else {
+      // Row g's partner row g^1 lives in lane ^ 4; even-g lanes hold a gate row and write z.
+      const __nv_bfloat16* bias = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float other = __shfl_xor_sync(0xffffffffu, acc[nt][q], 4);
+          const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
+          const int row = wrow0 + g + (q >> 1) * 8;
+          if ((g & 1) == 0 && tok < m) {
+            const float gate = acc[nt][q] + __bfloat162float(bias[row]);
+            const float up = other + __bfloat162float(bias[row + 1]);
+            yg[(int64_t(row0) + tok) * (n / 2) + row / 2] =
+                __float2bfloat16_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
+          }
+        }
       }
     }
   }

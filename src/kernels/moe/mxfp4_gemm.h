@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/moe/moe_activation.h"
+
 namespace orchid::kernels {
 
 struct Mxfp4GemmArgs {
@@ -28,7 +30,11 @@ struct Mxfp4GemmArgs {
   const uint8_t* scales = nullptr;  // [E, n, k/32] e8m0
   const void* x = nullptr;          // bf16 [*, k]
   const int* x_rows = nullptr;      // device [M] or nullptr
-  void* y = nullptr;                // bf16 [M, n]
+  void* y = nullptr;                // bf16 [M, n]; with swiglu_bias: z, bf16 [M, n/2]
+  // Fused gate_up epilogue (optional): rows 2i / 2i+1 of W are gate / up (the checkpoint's interleaving);
+  // y[r, i] = swiglu(acc[2i] + b[e, 2i], acc[2i+1] + b[e, 2i+1]) as in moe_swiglu_bf16, from the fp32 sums.
+  const void* swiglu_bias = nullptr;  // bf16 [E, n]
+  SwigluParams swiglu;
 };
 
 void mxfp4_moe_gemm(const Mxfp4GemmArgs& args, cudaStream_t stream);

@@ -21,6 +21,7 @@ struct Case {
   int n, k;
   std::vector<int> sizes;  // rows per expert
   bool gather;             // read x through a row map
+  bool swiglu = false;     // fused bias + SwiGLU epilogue (output n/2 columns)
 };
 
 class Mxfp4GemmTest : public ::testing::TestWithParam<Case> {};
@@ -75,7 +76,24 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   dact.upload(active);
   dnact.upload(std::vector<int>{num_active});
   dmap.upload(map);
-  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * n);
+  // Fused epilogue: z[r, i] = swiglu(u[r, 2i] + b[e, 2i], u[r, 2i+1] + b[e, 2i+1]) from the same reference u.
+  const int out_cols = c.swiglu ? n / 2 : n;
+  auto bias = orchid::testing::random_bf16(rng, size_t(E) * n, 1.0f);
+  const auto bias_f = orchid::testing::bf16_to_floats(bias);
+  if (c.swiglu) {
+    std::vector<double> z(size_t(M) * out_cols);
+    const SwigluParams sp;
+    for (int e = 0; e < E; ++e)
+      for (int r = off[e]; r < off[e + 1]; ++r)
+        for (int i = 0; i < out_cols; ++i)
+          z[size_t(r) * out_cols + i] = orchid::ref::swiglu(
+              float(ref[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
+              float(ref[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]), sp.limit, sp.alpha);
+    ref = std::move(z);
+  }
+  DeviceBuffer<uint16_t> dbias;
+  dbias.upload(bias);
+  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * out_cols);
   dy.poison();
   Mxfp4GemmArgs a;
   a.num_experts = E;
@@ -91,10 +109,11 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   a.x = dx.get();
   a.x_rows = c.gather ? dmap.get() : nullptr;
   a.y = dy.get();
+  a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
   mxfp4_moe_gemm(a, nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   auto got = orchid::testing::bf16_to_floats(dy.download());
-  got.resize(size_t(M) * n);
+  got.resize(size_t(M) * out_cols);
   double rms = 0;
   for (double v : ref) rms += v * v;
   rms = std::sqrt(rms / double(std::max<size_t>(1, ref.size())));
@@ -108,7 +127,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"down_partial_cta_tile", 2880, 2880, {1, 0, 2, 5}, false},
                       Case{"two_ntiles_and_passes", 2880, 2880, {9, 17, 0, 64, 33, 0, 1, 16}, false},
                       Case{"k96_partial_chunk", 64, 96, {2, 0, 11}, true},
-                      Case{"all_empty_but_one", 256, 2880, {0, 0, 0, 0, 0, 0, 0, 4}, false}),
+                      Case{"all_empty_but_one", 256, 2880, {0, 0, 0, 0, 0, 0, 0, 4}, false},
+                      Case{"gate_up_swiglu_fused", 5760, 2880, {2, 0, 1, 0, 3, 0, 0, 1}, true, true},
+                      Case{"swiglu_fused_two_ntiles", 512, 2880, {12, 0, 1, 20}, false, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace
