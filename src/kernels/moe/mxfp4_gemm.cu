@@ -83,7 +83,7 @@ __device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, 
 }
 
 template <int kNT>
-__global__ void __launch_bounds__(kWarps * 32) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
+__global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.y;
   if (slot >= *p.num_active) return;
