@@ -185,5 +185,60 @@ TEST_P(GroupedGemmTest, Bf16MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Groups, GroupedGemmTest, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// Every finite e4m3 code through the tensor cores: row i of A holds code i in column 0 (scale 1), B picks
+// column 0 with 1.0, so D[i, 0] must be the exact value of code i (4 significant bits: exact in bf16).
+TEST(GroupedGemmFp8, DecodesEveryFiniteCode) {
+  ORCHID_REQUIRE_GPU();
+  const int M = 256, n = 16, k = 128;
+  std::vector<uint8_t> a(size_t(M) * k, 0), b(size_t(n) * k, 0);
+  std::vector<double> want(M);
+  for (int i = 0; i < M; ++i) {
+    const bool nan = (i & 0x7f) == 0x7f;
+    a[size_t(i) * k] = nan ? 0 : uint8_t(i);
+    want[i] = nan ? 0.0 : double(fp8e4m3_to_float(uint8_t(i)));
+  }
+  b[0] = float_to_fp8e4m3(1.0f);
+  std::vector<float> as(M, 1.0f), bs(1, 1.0f);
+  std::vector<int> off = {0, M};
+  DeviceBuffer<uint8_t> da, db;
+  DeviceBuffer<float> das, dbs;
+  DeviceBuffer<int> doff;
+  da.upload(a);
+  db.upload(b);
+  das.upload(as);
+  dbs.upload(bs);
+  doff.upload(off);
+  for (auto config : {Fp8GroupedConfig::kCooperative128x128, Fp8GroupedConfig::kPingpong64x128}) {
+    DeviceBuffer<uint16_t> dd(size_t(M) * n);
+    dd.poison();
+    DeviceBuffer<uint8_t> ws(grouped_gemm_fp8_workspace_bytes(1));
+    GroupedGemmArgs g;
+    g.num_groups = 1;
+    g.n = n;
+    g.k = k;
+    g.offsets = doff.get();
+    g.a = da.get();
+    g.b = db.get();
+    g.d = dd.get();
+    g.a_scale = das.get();
+    g.b_scale = dbs.get();
+    g.workspace = ws.get();
+    g.workspace_bytes = ws.size();
+    grouped_gemm_fp8_blockwise(g, nullptr, config);
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+    const auto d = download_bf16(dd);
+    std::vector<float> col0(M);
+    std::vector<double> rest_ref(size_t(M) * (n - 1), 0.0);
+    std::vector<float> rest(size_t(M) * (n - 1));
+    for (int i = 0; i < M; ++i) {
+      col0[i] = d[size_t(i) * n];
+      for (int j = 1; j < n; ++j) rest[size_t(i) * (n - 1) + j - 1] = d[size_t(i) * n + j];
+    }
+    const std::string name = std::string("e4m3 codes via ") + fp8_grouped_config_name(config);
+    EXPECT_TRUE(orchid::testing::compare(name.c_str(), col0, want, 0, 0, 0));
+    EXPECT_TRUE(orchid::testing::compare((name + " (other columns zero)").c_str(), rest, rest_ref, 0, 0, 0));
+  }
+}
+
 }  // namespace
 }  // namespace orchid::kernels
