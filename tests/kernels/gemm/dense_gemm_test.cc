@@ -25,7 +25,7 @@ struct Case {
 };
 
 void run_case(const Case& c) {
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int64_t ldx = c.ldx ? c.ldx : c.k, ldy = c.ldy ? c.ldy : c.n;
   auto x = orchid::testing::random_bf16(rng, size_t(c.m) * ldx, 1.0f);
   auto w = orchid::testing::random_bf16(rng, size_t(c.n) * c.k, 1.0f / std::sqrt(float(c.k)));
@@ -40,7 +40,7 @@ void run_case(const Case& c) {
   db32.upload(bias_f);
   const bool f32 = c.out == GemmOut::kF32;
   DeviceBuffer<uint8_t> dy(size_t(c.m) * ldy * (f32 ? 4 : 2));
-  dy.poison();
+  orchid::testing::poison(dy);
   DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
 
   DenseGemm gemm(ws.get(), ws.size());
@@ -92,13 +92,13 @@ void run_case(const Case& c) {
   EXPECT_EQ(pad_written, 0) << "elements between n and ldy were written";
   // bf16 output: one rounding (2^-9 relative) on top of fp32 accumulation; fp32 output: accumulation only.
   const double rtol = f32 ? 1e-4 : 8e-3, atol = (f32 ? 1e-5 : 2e-3) * rms, l2 = f32 ? 2e-5 : 5e-3;
-  EXPECT_TRUE(orchid::testing::compare(c.name, got, ref, atol, rtol, l2));
+  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, atol, rtol, l2));
 }
 
 class DenseGemmTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DenseGemmTest, MatchesFp64Reference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   run_case(GetParam());
 }
 

@@ -55,7 +55,7 @@ double rms_of(const std::vector<double>& v) {
 
 void run_fp8(const Case& c, Fp8GroupedConfig config) {
   const std::string name = std::string(c.name) + " " + fp8_grouped_config_name(config);
-  std::mt19937_64 rng(orchid::testing::test_seed(name.c_str()));
+  std::mt19937_64 rng(orchid::testing::named_seed(name.c_str()));
   const int E = int(c.sizes.size()), n = c.n, k = c.k;
   ASSERT_EQ(k % 128, 0);
   const auto off = offsets_of(c.sizes);
@@ -87,7 +87,7 @@ void run_fp8(const Case& c, Fp8GroupedConfig config) {
   dbs.upload(bs);
   doff.upload(off);
   DeviceBuffer<uint16_t> dd(size_t(std::max(M, 1)) * n);
-  dd.poison();
+  orchid::testing::poison(dd);
   DeviceBuffer<uint8_t> ws(grouped_gemm_fp8_workspace_bytes(E));
   GroupedGemmArgs g;
   g.num_groups = E;
@@ -106,11 +106,11 @@ void run_fp8(const Case& c, Fp8GroupedConfig config) {
   auto got = download_bf16(dd);
   got.resize(size_t(M) * n);
   const double rms = rms_of(ref);
-  EXPECT_TRUE(orchid::testing::compare(name.c_str(), got, ref, 2e-3 * rms, 8e-3, 5e-3));
+  EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, ref, 2e-3 * rms, 8e-3, 5e-3));
 }
 
 void run_bf16(const Case& c) {
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int E = int(c.sizes.size()), n = c.n, k = c.k;
   const auto off = offsets_of(c.sizes);
   const int M = off[E];
@@ -125,7 +125,7 @@ void run_bf16(const Case& c) {
   db.upload(b);
   doff.upload(off);
   DeviceBuffer<uint16_t> dd(size_t(std::max(M, 1)) * n);
-  dd.poison();
+  orchid::testing::poison(dd);
   DeviceBuffer<uint8_t> ws(grouped_gemm_bf16_workspace_bytes(E));
   GroupedGemmArgs g;
   g.num_groups = E;
@@ -142,7 +142,7 @@ void run_bf16(const Case& c) {
   auto got = download_bf16(dd);
   got.resize(size_t(M) * n);
   const double rms = rms_of(ref);
-  EXPECT_TRUE(orchid::testing::compare(c.name, got, ref, 2e-3 * rms, 8e-3, 5e-3));
+  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, 2e-3 * rms, 8e-3, 5e-3));
 }
 
 std::vector<int> random_split(uint64_t seed, int experts, int rows) {
@@ -168,17 +168,17 @@ const std::vector<Case>& cases() {
 class GroupedGemmTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GroupedGemmTest, Fp8BlockwiseCooperativeMatchesReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   run_fp8(GetParam(), Fp8GroupedConfig::kCooperative128x128);
 }
 
 TEST_P(GroupedGemmTest, Fp8BlockwisePingpongMatchesReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   run_fp8(GetParam(), Fp8GroupedConfig::kPingpong64x128);
 }
 
 TEST_P(GroupedGemmTest, Bf16MatchesReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   run_bf16(GetParam());
 }
 
@@ -188,7 +188,7 @@ INSTANTIATE_TEST_SUITE_P(Groups, GroupedGemmTest, ::testing::ValuesIn(cases()),
 // Every finite e4m3 code through the tensor cores: row i of A holds code i in column 0 (scale 1), B picks
 // column 0 with 1.0, so D[i, 0] must be the exact value of code i (4 significant bits: exact in bf16).
 TEST(GroupedGemmFp8, DecodesEveryFiniteCode) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const int M = 256, n = 16, k = 128;
   std::vector<uint8_t> a(size_t(M) * k, 0), b(size_t(n) * k, 0);
   std::vector<double> want(M);
@@ -210,7 +210,7 @@ TEST(GroupedGemmFp8, DecodesEveryFiniteCode) {
   doff.upload(off);
   for (auto config : {Fp8GroupedConfig::kCooperative128x128, Fp8GroupedConfig::kPingpong64x128}) {
     DeviceBuffer<uint16_t> dd(size_t(M) * n);
-    dd.poison();
+    orchid::testing::poison(dd);
     DeviceBuffer<uint8_t> ws(grouped_gemm_fp8_workspace_bytes(1));
     GroupedGemmArgs g;
     g.num_groups = 1;
@@ -235,8 +235,9 @@ TEST(GroupedGemmFp8, DecodesEveryFiniteCode) {
       for (int j = 1; j < n; ++j) rest[size_t(i) * (n - 1) + j - 1] = d[size_t(i) * n + j];
     }
     const std::string name = std::string("e4m3 codes via ") + fp8_grouped_config_name(config);
-    EXPECT_TRUE(orchid::testing::compare(name.c_str(), col0, want, 0, 0, 0));
-    EXPECT_TRUE(orchid::testing::compare((name + " (other columns zero)").c_str(), rest, rest_ref, 0, 0, 0));
+    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), col0, want, 0, 0, 0));
+    EXPECT_TRUE(
+        orchid::testing::check_close((name + " (other columns zero)").c_str(), rest, rest_ref, 0, 0, 0));
   }
 }
 

@@ -43,9 +43,9 @@ orchid::ref::Permutation random_routing(std::mt19937_64& rng, int T, int E, int 
 class ActivationTest : public ::testing::TestWithParam<int> {};  // token count
 
 TEST_P(ActivationTest, GatherAndQuantizeFp8) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const int T = GetParam(), E = 32, K = 4, H = 2880, Hp = round_up_128(H), M = T * K;
-  std::mt19937_64 rng(orchid::testing::test_seed(case_name("gather_fp8_t", T).c_str()));
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("gather_fp8_t", T).c_str()));
   std::vector<int> idx;
   std::vector<float> w;
   const auto p = random_routing(rng, T, E, K, &idx, &w);
@@ -58,11 +58,11 @@ TEST_P(ActivationTest, GatherAndQuantizeFp8) {
   drt.upload(p.row_token);
   DeviceBuffer<uint8_t> q(size_t(M) * Hp);
   DeviceBuffer<float> s(size_t(M) * (Hp / 128));
-  q.poison();
-  s.poison();
+  orchid::testing::poison(q);
+  orchid::testing::poison(s);
   moe_gather_quant_fp8(dh.get(), drt.get(), M, H, q.get(), s.get(), nullptr);
   DeviceBuffer<uint16_t> gb(size_t(M) * H);
-  gb.poison();
+  orchid::testing::poison(gb);
   moe_gather_bf16(dh.get(), drt.get(), M, H, gb.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> rq(q.size());
@@ -73,17 +73,17 @@ TEST_P(ActivationTest, GatherAndQuantizeFp8) {
     orchid::ref::quant_fp8_row(&hf[size_t(t) * H], H, &rq[size_t(r) * Hp], &rs[size_t(r) * (Hp / 128)]);
     std::copy(h.begin() + size_t(t) * H, h.begin() + size_t(t + 1) * H, rb.begin() + size_t(r) * H);
   }
-  EXPECT_TRUE(orchid::testing::compare_exact("gather+quant fp8 q", q.download(), rq));
+  EXPECT_TRUE(orchid::testing::check_exact("gather+quant fp8 q", q.download(), rq));
   std::vector<double> rsd(rs.begin(), rs.end());
-  EXPECT_TRUE(orchid::testing::compare("gather+quant fp8 scales", s.download(), rsd, 0, 0, 0));
-  EXPECT_TRUE(orchid::testing::compare_exact("gather bf16", gb.download(), rb));
+  EXPECT_TRUE(orchid::testing::check_close("gather+quant fp8 scales", s.download(), rsd, 0, 0, 0));
+  EXPECT_TRUE(orchid::testing::check_exact("gather bf16", gb.download(), rb));
 }
 
 TEST_P(ActivationTest, SwigluBf16AndFp8) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const int T = GetParam(), E = 32, K = 4, I = 2880, Ip = round_up_128(I), M = T * K;
   const SwigluParams sp;
-  std::mt19937_64 rng(orchid::testing::test_seed(case_name("swiglu_t", T).c_str()));
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("swiglu_t", T).c_str()));
   std::vector<int> idx;
   std::vector<float> w;
   const auto p = random_routing(rng, T, E, K, &idx, &w);
@@ -108,17 +108,17 @@ TEST_P(ActivationTest, SwigluBf16AndFp8) {
   DeviceBuffer<uint16_t> zb(size_t(M) * I);
   DeviceBuffer<uint8_t> zq(size_t(M) * Ip);
   DeviceBuffer<float> zs(size_t(M) * (Ip / 128));
-  zb.poison();
-  zq.poison();
-  zs.poison();
+  orchid::testing::poison(zb);
+  orchid::testing::poison(zq);
+  orchid::testing::poison(zs);
   moe_swiglu_bf16(du.get(), db.get(), dre.get(), M, I, sp, zb.get(), nullptr);
   moe_swiglu_fp8(du.get(), db.get(), dre.get(), M, I, sp, zq.get(), zs.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
 
   // bf16: the device's expf may differ from libm's by an ulp, so allow one bf16 rounding step.
   std::vector<double> zd(zf.begin(), zf.end());
-  EXPECT_TRUE(orchid::testing::compare("swiglu bf16", orchid::testing::bf16_to_floats(zb.download()), zd,
-                                       1e-6, 1.0 / 128, 4e-3));
+  EXPECT_TRUE(orchid::testing::check_close("swiglu bf16", orchid::testing::bf16_to_floats(zb.download()), zd,
+                                           1e-6, 1.0 / 128, 4e-3));
   // fp8: scales to fp32 rounding; codes equal except (rarely) one step apart where z sits on a rounding
   // boundary and the two expf differ.
   std::vector<uint8_t> rq(zq.size());
@@ -126,7 +126,7 @@ TEST_P(ActivationTest, SwigluBf16AndFp8) {
   for (int r = 0; r < M; ++r)
     orchid::ref::quant_fp8_row(&zf[size_t(r) * I], I, &rq[size_t(r) * Ip], &rs[size_t(r) * (Ip / 128)]);
   std::vector<double> rsd(rs.begin(), rs.end());
-  EXPECT_TRUE(orchid::testing::compare("swiglu fp8 scales", zs.download(), rsd, 0, 1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::check_close("swiglu fp8 scales", zs.download(), rsd, 0, 1e-6, 1e-6));
   const auto gq = zq.download();
   int64_t diff = 0, far = 0;
   for (size_t i = 0; i < gq.size(); ++i) {
@@ -141,9 +141,9 @@ TEST_P(ActivationTest, SwigluBf16AndFp8) {
 }
 
 TEST_P(ActivationTest, CombineWeightedInOrder) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const int T = GetParam(), E = 32, K = 4, H = 2880, M = T * K;
-  std::mt19937_64 rng(orchid::testing::test_seed(case_name("combine_t", T).c_str()));
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("combine_t", T).c_str()));
   std::vector<int> idx;
   std::vector<float> w;
   const auto p = random_routing(rng, T, E, K, &idx, &w);
@@ -176,12 +176,12 @@ TEST_P(ActivationTest, CombineWeightedInOrder) {
   moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, dx.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   const auto first = dx.download();
-  EXPECT_TRUE(orchid::testing::compare("combine", first, ref, 1e-5, 1e-5, 1e-6));
+  EXPECT_TRUE(orchid::testing::check_close("combine", first, ref, 1e-5, 1e-5, 1e-6));
   // Deterministic: the same inputs give the same bits.
   dx.upload(x);
   moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, dx.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  EXPECT_TRUE(orchid::testing::compare_exact(
+  EXPECT_TRUE(orchid::testing::check_exact(
       "combine rerun bitwise",
       [&] {
         auto v = dx.download();

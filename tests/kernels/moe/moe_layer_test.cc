@@ -59,7 +59,7 @@ struct Case {
 class MoeLayerTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeLayerTest, StagesAndEndToEnd) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
   MoeConfig cfg;
   cfg.experts = c.experts;
@@ -69,7 +69,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   const int T = c.tokens, E = cfg.experts, K = cfg.top_k, H = cfg.hidden, I = cfg.inter, M = T * K;
   const int Hp = round_up_128(H), Ip = round_up_128(I);
   const bool fp8_path = c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && T > 64);
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
 
   // ---- weights: MXFP4 source, router and biases ----
   std::vector<uint8_t> w1b(size_t(E) * 2 * I * H / 2), w1s(size_t(E) * 2 * I * H / 32);
@@ -145,7 +145,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   DeviceBuffer<uint8_t> gemm_ws(DenseGemm::kRecommendedWorkspace);
   DenseGemm router(gemm_ws.get(), gemm_ws.size());
   DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
-  ws.poison();
+  orchid::testing::poison(ws);
   const MoeBuffers b = moe_buffers(cfg, ws.get());
   cudaStream_t stream;
   ORCHID_TEST_CUDA(cudaStreamCreate(&stream));
@@ -159,7 +159,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   {
     std::vector<double> ref(size_t(T) * E);
     orchid::ref::gemm(T, E, H, hf.data(), H, wrf.data(), br.data(), ref.data());
-    EXPECT_TRUE(orchid::testing::compare("1 router logits", logits, ref, 1e-5 * rms_of(ref), 1e-4, 2e-5));
+    EXPECT_TRUE(orchid::testing::check_close("1 router logits", logits, ref, 1e-5 * rms_of(ref), 1e-4, 2e-5));
   }
   // ---- stage 2: top-k + softmax (from the device logits) ----
   const auto idx = fetch<int>(b.topk_idx, size_t(M));
@@ -168,17 +168,16 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     std::vector<int> ri(M);
     std::vector<float> rw(M);
     orchid::ref::topk_softmax(logits.data(), T, E, K, ri.data(), rw.data());
-    EXPECT_TRUE(orchid::testing::compare_exact("2 top-k experts", idx, ri));
-    EXPECT_TRUE(orchid::testing::compare("2 top-k weights", tw, std::vector<double>(rw.begin(), rw.end()),
-                                         1e-7, 1e-6, 1e-6));
+    EXPECT_TRUE(orchid::testing::check_exact("2 top-k experts", idx, ri));
+    EXPECT_TRUE(orchid::testing::check_close("2 top-k weights", tw, std::vector<double>(rw.begin(), rw.end()),
+                                             1e-7, 1e-6, 1e-6));
   }
   // ---- stage 3: permutation ----
   const auto perm = orchid::ref::permute(idx.data(), T, E, K);
+  EXPECT_TRUE(orchid::testing::check_exact("3 offsets", fetch<int>(b.routing.offsets, E + 1), perm.offsets));
+  EXPECT_TRUE(orchid::testing::check_exact("3 slot_row", fetch<int>(b.routing.slot_row, M), perm.slot_row));
   EXPECT_TRUE(
-      orchid::testing::compare_exact("3 offsets", fetch<int>(b.routing.offsets, E + 1), perm.offsets));
-  EXPECT_TRUE(orchid::testing::compare_exact("3 slot_row", fetch<int>(b.routing.slot_row, M), perm.slot_row));
-  EXPECT_TRUE(
-      orchid::testing::compare_exact("3 row_token", fetch<int>(b.routing.row_token, M), perm.row_token));
+      orchid::testing::check_exact("3 row_token", fetch<int>(b.routing.row_token, M), perm.row_token));
 
   // Reference expert weights (float) per expert, as the GEMMs see them.
   const int rb1 = (2 * I + 127) / 128, rb2 = (H + 127) / 128;
@@ -240,7 +239,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       for (size_t i = 0; i < u.size(); ++i) u[i] = float(ref[i]);
     } else {
       u = fetch_bf16(b.u, size_t(M) * 2 * I);
-      EXPECT_TRUE(orchid::testing::compare("4 gate_up u", u, ref, 2e-3 * rms_of(ref), 8e-3, 5e-3));
+      EXPECT_TRUE(orchid::testing::check_close("4 gate_up u", u, ref, 2e-3 * rms_of(ref), 8e-3, 5e-3));
     }
   }
   // ---- stage 5: bias + SwiGLU (from the device u) ----
@@ -259,11 +258,12 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       z_in = dequant_rows(fetch<uint8_t>(b.z_q, size_t(M) * Ip),
                           fetch<float>(b.z_scale, size_t(M) * (Ip / 128)), M, I);
       // FP8: within one e4m3 step (2^-3 relative at worst) of the exact value.
-      EXPECT_TRUE(orchid::testing::compare("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.04));
+      EXPECT_TRUE(
+          orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.04));
     } else {
       z_in = fetch_bf16(b.z_bf16, size_t(M) * I);
       // Fused: z comes from the kernel's fp32 sums, the reference from fp64 ones (a bit more slack).
-      EXPECT_TRUE(orchid::testing::compare(
+      EXPECT_TRUE(orchid::testing::check_close(
           fused_swiglu ? "4+5 gate_up + swiglu z (fused)" : "5 swiglu z (bf16)", z_in, ref,
           fused_swiglu ? 2e-3 * rms_of(ref) : 1e-6, 1.0 / 128, fused_swiglu ? 5e-3 : 4e-3));
     }
@@ -279,7 +279,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       orchid::ref::gemm(m, H, I, &z_in[size_t(perm.offsets[e]) * I], I, w.data(), nullptr,
                         &ref[size_t(perm.offsets[e]) * H]);
     }
-    EXPECT_TRUE(orchid::testing::compare("6 down y", y, ref, 2e-3 * rms_of(ref), 8e-3, 5e-3));
+    EXPECT_TRUE(orchid::testing::check_close("6 down y", y, ref, 2e-3 * rms_of(ref), 8e-3, 5e-3));
   }
   // ---- stage 7: combine (device y) ----
   const auto b2f = orchid::testing::bf16_to_floats(b2);
@@ -295,7 +295,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
         }
         ref[size_t(t) * H + col] = double(x0[size_t(t) * H + col]) + acc;
       }
-    EXPECT_TRUE(orchid::testing::compare("7 combine x", x1, ref, 1e-5, 1e-5, 1e-6));
+    EXPECT_TRUE(orchid::testing::check_close("7 combine x", x1, ref, 1e-5, 1e-5, 1e-6));
   }
   // ---- end to end: fp64 from h with the exact MXFP4 weights, no intermediate rounding ----
   {
@@ -324,8 +324,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     for (size_t i = 0; i < got_delta.size(); ++i) got_delta[i] = float(double(x1[i]) - double(x0[i]));
     // BF16/MXFP4: bf16 roundings of u, z and y; FP8: 1x128 activation quantization of h and z on top.
     const double l2 = fp8_path ? 6e-2 : 1.5e-2;
-    EXPECT_TRUE(
-        orchid::testing::compare("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta), 0.5, l2));
+    EXPECT_TRUE(orchid::testing::check_close("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta),
+                                             0.5, l2));
   }
   // ---- determinism and CUDA-graph capture ----
   {
@@ -337,7 +337,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       std::memcpy(b.data(), v.data(), v.size() * 4);
       return b;
     };
-    EXPECT_TRUE(orchid::testing::compare_exact("rerun bitwise", bits(d_x.download()), bits(x1)));
+    EXPECT_TRUE(orchid::testing::check_exact("rerun bitwise", bits(d_x.download()), bits(x1)));
 
     d_x.upload(x0);
     cudaGraph_t graph = nullptr;
@@ -348,7 +348,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     ORCHID_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     ORCHID_TEST_CUDA(cudaGraphLaunch(exec, stream));
     ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
-    EXPECT_TRUE(orchid::testing::compare_exact("cuda graph replay bitwise", bits(d_x.download()), bits(x1)));
+    EXPECT_TRUE(orchid::testing::check_exact("cuda graph replay bitwise", bits(d_x.download()), bits(x1)));
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }

@@ -27,9 +27,9 @@ struct Case {
 class Mxfp4GemmTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Mxfp4GemmTest, MatchesReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int E = int(c.sizes.size()), n = c.n, k = c.k, kb = k / 32;
   std::vector<int> off(E + 1, 0), active;
   for (int e = 0; e < E; ++e) {
@@ -94,7 +94,7 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   DeviceBuffer<uint16_t> dbias;
   dbias.upload(bias);
   DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * out_cols);
-  dy.poison();
+  orchid::testing::poison(dy);
   Mxfp4GemmArgs a;
   a.num_experts = E;
   a.n = n;
@@ -117,7 +117,7 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   double rms = 0;
   for (double v : ref) rms += v * v;
   rms = std::sqrt(rms / double(std::max<size_t>(1, ref.size())));
-  EXPECT_TRUE(orchid::testing::compare(c.name, got, ref, 2e-3 * rms, 8e-3, 5e-3));
+  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, 2e-3 * rms, 8e-3, 5e-3));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -25,9 +25,9 @@ struct TopkCase {
 class TopkSoftmaxTest : public ::testing::TestWithParam<TopkCase> {};
 
 TEST_P(TopkSoftmaxTest, MatchesReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const TopkCase c = GetParam();
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   std::vector<float> logits(size_t(c.tokens) * c.experts);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   std::uniform_int_distribution<int> coarse(-3, 3);
@@ -35,17 +35,17 @@ TEST_P(TopkSoftmaxTest, MatchesReference) {
   DeviceBuffer<float> dl, dw(size_t(c.tokens) * c.top_k);
   DeviceBuffer<int> di(size_t(c.tokens) * c.top_k);
   dl.upload(logits);
-  di.poison();
-  dw.poison();
+  orchid::testing::poison(di);
+  orchid::testing::poison(dw);
   moe_topk_softmax(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   std::vector<int> ri(size_t(c.tokens) * c.top_k);
   std::vector<float> rw(ri.size());
   orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
-  EXPECT_TRUE(orchid::testing::compare_exact((std::string(c.name) + " idx").c_str(), di.download(), ri));
+  EXPECT_TRUE(orchid::testing::check_exact((std::string(c.name) + " idx").c_str(), di.download(), ri));
   std::vector<double> rwd(rw.begin(), rw.end());
-  EXPECT_TRUE(orchid::testing::compare((std::string(c.name) + " weights").c_str(), dw.download(), rwd, 1e-7,
-                                       1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::check_close((std::string(c.name) + " weights").c_str(), dw.download(), rwd,
+                                           1e-7, 1e-6, 1e-6));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -65,9 +65,9 @@ struct PermuteCase {
 class PermuteTest : public ::testing::TestWithParam<PermuteCase> {};
 
 TEST_P(PermuteTest, MatchesReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const PermuteCase c = GetParam();
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int items = c.tokens * c.top_k;
   std::vector<int> idx(items);
   const int pool = c.hot > 0 ? c.hot : c.experts;
@@ -83,19 +83,19 @@ TEST_P(PermuteTest, MatchesReference) {
   DeviceBuffer<int> didx, off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
   DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
   didx.upload(idx);
-  for (auto* b : {&off, &rt, &re, &sr, &act, &nact}) b->poison();
+  for (auto* b : {&off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
   MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
   moe_permute(didx.get(), c.tokens, c.experts, c.top_k, r, scratch.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
 
   const std::string n = c.name;
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " offsets").c_str(), off.download(), ref.offsets));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " offsets").c_str(), off.download(), ref.offsets));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
   std::vector<int> ref_active = ref.active;
   ref_active.resize(c.experts, -1);
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " active").c_str(), act.download(), ref_active));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " active").c_str(), act.download(), ref_active));
   EXPECT_EQ(nact.download()[0], int(ref.active.size()));
 }
 
@@ -117,9 +117,9 @@ class RouteTest : public ::testing::TestWithParam<RouteCase> {};
 
 // moe_route: the fused single-CTA kernel (T*k <= 1024) and the general path give the references' results.
 TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const RouteCase c = GetParam();
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int items = c.tokens * c.top_k;
   std::vector<float> logits(size_t(c.tokens) * c.experts);
   std::normal_distribution<float> nd(0.0f, 2.0f);
@@ -133,22 +133,22 @@ TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
   DeviceBuffer<int> di(items), off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
   DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
   dl.upload(logits);
-  for (auto* b : {&di, &off, &rt, &re, &sr, &act, &nact}) b->poison();
-  dw.poison();
+  for (auto* b : {&di, &off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
+  orchid::testing::poison(dw);
   MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
   moe_route(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   const std::string n = std::string(c.name) + (items <= 1024 ? " (fused)" : " (general)");
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " idx").c_str(), di.download(), ri));
-  EXPECT_TRUE(orchid::testing::compare((n + " weights").c_str(), dw.download(),
-                                       std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " offsets").c_str(), off.download(), ref.offsets));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
+  EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
+                                           std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " offsets").c_str(), off.download(), ref.offsets));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
   std::vector<int> ref_active = ref.active;
   ref_active.resize(c.experts, -1);
-  EXPECT_TRUE(orchid::testing::compare_exact((n + " active").c_str(), act.download(), ref_active));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " active").c_str(), act.download(), ref_active));
   EXPECT_EQ(nact.download()[0], int(ref.active.size()));
 }
 

@@ -19,7 +19,7 @@ namespace {
 using orchid::testing::DeviceBuffer;
 
 TEST(WeightConvert, Mxfp4ToBf16AllCodesAllScales) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   // Row s uses e8m0 scale s (0..254) for all its 16 MX blocks; block b holds bytes 16b..16b+15, so every
   // row covers all 256 byte values (= all ordered e2m1 pairs).
   const int n = 255, k = 512, kb = k / 32;
@@ -33,18 +33,18 @@ TEST(WeightConvert, Mxfp4ToBf16AllCodesAllScales) {
   db.upload(blocks);
   ds.upload(scales);
   DeviceBuffer<uint16_t> out(size_t(n) * k);
-  out.poison();
+  orchid::testing::poison(out);
   mxfp4_to_bf16(db.get(), ds.get(), 1, n, k, out.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   std::vector<float> f(size_t(n) * k);
   orchid::ref::mxfp4_to_float(blocks.data(), scales.data(), n, k, f.data());
   std::vector<uint16_t> want(f.size());
   for (size_t i = 0; i < f.size(); ++i) want[i] = float_to_bf16(f[i]);
-  EXPECT_TRUE(orchid::testing::compare_exact("mxfp4->bf16 all codes x scales", out.download(), want));
+  EXPECT_TRUE(orchid::testing::check_exact("mxfp4->bf16 all codes x scales", out.download(), want));
 }
 
 TEST(WeightConvert, Fp8EncoderEveryBf16InRange) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   // All bf16 values with |v| <= 448, laid out in 128-column rows; every row gets a 448 in column 0, so
   // each 128x128 block's scale is exactly 1 and q = e4m3(v) (both rules agree at amax = 448).
   std::vector<uint16_t> vals;
@@ -67,13 +67,13 @@ TEST(WeightConvert, Fp8EncoderEveryBf16InRange) {
     dw.upload(w);
     DeviceBuffer<uint8_t> q(size_t(n) * k);
     DeviceBuffer<float> s(size_t((n + 127) / 128));
-    q.poison();
-    s.poison();
+    orchid::testing::poison(q);
+    orchid::testing::poison(s);
     bf16_to_fp8_block(dw.get(), 1, n, k, rule, q.get(), s.get(), nullptr);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     std::vector<uint8_t> want(w.size());
     for (size_t i = 0; i < w.size(); ++i) want[i] = float_to_fp8e4m3(bf16_to_float(w[i]));
-    EXPECT_TRUE(orchid::testing::compare_exact("e4m3 encode of every bf16 in range", q.download(), want));
+    EXPECT_TRUE(orchid::testing::check_exact("e4m3 encode of every bf16 in range", q.download(), want));
     for (float sc : s.download()) EXPECT_EQ(sc, 1.0f);
   }
 }
@@ -96,9 +96,9 @@ void random_mxfp4(std::mt19937_64& rng, int experts, int n, int k, std::vector<u
 class Mxfp4ToFp8Test : public ::testing::TestWithParam<BlockCase> {};
 
 TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
-  ORCHID_REQUIRE_GPU();
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   const BlockCase c = GetParam();
-  std::mt19937_64 rng(orchid::testing::test_seed(c.name));
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   std::vector<uint8_t> blocks, scales;
   random_mxfp4(rng, c.experts, c.n, c.k, &blocks, &scales);
   std::vector<float> wf(size_t(c.experts) * c.n * c.k);
@@ -116,8 +116,8 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
     const bool pow2 = rule == Fp8ScaleRule::kPow2;
     DeviceBuffer<uint8_t> q(size_t(c.experts) * c.n * kpad);
     DeviceBuffer<float> s(size_t(c.experts) * rb * (kpad / 128));
-    q.poison();
-    s.poison();
+    orchid::testing::poison(q);
+    orchid::testing::poison(s);
     mxfp4_to_fp8_block(db.get(), ds.get(), c.experts, c.n, c.k, rule, q.get(), s.get(),
                        c.experts > 1 ? doff.get() : nullptr, nullptr);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
@@ -138,9 +138,9 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
       std::copy(ws.begin() + se, ws.begin() + 2 * se, gs.begin() + se);
     }
     const std::string n = std::string(c.name) + (pow2 ? " pow2" : " amax/448");
-    EXPECT_TRUE(orchid::testing::compare_exact((n + " q").c_str(), gq, wq));
+    EXPECT_TRUE(orchid::testing::check_exact((n + " q").c_str(), gq, wq));
     std::vector<double> wsd(ws.begin(), ws.end());
-    EXPECT_TRUE(orchid::testing::compare((n + " scales").c_str(), gs, wsd, 0, 0, 0));
+    EXPECT_TRUE(orchid::testing::check_close((n + " scales").c_str(), gs, wsd, 0, 0, 0));
     // How lossy each rule is on MXFP4 data (information for docs/design.md).
     std::vector<float> deq(wf.size());
     orchid::ref::fp8_block_dequant(wq.data(), ws.data(), c.experts, c.n, c.k, deq.data());
@@ -165,8 +165,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4ToFp8Test,
                          });
 
 TEST(WeightConvert, Bf16ToFp8BlockBothRules) {
-  ORCHID_REQUIRE_GPU();
-  std::mt19937_64 rng(orchid::testing::test_seed("bf16_to_fp8"));
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  std::mt19937_64 rng(orchid::testing::named_seed("bf16_to_fp8"));
   const int E = 2, n = 300, k = 2888;
   auto w = orchid::testing::random_bf16(rng, size_t(E) * n * k, 0.02f);
   w[12345] = float_to_bf16(3.0f);  // an outlier in one block
@@ -177,8 +177,8 @@ TEST(WeightConvert, Bf16ToFp8BlockBothRules) {
   for (auto rule : {Fp8ScaleRule::kAmaxOver448, Fp8ScaleRule::kPow2}) {
     DeviceBuffer<uint8_t> q(size_t(E) * n * kpad);
     DeviceBuffer<float> s(size_t(E) * rb * (kpad / 128));
-    q.poison();
-    s.poison();
+    orchid::testing::poison(q);
+    orchid::testing::poison(s);
     bf16_to_fp8_block(dw.get(), E, n, k, rule, q.get(), s.get(), nullptr);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     std::vector<uint8_t> wq(q.size());
@@ -187,9 +187,9 @@ TEST(WeightConvert, Bf16ToFp8BlockBothRules) {
         wf.data(), E, n, k,
         rule == Fp8ScaleRule::kPow2 ? orchid::ref::Fp8Rule::kPow2 : orchid::ref::Fp8Rule::kAmaxOver448,
         wq.data(), ws.data());
-    EXPECT_TRUE(orchid::testing::compare_exact("bf16->fp8 block q", q.download(), wq));
+    EXPECT_TRUE(orchid::testing::check_exact("bf16->fp8 block q", q.download(), wq));
     std::vector<double> wsd(ws.begin(), ws.end());
-    EXPECT_TRUE(orchid::testing::compare("bf16->fp8 block scales", s.download(), wsd, 0, 0, 0));
+    EXPECT_TRUE(orchid::testing::check_close("bf16->fp8 block scales", s.download(), wsd, 0, 0, 0));
   }
 }
 
