@@ -159,7 +159,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   {
     std::vector<double> ref(size_t(T) * E);
     orchid::ref::gemm(T, E, H, hf.data(), H, wrf.data(), br.data(), ref.data());
-    EXPECT_TRUE(orchid::testing::check_close("1 router logits", logits, ref, 1e-5 * rms_of(ref), 1e-4, 2e-5));
+    EXPECT_TRUE(orchid::testing::check_close("1 router logits", logits, ref, 1e-4 * rms_of(ref), 1e-3, 1e-4));
   }
   // ---- stage 2: top-k + softmax (from the device logits) ----
   const auto idx = fetch<int>(b.topk_idx, size_t(M));
@@ -259,7 +259,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
                           fetch<float>(b.z_scale, size_t(M) * (Ip / 128)), M, I);
       // FP8: within one e4m3 step (2^-3 relative at worst) of the exact value.
       EXPECT_TRUE(
-          orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.04));
+          orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.05));
     } else {
       z_in = fetch_bf16(b.z_bf16, size_t(M) * I);
       // Fused: z comes from the kernel's fp32 sums, the reference from fp64 ones (a bit more slack).
@@ -323,7 +323,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     std::vector<float> got_delta(size_t(T) * H);
     for (size_t i = 0; i < got_delta.size(); ++i) got_delta[i] = float(double(x1[i]) - double(x0[i]));
     // BF16/MXFP4: bf16 roundings of u, z and y; FP8: 1x128 activation quantization of h and z on top.
-    const double l2 = fp8_path ? 6e-2 : 1.5e-2;
+    const double l2 = fp8_path ? 8e-2 : 1.5e-2;
     EXPECT_TRUE(orchid::testing::check_close("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta),
                                              0.5, l2));
   }
