@@ -7,8 +7,8 @@ the greedy tokens. The bounds come from the golden itself: BF16 within transform
 sequence (reference.json, transformers_bf16_rel_l2), FP8 and MXFP4 within twice that; top-1 agreement >= 0.95.
 The golden has no routing near-tie on its sequence, so these compare the same experts. Exit status 1 if a
 bound is missed. FP8 is reported but not bounded end to end: its activations are quantized to e4m3 before
-every expert GEMM (~2% per quantization), so its bound is the per-layer one at 20b shapes (teacher forcing,
-tools/gpu/layer_check), not the error after four chained layers.
+every expert GEMM (~2% per quantization), so its bound is a per-layer one at 20b shapes (teacher forcing),
+not the error after four chained layers.
 
 Usage: tools/gpu/check_golden.py [--orchid build/cuda/src/cli/orchid] [--backend cuda] [--weights bf16,fp8,mxfp4]
 """
