@@ -85,6 +85,16 @@ class Backend {
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;
+
+  // Verification (teacher forcing): decoder layer `layer` alone on hidden states x [n, hidden] at positions
+  // 0..n-1 of a fresh sequence. Returns the layer's output residual stream [n, hidden]; fills `topk` with the
+  // experts each token chose [n, k] when given. Uses the KV cache's first pages.
+  virtual std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                                       std::vector<int32_t>* topk);
 };
+
+// A batch of one sequence of n new tokens at positions 0..n-1 with pages 0.. of each pool (sliding pages as
+// a ring over the sliding pool); tokens are zeros. For run_layer implementations and tests.
+StepBatch single_sequence_batch(const KvCacheSpec& spec, int32_t n);
 
 }  // namespace orchid::runtime

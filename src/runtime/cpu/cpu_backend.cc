@@ -76,7 +76,7 @@ struct PagedKv final : KvReader {
 }  // namespace
 
 void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
-                               std::vector<float>& x) {
+                               std::vector<float>& x, std::vector<int32_t>* topk) {
   const auto& c = model_.config;
   const auto& L = w_.layers[size_t(l)];
   const int64_t n = b.num_tokens(), H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
@@ -127,8 +127,22 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
   rms_norm(x.data(), n, H, L.post_norm.data(), eps, h.data());
-  moe(h.data(), n, c, L, o.data());
+  moe(h.data(), n, c, L, o.data(), topk);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
+std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                                         std::vector<int32_t>* topk) {
+  const auto& c = model_.config;
+  if (layer < 0 || layer >= c.num_layers) fail("layer {} is outside [0, {})", layer, c.num_layers);
+  ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
+  StepBatch b = single_sequence_batch(spec_, int32_t(n));
+  validate(b);
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = int32_t(t);
+  std::vector<float> y = x;
+  layer_forward(layer, b, positions, y, topk);
+  return y;
 }
 
 StepOutput CpuBackend::forward(const StepBatch& b) {
