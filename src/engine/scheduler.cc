@@ -203,15 +203,17 @@ void Scheduler::check_invariants() const {
     ++live;
     ORCHID_CHECK(s->num_computed < int32_t(s->tokens.size()), "sequence {}: nothing left to compute", id);
   }
-  ORCHID_CHECK(live == running_.size() +
-                           size_t(std::count_if(waiting_.begin(), waiting_.end(),
-                                                [](auto* s) { return s->state != SeqState::kFinished; })),
-               "a sequence is lost or queued twice");
+  auto unfinished = [](const auto& list) {
+    return size_t(
+        std::count_if(list.begin(), list.end(), [](auto* s) { return s->state != SeqState::kFinished; }));
+  };
+  ORCHID_CHECK(live == unfinished(running_) + unfinished(waiting_), "a sequence is lost or queued twice");
   ORCHID_CHECK(running_.size() <= size_t(config_.max_num_seqs));
   ORCHID_CHECK(std::is_sorted(running_.begin(), running_.end(), before));
   ORCHID_CHECK(std::is_sorted(waiting_.begin(), waiting_.end(), before));
   const int32_t p = blocks_->page_size();
   for (const Sequence* s : running_) {
+    if (s->state == SeqState::kFinished) continue;
     ORCHID_CHECK(s->state == SeqState::kRunning, "sequence {} in the running list", s->id);
     ORCHID_CHECK(int32_t(s->pages.full.size()) == (s->num_computed + p - 1) / p,
                  "sequence {}: {} pages for {} computed tokens", s->id, s->pages.full.size(),

@@ -153,6 +153,7 @@ void FakeBackend::logits_row(const runtime::StepBatch& b, const runtime::StepSeq
     const uint64_t r = mix(d ^ (uint64_t(i) * 0x2545F4914F6CDD1Dull));
     out[i] = float(double(r >> 40) * 0x1.0p-24 * options_.logit_scale);
   }
+  for (int64_t id : options_.eos_token_ids) out[id] += options_.eos_bonus;
 }
 
 runtime::StepOutput FakeBackend::forward(const runtime::StepBatch& b) {

@@ -24,6 +24,7 @@ struct FakeBackendOptions {
   int64_t max_position = 4096;
   uint64_t salt = 0;                    // another "model"
   float logit_scale = 6.0f;             // logits are uniform-ish in [0, scale)
+  float eos_bonus = 0.0f;               // added to the EOS logits
   bool simulate = true;                 // false: no K/V, no checks, instant answers (benchmarks)
   std::optional<int32_t> reject_token;  // a batch holding this id is refused with orchid::Error
 };
