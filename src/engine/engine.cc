@@ -38,6 +38,7 @@ SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSp
   SchedulerConfig s;
   s.max_num_seqs = c.max_num_seqs;
   s.max_num_batched_tokens = c.max_num_batched_tokens;
+  s.logits = c.logits;
   if (spec.sliding_window > 0) {
     // A chunk of n tokens from position q touches sliding pages from the one holding q-W+1 to the one
     // holding q+n-1: at most floor((W+n-2)/P)+2 pages. Keep that within the pool so one sequence alone
@@ -162,16 +163,15 @@ bool Engine::step() {
 bool Engine::step_once() {
   take_inbox();
   const auto t0 = Sequence::Clock::now();
-  if (!scheduler_.schedule(batch_, plan_)) {
+  if (!scheduler_.schedule(plan_)) {
     ORCHID_CHECK(scheduler_.num_running() == 0 && scheduler_.num_waiting() == 0,
                  "nothing scheduled with {} running and {} waiting", scheduler_.num_running(),
                  scheduler_.num_waiting());
     update_metrics(t0, 0.0);
     return false;
   }
-  batch_.logits = config_.logits;
   try {
-    output_ = backend_->forward(batch_);
+    output_ = backend_->forward(scheduler_.batch());
   } catch (const Error& e) {
     // The backend refused this batch; its requests fail, the others carry on.
     spdlog::error("engine: step failed: {}", e.what());

@@ -99,7 +99,6 @@ class Engine {
   std::atomic<bool> running_thread_{false};
 
   // Engine-thread state.
-  runtime::StepBatch batch_;
   std::vector<ScheduledSeq> plan_;
   runtime::StepOutput output_;
   int64_t step_prompt_tokens_ = 0, step_generated_tokens_ = 0;

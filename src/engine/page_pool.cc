@@ -10,11 +10,11 @@ PagePool::PagePool(int32_t num_pages, std::string_view name)
       prev_(size_t(num_pages), -1),
       next_(size_t(num_pages), -1),
       key_(size_t(num_pages)),
-      has_key_(size_t(num_pages), 0) {
+      has_key_(size_t(num_pages), 0),
+      map_(num_pages) {
   ORCHID_CHECK(num_pages >= 0);
   free_.reserve(size_t(num_pages));
   for (int32_t p = num_pages - 1; p >= 0; --p) free_.push_back(p);  // page 0 is handed out first
-  map_.reserve(size_t(num_pages));
 }
 
 void PagePool::lru_remove(int32_t p) {
@@ -71,15 +71,15 @@ void PagePool::unref(int32_t p) {
 }
 
 std::optional<int32_t> PagePool::lookup(const PageHash& key) const {
-  auto it = map_.find(key);
-  if (it == map_.end()) return std::nullopt;
-  return it->second;
+  const int32_t p = map_.find(key);
+  if (p < 0) return std::nullopt;
+  return p;
 }
 
 void PagePool::register_page(int32_t p, const PageHash& key) {
   ORCHID_CHECK(p >= 0 && p < size() && refcount_[size_t(p)] > 0);
   if (has_key_[size_t(p)]) return;
-  if (!map_.emplace(key, p).second) return;  // the same content is cached in another page already
+  if (!map_.insert(key, p)) return;  // the same content is cached in another page already
   key_[size_t(p)] = key;
   has_key_[size_t(p)] = 1;
 }
@@ -114,11 +114,10 @@ void PagePool::check_invariants(std::span<const int32_t> expected) const {
       ORCHID_CHECK(has_key_[size_t(p)], "{} page {}: uncached page in the LRU", name_, p);
     if (has_key_[size_t(p)]) {
       ++keyed;
-      auto it = map_.find(key_[size_t(p)]);
-      ORCHID_CHECK(it != map_.end() && it->second == p, "{} page {}: key not mapped back", name_, p);
+      ORCHID_CHECK(map_.find(key_[size_t(p)]) == p, "{} page {}: key not mapped back", name_, p);
     }
   }
-  ORCHID_CHECK(keyed == int32_t(map_.size()), "{}: cache map has stale entries", name_);
+  ORCHID_CHECK(keyed == map_.size(), "{}: cache map has stale entries", name_);
 }
 
 }  // namespace orchid::engine

@@ -8,7 +8,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/page_hash.h"
@@ -23,7 +22,7 @@ class PagePool {
   int32_t num_free() const { return int32_t(free_.size()) + num_idle_; }  // allocatable now
   int32_t num_used() const { return size() - num_free(); }                // refcount > 0
   int32_t num_idle_cached() const { return num_idle_; }                   // cached, refcount 0
-  int32_t num_cached() const { return int32_t(map_.size()); }             // cached, any refcount
+  int32_t num_cached() const { return map_.size(); }                      // cached, any refcount
   int64_t num_evictions() const { return evictions_; }
 
   // A page with refcount 1: a never-cached free page if there is one, else the least recently released
@@ -58,7 +57,7 @@ class PagePool {
   int32_t head_ = -1, tail_ = -1, num_idle_ = 0;
   std::vector<PageHash> key_;
   std::vector<uint8_t> has_key_;
-  std::unordered_map<PageHash, int32_t, PageHashHasher> map_;
+  PageHashMap map_;
   int64_t evictions_ = 0;
 };
 

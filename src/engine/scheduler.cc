@@ -12,7 +12,8 @@ bool before(const Sequence* a, const Sequence* b) {
 }
 }  // namespace
 
-Scheduler::Scheduler(SchedulerConfig config, BlockManager* blocks) : config_(config), blocks_(blocks) {
+Scheduler::Scheduler(SchedulerConfig config, BlockManager* blocks)
+    : config_(config), blocks_(blocks), builder_(blocks->has_sliding(), config.logits) {
   ORCHID_CHECK(config_.max_num_seqs > 0 && config_.max_num_batched_tokens > 0 &&
                config_.max_chunk_tokens > 0);
 }
@@ -48,6 +49,7 @@ void Scheduler::insert_running(Sequence* s) {
 void Scheduler::finish(Sequence* s) {
   ORCHID_CHECK(s->state != SeqState::kFinished, "sequence {} finished twice", s->id);
   blocks_->release(s->pages);
+  builder_.drop(s);
   s->state = SeqState::kFinished;  // dropped from the queues at the next schedule()
   ++finished_unreaped_;
 }
@@ -59,6 +61,7 @@ void Scheduler::preempt(Sequence* s, std::vector<ScheduledSeq>& plan, int32_t& b
     s->plan_slot = -1;
   }
   blocks_->release(s->pages);
+  builder_.drop(s);
   s->num_computed = 0;
   s->state = SeqState::kPreempted;
   ++s->num_preemptions;
@@ -83,7 +86,7 @@ bool Scheduler::reserve(Sequence* s, int32_t n, std::vector<ScheduledSeq>& plan,
   return true;
 }
 
-bool Scheduler::schedule(runtime::StepBatch& batch, std::vector<ScheduledSeq>& plan) {
+bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   if (finished_unreaped_ > 0) {
     auto done = [](const Sequence* s) { return s->state == SeqState::kFinished; };
     std::erase_if(running_, done);
@@ -134,55 +137,8 @@ bool Scheduler::schedule(runtime::StepBatch& batch, std::vector<ScheduledSeq>& p
 
   std::erase_if(plan, [](const ScheduledSeq& e) { return e.seq == nullptr; });
   for (size_t i = 0; i < plan.size(); ++i) plan[i].seq->plan_slot = -1;
-  build_batch(plan, batch);
+  builder_.build(plan, running_);
   return !plan.empty();
-}
-
-void Scheduler::build_batch(const std::vector<ScheduledSeq>& plan, runtime::StepBatch& batch) const {
-  batch.tokens.clear();
-  batch.seqs.clear();
-  batch.full_page_table.clear();
-  batch.sliding_page_table.clear();
-  batch.params.clear();
-  batch.history_tokens.clear();
-  batch.banned_tokens.clear();
-  batch.seqs.reserve(plan.size());
-  batch.params.reserve(plan.size());
-  for (const ScheduledSeq& e : plan) {
-    const Sequence& s = *e.seq;
-    runtime::StepSequence ss;
-    ss.seq_id = s.id;
-    ss.token_begin = int32_t(batch.tokens.size());
-    ss.num_tokens = e.num_tokens;
-    ss.start_pos = s.num_computed;
-    batch.tokens.insert(batch.tokens.end(), s.tokens.begin() + s.num_computed,
-                        s.tokens.begin() + s.num_computed + e.num_tokens);
-    ss.full_table_begin = int32_t(batch.full_page_table.size());
-    ss.num_full_pages = int32_t(s.pages.full.size());
-    batch.full_page_table.insert(batch.full_page_table.end(), s.pages.full.begin(), s.pages.full.end());
-    ss.sliding_table_begin = int32_t(batch.sliding_page_table.size());
-    ss.num_sliding_pages = int32_t(s.pages.sliding.size());
-    batch.sliding_page_table.insert(batch.sliding_page_table.end(), s.pages.sliding.begin(),
-                                    s.pages.sliding.end());
-    ss.sample = e.sample;
-    ss.sample_index = s.num_outputs();
-    ss.params_index = int32_t(batch.params.size());
-    batch.params.push_back(s.params);
-    if (e.sample && s.params.uses_penalties()) {
-      ss.prompt_history_begin = int32_t(batch.history_tokens.size());
-      ss.prompt_history_len = s.prompt_len;
-      ss.output_history_begin = ss.prompt_history_begin + s.prompt_len;
-      ss.output_history_len = s.num_outputs();
-      batch.history_tokens.insert(batch.history_tokens.end(), s.tokens.begin(), s.tokens.end());
-    }
-    if (e.sample && s.stop.bans_stop_ids(s.num_outputs())) {
-      const auto& ids = s.stop.config().stop_ids;
-      ss.banned_begin = int32_t(batch.banned_tokens.size());
-      ss.num_banned = int32_t(ids.size());
-      batch.banned_tokens.insert(batch.banned_tokens.end(), ids.begin(), ids.end());
-    }
-    batch.seqs.push_back(ss);
-  }
 }
 
 void Scheduler::complete(const ScheduledSeq& e) {

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/batch_builder.h"
 #include "engine/block_manager.h"
 #include "engine/sequence.h"
 #include "runtime/backend.h"
@@ -21,12 +22,7 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 8192;
   int32_t max_chunk_tokens = 1 << 30;  // per sequence and step (the sliding pool's limit for one sequence)
-};
-
-struct ScheduledSeq {
-  Sequence* seq = nullptr;
-  int32_t num_tokens = 0;
-  bool sample = false;
+  runtime::LogitsMode logits = runtime::LogitsMode::kNone;
 };
 
 struct SchedulerCounters {
@@ -42,8 +38,9 @@ class Scheduler {
   void add(std::unique_ptr<Sequence> seq);
   Sequence* find(int64_t id) const;
 
-  // Plans the next step and builds its batch. Returns false (empty batch) when there is nothing to run.
-  bool schedule(runtime::StepBatch& batch, std::vector<ScheduledSeq>& plan);
+  // Plans the next step and builds its batch (batch()). Returns false when there is nothing to run.
+  bool schedule(std::vector<ScheduledSeq>& plan);
+  const runtime::StepBatch& batch() const { return builder_.batch(); }
   // The step ran: the planned tokens are in the cache now.
   void complete(const ScheduledSeq& entry);
   // Ends a sequence: drops its pages and forgets it. The caller has sent its final event.
@@ -63,10 +60,10 @@ class Scheduler {
   void preempt(Sequence* seq, std::vector<ScheduledSeq>& plan, int32_t& budget);
   void insert_waiting(Sequence* seq);
   void insert_running(Sequence* seq);
-  void build_batch(const std::vector<ScheduledSeq>& plan, runtime::StepBatch& batch) const;
 
   SchedulerConfig config_;
   BlockManager* blocks_;
+  BatchBuilder builder_;
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;   // precedence order
   std::vector<Sequence*> running_;  // precedence order

@@ -40,6 +40,13 @@ struct Sequence {
   Clock::time_point arrival_time, last_token_time;
   int32_t plan_slot = -1;  // index in the current step's plan, -1 when not scheduled
 
+  // This sequence's region of the StepBatch page tables (BatchBuilder) and how much of its tables is
+  // mirrored there.
+  struct TableRegion {
+    int32_t begin = -1, capacity = 0;
+    int32_t full_synced = 0, sliding_synced = 0, sliding_begin_synced = 0;
+  } region;
+
   int32_t num_outputs() const { return int32_t(tokens.size()) - prompt_len; }
   int32_t remaining() const { return int32_t(tokens.size()) - num_computed; }
   // Scheduling precedence: lower priority value first, then earlier arrival.

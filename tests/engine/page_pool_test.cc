@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <unordered_map>
+
 #include "core/error.h"
 
 namespace orchid::engine {
@@ -68,6 +71,42 @@ TEST(PagePool, SameContentIsCachedOnce) {
   pool.unref(a);
   EXPECT_EQ(pool.num_idle_cached(), 1);
   pool.check_invariants(std::vector<int32_t>(4, 0));
+}
+
+}  // namespace
+}  // namespace orchid::engine
+
+namespace orchid::engine {
+namespace {
+
+// Random inserts and erases against std::unordered_map, with keys crowded onto a few home slots so that
+// probe runs wrap around the table and deletions shift entries back.
+TEST(PageHashMap, BehavesLikeAMap) {
+  std::mt19937_64 rng(3);
+  for (uint64_t homes : {4ull, 64ull, 1ull << 40}) {
+    PageHashMap map(200);
+    std::unordered_map<uint64_t, int32_t> ref;
+    std::vector<uint64_t> keys;
+    for (int op = 0; op < 20000; ++op) {
+      const uint64_t hi = rng() % 300;
+      const PageHash k{(hi * 0x9E3779B97F4A7C15ull) % homes + 509 /*near the end of the table*/, hi};
+      if (rng() % 2 && ref.size() < 200) {
+        const bool fresh = !ref.count(hi);
+        EXPECT_EQ(map.insert(k, int32_t(hi)), fresh);
+        ref.emplace(hi, int32_t(hi));
+      } else if (ref.count(hi)) {
+        map.erase(k);
+        ref.erase(hi);
+      }
+      ASSERT_EQ(map.size(), int32_t(ref.size()));
+      if (op % 97 == 0) {
+        for (uint64_t h = 0; h < 300; ++h) {
+          const PageHash q{(h * 0x9E3779B97F4A7C15ull) % homes + 509, h};
+          ASSERT_EQ(map.find(q), ref.count(h) ? int32_t(h) : -1) << "op " << op << " key " << h;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
