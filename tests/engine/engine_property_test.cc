@@ -25,6 +25,10 @@ struct Workload {
   uint32_t seed;
 };
 
+void PrintTo(const Workload& w, std::ostream* os) {
+  *os << w.name;
+}
+
 class EngineProperty : public ::testing::TestWithParam<Workload> {};
 
 TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) {

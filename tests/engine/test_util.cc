@@ -8,7 +8,10 @@ std::string ToyDecoder::piece(int32_t id) {
   static const char* const kPieces[] = {"<eos>", "a",    "b",   "c", "st",  "op", "s",        "top",
                                         "\xC3",  "\xA9", "xbx", " ", "sto", "p",  "\xE2\x82", "\xAC"};
   if (id >= 0 && id < int32_t(std::size(kPieces))) return kPieces[id];
-  return "<" + std::to_string(id) + ">";
+  std::string out = "<";
+  out += std::to_string(id);
+  out += '>';
+  return out;
 }
 
 namespace {
