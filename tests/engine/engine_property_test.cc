@@ -133,7 +133,9 @@ TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) 
   // The workload must have exercised what it is meant to.
   EXPECT_GT(aborted, 0);
   EXPECT_GT(m.preemptions, 0);
-  if (w.prefix_caching) EXPECT_GT(m.prefix_hit_tokens, 0);
+  if (w.prefix_caching) {
+    EXPECT_GT(m.prefix_hit_tokens, 0);
+  }
   RecordProperty("steps", steps);
   std::printf("%s: %d requests, %d steps, %d aborted, %lld preemptions, prefix hit rate %.2f\n", w.name,
               w.requests, steps, aborted, static_cast<long long>(m.preemptions), m.prefix_hit_rate());
