@@ -212,17 +212,18 @@ void Engine::process_outputs(const runtime::StepOutput& out) {
             std::chrono::duration<double>(now - (n_out == 1 ? s->arrival_time : s->last_token_time)).count());
     s->last_token_time = now;
 
+    const runtime::SampledToken* logprob = s->params.num_logprobs >= 0 ? &st : nullptr;
+    if (so.finish == FinishReason::kNone) {
+      s->stream->push_token(st.token, logprob, std::move(so.text));
+      continue;
+    }
     RequestEvent ev;
     ev.token_ids.push_back(st.token);
-    if (s->params.num_logprobs >= 0) ev.logprobs.push_back(st);
+    if (logprob) ev.logprobs.push_back(st);
     ev.text = std::move(so.text);
-    if (so.finish != FinishReason::kNone) {
-      ev.stop_token = so.stop_token;
-      ev.stop_string = std::move(so.stop_string);
-      finish(s, so.finish, std::move(ev));
-    } else {
-      s->stream->push(std::move(ev));
-    }
+    ev.stop_token = so.stop_token;
+    ev.stop_string = std::move(so.stop_string);
+    finish(s, so.finish, std::move(ev));
   }
   ORCHID_CHECK(next_sample == out.samples.size(), "backend returned {} samples for {} requested",
                out.samples.size(), next_sample);

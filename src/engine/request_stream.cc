@@ -80,7 +80,27 @@ void RequestStream::push(RequestEvent event) {
     std::lock_guard<std::mutex> lock(mu_);
     ORCHID_CHECK(!final_pushed_, "request {}: event after the final one", id_);
     final_pushed_ = event.finished();
-    queue_.push_back(std::move(event));
+    if (queue_.empty()) {
+      queue_.push_back(std::move(event));
+    } else {
+      merge_event(queue_.back(), std::move(event));
+    }
+    listener = listener_;
+  }
+  cv_.notify_all();
+  if (listener) (*listener)();
+}
+
+void RequestStream::push_token(int32_t id, const runtime::SampledToken* logprob, std::string&& text) {
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ORCHID_CHECK(!final_pushed_, "request {}: event after the final one", id_);
+    if (queue_.empty()) queue_.emplace_back();
+    RequestEvent& ev = queue_.back();
+    ev.token_ids.push_back(id);
+    if (logprob) ev.logprobs.push_back(*logprob);
+    ev.text += text;
     listener = listener_;
   }
   cv_.notify_all();

@@ -24,7 +24,8 @@ class RequestStream {
 
   int64_t id() const { return id_; }
 
-  // Next event, waiting up to `timeout`; nullopt on timeout or once the final event has been taken.
+  // Next event (everything that arrived since the previous one), waiting up to `timeout`; nullopt on timeout
+  // or once the final event has been taken.
   std::optional<RequestEvent> next(std::chrono::nanoseconds timeout);
   // Next event if one is queued, without waiting.
   std::optional<RequestEvent> poll();
@@ -38,8 +39,11 @@ class RequestStream {
   // Called on the engine thread after each push; it must be cheap and must not call back into the engine.
   void set_listener(std::function<void()> listener);
 
-  // Engine side. Pushing after the final event is a programming error.
+  // Engine side. Pushing after the final event is a programming error. Events the consumer has not taken
+  // yet are merged (ids, logprobs and text appended), so a slow consumer finds one event, not thousands.
   void push(RequestEvent event);
+  // push() of a non-final event holding one token, without building the event when it can be merged.
+  void push_token(int32_t id, const runtime::SampledToken* logprob, std::string&& text);
 
  private:
   const int64_t id_;

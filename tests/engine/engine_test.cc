@@ -56,15 +56,19 @@ TEST(Engine, GreedyRequestStreamsOneEventPerToken) {
   r.ignore_eos = true;
   r.max_tokens = 20;
   auto stream = h.engine.submit(r.spec());
-  h.run();
   std::vector<int32_t> ids;
   int events = 0;
   RequestEvent last;
-  while (auto ev = stream->poll()) {
-    ++events;
-    ids.insert(ids.end(), ev->token_ids.begin(), ev->token_ids.end());
-    last = std::move(*ev);
+  // A consumer that keeps up sees one event per token.
+  while (h.engine.step()) {
+    while (auto ev = stream->poll()) {
+      ++events;
+      EXPECT_EQ(ev->token_ids.size(), 1u);
+      ids.insert(ids.end(), ev->token_ids.begin(), ev->token_ids.end());
+      last = std::move(*ev);
+    }
   }
+  h.run();
   EXPECT_EQ(events, 20);
   EXPECT_EQ(ids.size(), 20u);
   EXPECT_EQ(last.finish, FinishReason::kLength);

@@ -49,17 +49,35 @@ TEST(RequestStream, DeliversInOrderAcrossThreadsAndEndsOnce) {
   EXPECT_THROW(stream->push(token(1)), InternalError);
 }
 
-TEST(RequestStream, PollDrainAndTimeout) {
+TEST(RequestStream, PollDrainTimeoutAndMerging) {
   RequestStream s(1);
   EXPECT_FALSE(s.poll().has_value());
   EXPECT_FALSE(s.next(1ms).has_value());
   s.push(token(1));
+  EXPECT_EQ(s.poll()->token_ids, std::vector<int32_t>{1});
+  // Events not taken yet are merged into one.
   s.push(token(2));
-  EXPECT_EQ(s.poll()->token_ids[0], 1);
+  s.push_token(3, nullptr, "3,");
+  s.push(token(4));
   auto rest = s.drain();
   ASSERT_EQ(rest.size(), 1u);
-  EXPECT_EQ(rest[0].token_ids[0], 2);
+  EXPECT_EQ(rest[0].token_ids, (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(rest[0].text, "2,3,4,");
   EXPECT_FALSE(s.finished());
+  runtime::SampledToken lp;
+  lp.token = 5;
+  lp.logprob = -0.5f;
+  s.push_token(5, &lp, "");
+  RequestEvent last;
+  last.finish = FinishReason::kAbort;
+  s.push(last);
+  auto ev = s.poll();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->token_ids, std::vector<int32_t>{5});
+  ASSERT_EQ(ev->logprobs.size(), 1u);
+  EXPECT_EQ(ev->logprobs[0].logprob, -0.5f);
+  EXPECT_EQ(ev->finish, FinishReason::kAbort);
+  EXPECT_THROW(s.push_token(6, nullptr, ""), InternalError);
 }
 
 TEST(RequestStream, WaitAllMergesEverything) {
