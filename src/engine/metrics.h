@@ -55,7 +55,8 @@ struct EngineMetrics {
   // Counters.
   int64_t steps = 0;
   int64_t requests_submitted = 0, requests_finished = 0, requests_aborted = 0, requests_failed = 0;
-  int64_t prompt_tokens = 0, generation_tokens = 0;
+  int64_t prompt_tokens = 0;  // prompt tokens computed: prefix-cache hits excluded, recomputation included
+  int64_t generation_tokens = 0;
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t kv_evictions = 0;

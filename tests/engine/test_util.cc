@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <string_view>
 
 namespace orchid::engine::test {
@@ -64,6 +66,32 @@ RequestSpec Req::spec() const {
   s.priority = priority;
   if (decoder) s.decoder = std::make_unique<ToyDecoder>();
   return s;
+}
+
+testing::FakeBackendOptions fake_options(int32_t full_pages, int32_t sliding_pages, int32_t max_len) {
+  testing::FakeBackendOptions o;
+  o.kv.num_full_pages = full_pages;
+  o.kv.num_sliding_pages = sliding_pages;
+  o.max_position = max_len;
+  return o;
+}
+
+std::vector<int32_t> tokens(std::mt19937& rng, int32_t n, int32_t vocab) {
+  std::vector<int32_t> t;
+  for (int32_t i = 0; i < n; ++i) t.push_back(1 + int32_t(rng() % uint32_t(vocab - 1)));
+  return t;
+}
+
+Harness::Harness(testing::FakeBackendOptions o, EngineConfig c)
+    : options(o), fake(std::make_shared<testing::FakeBackend>(o)), engine(fake, c) {}
+
+void Harness::run() {
+  while (engine.step()) engine.check_invariants();
+  engine.check_invariants();
+  EXPECT_EQ(engine.num_live_requests(), 0u);
+  const auto m = engine.metrics();
+  EXPECT_EQ(m.kv_full_pages_used, 0);
+  EXPECT_EQ(m.kv_sliding_pages_used, 0);
 }
 
 RequestEvent run_alone(const Req& req, const testing::FakeBackendOptions& fake,

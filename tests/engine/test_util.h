@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,24 @@ struct Req {
   int32_t priority = 0;
 
   RequestSpec spec() const;
+};
+
+// Fake backend options: page 4, window 8, vocabulary 64.
+testing::FakeBackendOptions fake_options(int32_t full_pages = 512, int32_t sliding_pages = 128,
+                                         int32_t max_len = 512);
+
+// `n` random ids in [1, vocab) (0 is the fake model's EOS).
+std::vector<int32_t> tokens(std::mt19937& rng, int32_t n, int32_t vocab = 64);
+
+// An engine over a fake backend, stepped on the test's thread; run() checks the invariants after every step
+// and that nothing is left at the end.
+struct Harness {
+  Harness(testing::FakeBackendOptions o, EngineConfig c);
+  void run();
+
+  testing::FakeBackendOptions options;
+  std::shared_ptr<testing::FakeBackend> fake;
+  Engine engine;
 };
 
 // Runs `req` alone on a fresh engine over a fresh fake backend (large pool, no prefix cache).
