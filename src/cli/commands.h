@@ -11,5 +11,6 @@ void add_forward_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace orchid::cli

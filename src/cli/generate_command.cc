@@ -21,8 +21,7 @@ struct GenerateArgs {
   bool print_ids = false, ignore_eos = false, no_prefix_caching = false;
   runtime::SamplingParams sampling;
   int64_t seed = 0;
-  int32_t max_num_seqs = 256, max_num_batched_tokens = 8192;
-  BackendOptions backend;
+  BackendOptions backend;  // also --max-num-seqs, --max-num-batched-tokens, --max-model-len, --block-size
 };
 }  // namespace
 
@@ -53,13 +52,6 @@ void add_generate_command(CLI::App& app) {
                   "comma-separated ids that end generation (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at eos/stop ids");
   cmd->add_flag("--print-ids", args->print_ids, "print the generated ids as a JSON array on the last line");
-  cmd->add_option("--max-num-seqs", args->max_num_seqs, "most sequences in one step")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
-                  "token budget of one step (prefill chunks + decodes)")
-      ->check(CLI::Range(1, 1 << 24))
-      ->capture_default_str();
   cmd->add_flag("--no-enable-prefix-caching", args->no_prefix_caching,
                 "do not reuse cached KV pages of prefixes");
   args->backend.add_flags(cmd);
@@ -75,13 +67,15 @@ void add_generate_command(CLI::App& app) {
     std::shared_ptr<runtime::Backend> backend = args->backend.create(args->model);
 
     engine::EngineConfig config;
-    config.max_num_seqs = args->max_num_seqs;
-    config.max_num_batched_tokens = args->max_num_batched_tokens;
+    config.max_num_seqs = args->backend.max_num_seqs;
+    config.max_num_batched_tokens = args->backend.max_num_batched_tokens;
     config.enable_prefix_caching = !args->no_prefix_caching;
-    const runtime::KvCacheSpec kv = backend->kv_spec();
-    config.max_model_len =
-        int32_t(std::min<int64_t>({args->backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
-                                   backend->model_config().max_position_embeddings}));
+    if (args->backend.max_model_len > 0) {  // else what the model and the KV pool allow
+      const runtime::KvCacheSpec kv = backend->kv_spec();
+      config.max_model_len =
+          int32_t(std::min<int64_t>({args->backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
+                                     backend->model_config().max_position_embeddings}));
+    }
     engine::Engine engine(backend, config);
 
     req.sampling = args->sampling;

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   orchid::cli::add_generate_command(app);
   orchid::cli::add_inspect_command(app);
   orchid::cli::add_synth_command(app);
+  orchid::cli::add_bench_command(app);
 
   auto is_command = [&](const std::string& name) {
     for (const auto* sub : app.get_subcommands({}))

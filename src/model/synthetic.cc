@@ -1,5 +1,7 @@
 #include "model/synthetic.h"
 
+// Header-only use: the binary needs no libxxhash at run time.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstring>

@@ -18,6 +18,7 @@ StepOutput SequenceRunner::feed(const std::vector<int32_t>& ids, bool sample, bo
     fail("sequence of {} tokens needs {} KV pages of {} tokens; the cache has {} (full) / {} (sliding)",
          total, pages, spec.page_size, spec.num_full_pages, spec.num_sliding_pages);
   if (chunk <= 0) chunk = int32_t(std::max<size_t>(ids.size(), 1));
+  chunk = std::min(chunk, backend_.max_step_tokens());
   StepOutput out;
   for (size_t begin = 0; begin < ids.size(); begin += size_t(chunk)) {
     const size_t end = std::min(ids.size(), begin + size_t(chunk));

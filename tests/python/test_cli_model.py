@@ -103,3 +103,18 @@ def test_help_on_every_command(orchid):
     for cmd in ["forward", "generate", "inspect", "synth", "version"]:
         res = orchid(cmd, "--help", check=False)
         assert res.returncode == 0 and "Usage" in res.stdout + res.stderr
+
+
+def test_bench_prefill_and_decode_json(orchid):
+    res = orchid("bench", "prefill", "synthetic:tiny", "--input-lens", "32,64", "--repeats", "1", "--json")
+    out = json.loads(res.stdout)
+    assert [r["input_tokens"] for r in out["rows"]] == [32, 64]
+    for r in out["rows"]:
+        assert r["latency_s"] > 0 and r["floor_s"] > 0
+        assert r["usd_per_1m_tokens"] == pytest.approx(r["latency_s"] * 3.0 / 3600 / r["input_tokens"] * 1e6)
+    res = orchid("bench", "decode", "synthetic:tiny", "--seq-lens", "40", "--batch-sizes", "1,3", "--steps", "2",
+                 "--json")
+    out = json.loads(res.stdout)
+    assert [(r["seq_len"], r["batch"]) for r in out["rows"]] == [(40, 1), (40, 3)]
+    for r in out["rows"]:
+        assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["tokens_per_s_per_user"])
