@@ -43,6 +43,9 @@ struct StepSequence {
   // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens.
   int32_t prompt_history_begin = 0, prompt_history_len = 0;
   int32_t output_history_begin = 0, output_history_len = 0;
+  // Tokens the sampler must not draw (SampleInput::banned_tokens): the request's stop ids and EOS while
+  // min_tokens is not reached. A range of StepBatch::banned_tokens; empty for most sequences.
+  int32_t banned_begin = 0, num_banned = 0;
 };
 
 enum class LogitsMode : uint8_t { kNone, kSampled, kAll };
@@ -54,6 +57,7 @@ struct StepBatch {
   std::vector<int32_t> sliding_page_table;
   std::vector<SamplingParams> params;
   std::vector<int32_t> history_tokens;
+  std::vector<int32_t> banned_tokens;
   LogitsMode logits = LogitsMode::kNone;  // also return raw logits (tests, `orchid forward`)
 
   int32_t num_tokens() const { return int32_t(tokens.size()); }

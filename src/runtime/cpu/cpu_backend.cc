@@ -176,15 +176,8 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     ORCHID_CHECK(s.num_tokens > 0, "cannot sample a sequence with no new tokens");
     const int64_t row_token = s.token_begin + s.num_tokens - 1;
     const size_t r = size_t(std::find(rows.begin(), rows.end(), row_token) - rows.begin());
-    SampleInput in;
-    in.logits = std::span<const float>(logits.data() + r * size_t(V), size_t(V));
-    in.params = &b.params[size_t(s.params_index)];
-    in.sample_index = s.sample_index;
-    in.prompt_tokens = std::span<const int32_t>(b.history_tokens.data() + s.prompt_history_begin,
-                                                size_t(s.prompt_history_len));
-    in.output_tokens = std::span<const int32_t>(b.history_tokens.data() + s.output_history_begin,
-                                                size_t(s.output_history_len));
-    out.samples.push_back(sample_token(in));
+    const std::span<const float> row(logits.data() + r * size_t(V), size_t(V));
+    out.samples.push_back(sample_token(step_sample_input(b, s, row)));
   }
   if (b.logits == LogitsMode::kAll) {
     out.logits = std::move(logits);

@@ -332,7 +332,7 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
     for (const auto& s : b.seqs)
       if (s.sample) all_greedy &= b.params[size_t(s.params_index)].is_greedy() &&
                                   b.params[size_t(s.params_index)].num_logprobs <= 0 &&
-                                  !b.params[size_t(s.params_index)].uses_penalties();
+                                  !b.params[size_t(s.params_index)].uses_penalties() && s.num_banned == 0;
     std::vector<float> host_logits;
     if (all_greedy) {
       kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
@@ -354,15 +354,8 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
         st.logprob = h_logprobs_[k];
         out.samples.push_back(st);
       } else {
-        SampleInput in;
-        in.logits = std::span<const float>(host_logits.data() + k * size_t(V), size_t(V));
-        in.params = &b.params[size_t(s.params_index)];
-        in.sample_index = s.sample_index;
-        in.prompt_tokens = std::span<const int32_t>(b.history_tokens.data() + s.prompt_history_begin,
-                                                    size_t(s.prompt_history_len));
-        in.output_tokens = std::span<const int32_t>(b.history_tokens.data() + s.output_history_begin,
-                                                    size_t(s.output_history_len));
-        out.samples.push_back(sample_token(in));
+        const std::span<const float> row(host_logits.data() + k * size_t(V), size_t(V));
+        out.samples.push_back(sample_token(step_sample_input(b, s, row)));
       }
       ++k;
     }
