@@ -7,5 +7,6 @@ namespace orchid::cli {
 
 // Registration functions: add the subcommand, its flags and its callback to `app`.
 void add_version_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);  // tokenize, detokenize
 
 }  // namespace orchid::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { orchid::init_logging(log_level); });
 
   orchid::cli::add_version_command(app);
+  orchid::cli::add_tokenize_command(app);
 
   try {
     app.parse(argc, argv);
