@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(any_unknown);
   }
 
-  if (valid_bytes.size() <= 4096) {
+  if (valid_bytes.size() <= 256) {  // longer ones are the encode target's job; this keeps runs fast
     FUZZ_CHECK(tok->decode(tok->encode_ordinary(valid_bytes)) == valid_bytes);
   }
   return 0;

@@ -29,6 +29,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
   }
   for (const SpecialToken& t : vocab_.aliases) special_ids_.emplace(t.literal, t.id);
   for (const auto& [literal, id] : special_ids_) {
+    special_first_byte_[static_cast<unsigned char>(literal[0])] = true;
     if (std::find(special_lengths_.begin(), special_lengths_.end(), literal.size()) ==
         special_lengths_.end()) {
       special_lengths_.push_back(literal.size());
@@ -70,19 +71,13 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text,
     encode_ordinary_into(text, &out);
     return out;
   }
-  // First bytes that can start an allowed literal, to skip the rest quickly.
-  bool starts[256] = {};
-  for (const std::string& s : allowed) {
-    if (!s.empty() && special_ids_.count(s)) starts[static_cast<unsigned char>(s[0])] = true;
-  }
   size_t done = 0;  // text[0, done) is encoded
   for (size_t p = 0; p < text.size(); ++p) {
-    if (!starts[static_cast<unsigned char>(text[p])]) continue;
+    if (!special_first_byte_[static_cast<unsigned char>(text[p])]) continue;
     // Leftmost match wins; at one position the longest literal.
     for (size_t len : special_lengths_) {
       if (len > text.size() - p) continue;
-      std::string_view candidate = text.substr(p, len);
-      auto it = special_ids_.find(candidate);
+      auto it = special_ids_.find(text.substr(p, len));
       if (it == special_ids_.end() || !allowed.count(it->first)) continue;
       encode_ordinary_into(text.substr(done, p - done), &out);
       out.push_back(it->second);

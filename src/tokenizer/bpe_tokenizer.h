@@ -45,6 +45,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<int32_t> special_index_;  // id - rank_count_ -> index into vocab_.specials, or -1
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_ids_;
   std::vector<size_t> special_lengths_;  // the distinct literal lengths, longest first
+  bool special_first_byte_[256] = {};    // bytes that start some literal
 };
 
 }  // namespace orchid::tokenizer
