@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (preset `fuzz`, clang + ASan/UBSan) and runs each one.
 #   scripts/fuzz.sh --ci          every target for a bounded time (CI)
-#   scripts/fuzz.sh TARGET [N]    one target for N executions (default 10,000,000), for long local runs
+#   scripts/fuzz.sh TARGET [N] [FLAGS...]   one target for N executions (default 10,000,000), for long local
+#                                           runs; FLAGS go to libFuzzer (e.g. -max_len=512)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset fuzz >/dev/null
@@ -26,5 +27,5 @@ else
   [ -n "$t" ] || { echo "fuzz.sh: no target $1" >&2; exit 2; }
   seeds=$(corpus_of "$t"); [ -d "$seeds" ] || seeds=""
   mkdir -p "build/fuzz/corpus/$1"
-  "$t" -runs="${2:-10000000}" -print_final_stats=1 -artifact_prefix=build/fuzz/ "build/fuzz/corpus/$1" $seeds
+  "$t" -runs="${2:-10000000}" -print_final_stats=1 -artifact_prefix=build/fuzz/ "${@:3}" "build/fuzz/corpus/$1" $seeds
 fi
