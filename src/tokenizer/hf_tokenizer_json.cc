@@ -14,6 +14,9 @@ namespace {
 
 using nlohmann::json;
 
+// Ids index dense tables, so a stray huge id in a file must not size them.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 // GPT-2's byte-level alphabet: printable bytes stand for themselves, the other 68 map to U+0100.. in order.
 // Returns code point -> byte (-1 for code points outside the alphabet).
 std::array<int16_t, 324> byte_level_decoder() {
@@ -109,8 +112,9 @@ Vocabulary parse_hf_tokenizer_json(std::string_view json_text, const std::string
       }
       const int64_t id = t["id"].get<int64_t>();
       std::string content = t["content"].get<std::string>();
-      if (id < v.rank_count() || id > INT32_MAX) {
-        fail("{}: added token {} has id {}, which is not above the BPE ranks", source, content, id);
+      if (id < v.rank_count() || id >= kMaxTokenId) {
+        fail("{}: added token {} has id {}, expected one above the BPE ranks and below {}", source, content,
+             id, kMaxTokenId);
       }
       if (content.empty() || !seen.insert(content).second) {
         fail("{}: added token id {} has an empty or repeated content", source, id);

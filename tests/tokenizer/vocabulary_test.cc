@@ -85,6 +85,14 @@ TEST(Vocabulary, BadTokenizerJsonIsAUserError) {
   EXPECT_NE(
       error_of([] { parse_hf_tokenizer_json(R"({"model":{"type":"Unigram"}})", "t.json"); }).find("BPE"),
       std::string::npos);
+  // The published file with one added token moved to an absurd id.
+  std::string doc = read_text_file(testing::fixture_dir() + "/tokenizer.json", "fixture");
+  const std::string_view id = "\"id\": 199998";
+  const size_t at = doc.find(id);
+  ASSERT_NE(at, std::string::npos);
+  doc.replace(at, id.size(), "\"id\": 2000000000");
+  EXPECT_NE(error_of([&] { parse_hf_tokenizer_json(doc, "t.json"); }).find("expected one above"),
+            std::string::npos);
 }
 
 TEST(Vocabulary, HarmonySpecialsFillOnlyFreeIdsAndNames) {
