@@ -97,9 +97,12 @@ run_sanitizer memcheck "$attn_test" '*Small*' "memcheck attention *Small*"
 run_sanitizer memcheck "$norm_test" '*Small*' "memcheck norm *Small*"
 race_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallMixedStepWithPadding'
 ORCHID_TEST_PREFILL=mma.sync run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck mma.sync prefill+decode"
-# wgmma reads shared memory through the async proxy; a hazard reported here needs a look at whether the tool
-# models that (the barrier + fence.proxy.async ordering is the kernel's claim).
-ORCHID_TEST_PREFILL=wgmma run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck wgmma prefill+decode"
+# The wgmma prefill variant is not used by the runtime until it passes (docs/design.md); ORCHID_WGMMA=1 adds
+# its tests and racecheck here.
+if [ "${ORCHID_WGMMA:-0}" = 1 ]; then
+  ORCHID_TEST_PREFILL=wgmma run_gtest attention_kernels_test_wgmma "$attn_test" --gtest_filter='SinkAttention.*'
+  ORCHID_TEST_PREFILL=wgmma run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck wgmma prefill+decode"
+fi
 
 echo "== attention_bench $quick"
 "$bench" $quick 2>&1 | tee "$logs/bench.log"

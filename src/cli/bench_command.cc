@@ -112,7 +112,9 @@ void run_decode(const BenchArgs& a) {
   BackendOptions bo = a.backend;
   const int64_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
-  bo.max_model_len = std::max(bo.max_model_len, max_len * max_batch);
+  bo.max_model_len = std::max(bo.max_model_len, max_len);
+  if (!bo.uses_cuda() && bo.kv_pages == 0)  // the CPU sizes its pools from this; the GPU from its memory
+    bo.kv_pages = int32_t((max_len + bo.block_size - 1) / bo.block_size * max_batch);
   auto backend = bo.create(a.model);
   const auto& c = backend->model_config();
   const auto spec = backend->kv_spec();

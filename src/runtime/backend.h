@@ -78,6 +78,10 @@ class Backend {
   virtual std::string name() const = 0;
   virtual const model::ModelConfig& model_config() const = 0;
   virtual KvCacheSpec kv_spec() const = 0;
+  // Most new tokens one step may carry (the backend's workspace size); the engine never exceeds it.
+  virtual int32_t max_step_tokens() const { return 1 << 30; }
+  // Most sequences one step may carry.
+  virtual int32_t max_step_seqs() const { return 1 << 30; }
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;

