@@ -13,5 +13,6 @@ void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);  // tokenize, detokenize
 
 }  // namespace orchid::cli
