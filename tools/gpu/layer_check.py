@@ -37,9 +37,9 @@ def reference(args, layers, work):
     layer again in BF16 on the same input."""
     dev = torch.device(args.device)
     model = GptOssForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32, attn_implementation="eager",
-                                              device_map=str(dev),
-                                              quantization_config=transformers.Mxfp4Config(dequantize=True))
-    model = model.float().eval()
+                                              quantization_config=transformers.Mxfp4Config(dequantize=True),
+                                              **({"device_map": str(dev)} if dev.type == "cuda" else {}))
+    model = model.float().to(dev).eval()
     k = model.config.num_experts_per_tok
     captured = {}
 
