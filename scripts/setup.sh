@@ -19,7 +19,7 @@ done
 
 debian_packages=(
   build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
-  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
+  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
 )

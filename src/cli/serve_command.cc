@@ -1,0 +1,170 @@
+// orchid serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME] ...
+// The OpenAI-compatible server. It listens at once (503 while the model loads), serves until SIGTERM or
+// SIGINT, then drains: no new requests, the ones in progress finish (up to --shutdown-timeout), exit 0.
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <thread>
+
+#include "cli/backend_options.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/openai_server.h"
+#include "server/testing/replay_backend.h"
+
+namespace orchid::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, replay_file;
+  server::HttpServerOptions http;
+  server::ServerOptions server;
+  BackendOptions backend;  // --max-model-len, --max-num-seqs, --max-num-batched-tokens, --block-size, ...
+  bool no_prefix_caching = false;
+  int64_t seed = -1;
+  double shutdown_timeout_s = 30;
+};
+
+std::shared_ptr<runtime::Backend> make_backend(const ServeArgs& a,
+                                               const std::shared_ptr<const tokenizer::Tokenizer>& tok) {
+  if (a.replay_file.empty()) return a.backend.create(a.model);
+  server::testing::ReplayOptions o = server::testing::load_replay_file(a.replay_file, *tok);
+  return std::make_shared<server::testing::ReplayBackend>(std::move(o), tok);
+}
+
+// Waits up to `ms` for one of the blocked signals in `set`; 0 if none came.
+int wait_signal(const sigset_t& set, int ms) {
+  timespec ts{ms / 1000, long(ms % 1000) * 1000000L};
+  const int s = sigtimedwait(&set, nullptr, &ts);
+  return s > 0 ? s : 0;
+}
+
+void serve(const ServeArgs& a) {
+  // Signals are taken synchronously by this thread; every thread started from here inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  server::ServerOptions so = a.server;
+  so.model_path = a.model;
+  if (so.served_model_name.empty()) so.served_model_name = a.model;
+  so.max_num_seqs = a.backend.max_num_seqs;
+  auto tok = tokenizer::Tokenizer::for_model(a.model);
+  server::ServerContext ctx(so, tok);
+  server::OpenAIServer http(ctx, a.http);
+  http.start();
+  spdlog::info("orchid serve: listening on http://{}:{} (model {} is loading)", a.http.host, http.port(),
+               a.model);
+
+  std::shared_ptr<engine::Engine> engine;
+  std::string load_error;
+  std::atomic<bool> loaded{false};
+  std::thread loader([&] {
+    try {
+      std::shared_ptr<runtime::Backend> backend = make_backend(a, tok);
+      engine::EngineConfig config;
+      config.max_num_seqs = a.backend.max_num_seqs;
+      config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
+      config.enable_prefix_caching = !a.no_prefix_caching;
+      if (a.seed >= 0) config.seed = uint64_t(a.seed);
+      if (a.backend.max_model_len > 0) {
+        const runtime::KvCacheSpec kv = backend->kv_spec();
+        config.max_model_len =
+            int32_t(std::min<int64_t>({a.backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
+                                       backend->model_config().max_position_embeddings}));
+      }
+      engine = std::make_shared<engine::Engine>(backend, config);
+      engine->start();
+      ctx.set_engine(engine);
+      spdlog::info("orchid serve: ready: {} on the {} backend, max_model_len {}, served as '{}'", a.model,
+                   backend->name(), engine->max_model_len(), so.served_model_name);
+    } catch (const std::exception& e) {
+      load_error = e.what();
+    }
+    loaded = true;
+  });
+
+  int sig = 0;
+  while (!sig && !(loaded && !load_error.empty())) sig = wait_signal(set, 200);
+  if (!loaded) {
+    // Loading cannot be interrupted; nothing was served yet, so there is nothing to drain.
+    spdlog::warn("orchid serve: signal {} while loading; exiting", sig);
+    http.stop();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  loader.join();
+  if (!load_error.empty()) {
+    http.stop();
+    fail("{}", load_error);
+  }
+
+  spdlog::info("orchid serve: signal {}: draining (up to {} s)", sig, a.shutdown_timeout_s);
+  http.begin_drain();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000));
+  while (!http.idle() && std::chrono::steady_clock::now() < deadline) {
+    if (wait_signal(set, 50)) {
+      spdlog::warn("orchid serve: second signal: stopping now");
+      break;
+    }
+  }
+  if (!http.idle()) spdlog::warn("orchid serve: requests still in progress are cut off");
+  http.stop();
+  engine->stop();
+  spdlog::info("orchid serve: stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  a->server.served_model_name.clear();
+  auto* cmd =
+      app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat completions, responses, completions)");
+  cmd->add_option("MODEL", a->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
+  cmd->add_option("--host", a->http.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->http.port, "port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--api-key", a->server.api_key, "require `Authorization: Bearer KEY` on /v1 routes")
+      ->envname("ORCHID_API_KEY");
+  cmd->add_option("--served-model-name", a->server.served_model_name,
+                  "model name in the API (default: the MODEL argument)");
+  cmd->add_option("--max-waiting-requests", a->server.max_waiting_requests,
+                  "requests admitted beyond --max-num-seqs; more get 429")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--default-reasoning-effort", a->server.default_reasoning_effort,
+                  "reasoning effort when a request names none")
+      ->check(CLI::IsMember({"low", "medium", "high"}))
+      ->capture_default_str();
+  cmd->add_option("--max-request-bytes", a->http.max_body_bytes, "largest request body; larger ones get 413")
+      ->check(CLI::Range(size_t(1024), size_t(1) << 31))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", a->http.threads, "threads serving HTTP connections")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s,
+                  "seconds to let requests in progress finish after SIGTERM")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  cmd->add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
+                "do not reuse cached KV pages of prefixes");
+  cmd->add_option("--seed", a->seed, "seed for requests that bring none (default: random)")
+      ->check(CLI::Range(int64_t(0), INT64_MAX));
+  // Tests only: replay scripted Harmony output instead of running the model.
+  cmd->add_option("--replay", a->replay_file, "")->group("");
+  a->backend.add_flags(cmd);
+  cmd->callback([a] { serve(*a); });
+}
+
+}  // namespace orchid::cli

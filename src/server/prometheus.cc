@@ -1,0 +1,111 @@
+#include "server/prometheus.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace orchid::server {
+
+namespace {
+
+std::string number(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+void PrometheusWriter::head(const std::string& name, const std::string& help, const char* type) {
+  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void PrometheusWriter::gauge(const std::string& name, const std::string& help, double value) {
+  head(name, help, "gauge");
+  out_ += name + " " + number(value) + "\n";
+}
+
+void PrometheusWriter::counter(const std::string& name, const std::string& help, double value) {
+  head(name, help, "counter");
+  out_ += name + " " + number(value) + "\n";
+}
+
+void PrometheusWriter::histogram(const std::string& name, const std::string& help,
+                                 const engine::Histogram& h) {
+  head(name, help, "histogram");
+  // Prometheus buckets are cumulative; the engine's are not.
+  uint64_t cumulative = 0;
+  const auto& bounds = h.upper_bounds();
+  const auto& counts = h.bucket_counts();
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += counts[i];
+    out_ += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, number(bounds[i]), cumulative);
+  }
+  out_ += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, h.count());
+  out_ += fmt::format("{}_sum {}\n{}_count {}\n", name, number(h.sum()), name, h.count());
+}
+
+std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics& s) {
+  PrometheusWriter w;
+  w.gauge("orchid_ready", "1 once the model is loaded and requests are served", s.ready ? 1 : 0);
+  w.gauge("orchid_http_connections_open", "open HTTP connections", double(s.http.connections_open));
+  w.counter("orchid_http_connections_total", "HTTP connections accepted", double(s.http.connections_total));
+  w.counter("orchid_http_connections_rejected_total", "connections closed at once: too many open",
+            double(s.http.connections_rejected));
+  w.gauge("orchid_http_requests_active", "HTTP requests read and not yet answered in full",
+          double(s.http.requests_active));
+  w.counter("orchid_http_requests_total", "HTTP requests read", double(s.http.requests_total));
+  w.counter("orchid_http_responses_cancelled_total", "responses cut short because the client left",
+            double(s.http.responses_cancelled));
+  w.counter("orchid_http_timeouts_total", "connections closed by a read, write or idle timeout",
+            double(s.http.timeouts));
+  w.gauge("orchid_requests_in_flight", "generation requests admitted and not yet answered",
+          double(s.requests_in_flight));
+  w.counter("orchid_requests_rejected_total", "generation requests refused with 429",
+            double(s.requests_rejected));
+  if (!e) return w.text();
+
+  w.gauge("orchid_num_requests_waiting", "requests queued, preempted ones included", double(e->num_waiting));
+  w.gauge("orchid_num_requests_running", "sequences in the running batch", double(e->num_running));
+  w.gauge("orchid_kv_full_pages_total", "KV pages of the full-attention pool", e->kv_full_pages_total);
+  w.gauge("orchid_kv_full_pages_used", "full-attention KV pages held by sequences", e->kv_full_pages_used);
+  w.gauge("orchid_kv_full_pages_cached", "full-attention KV pages idle in the prefix cache",
+          e->kv_full_pages_cached);
+  w.gauge("orchid_kv_sliding_pages_total", "KV pages of the sliding-window pool", e->kv_sliding_pages_total);
+  w.gauge("orchid_kv_sliding_pages_used", "sliding-window KV pages held by sequences",
+          e->kv_sliding_pages_used);
+  w.gauge("orchid_kv_sliding_pages_cached", "sliding-window KV pages idle in the prefix cache",
+          e->kv_sliding_pages_cached);
+  w.gauge("orchid_kv_cache_usage_ratio", "fraction of full-attention KV pages held by sequences",
+          e->kv_full_pages_total ? double(e->kv_full_pages_used) / e->kv_full_pages_total : 0.0);
+  w.gauge("orchid_generation_tokens_per_second", "generated tokens per second over the last 10 s",
+          e->generation_tokens_per_s);
+  w.gauge("orchid_prompt_tokens_per_second", "prompt tokens computed per second over the last 10 s",
+          e->prompt_tokens_per_s);
+  w.counter("orchid_engine_steps_total", "engine steps run", double(e->steps));
+  w.counter("orchid_requests_submitted_total", "requests submitted to the engine",
+            double(e->requests_submitted));
+  w.counter("orchid_requests_finished_total", "requests that ended with stop or length",
+            double(e->requests_finished));
+  w.counter("orchid_requests_aborted_total", "requests aborted (client gone, stop string, shutdown)",
+            double(e->requests_aborted));
+  w.counter("orchid_requests_failed_total", "requests that failed in the backend",
+            double(e->requests_failed));
+  w.counter("orchid_prompt_tokens_total", "prompt tokens computed (prefix-cache hits excluded)",
+            double(e->prompt_tokens));
+  w.counter("orchid_generation_tokens_total", "tokens generated", double(e->generation_tokens));
+  w.counter("orchid_preemptions_total", "sequences preempted for lack of KV pages", double(e->preemptions));
+  w.counter("orchid_prefix_cache_queries_total", "prompt tokens looked up in the prefix cache",
+            double(e->prefix_query_tokens));
+  w.counter("orchid_prefix_cache_hits_total", "prompt tokens served from the prefix cache",
+            double(e->prefix_hit_tokens));
+  w.counter("orchid_kv_evictions_total", "cached KV pages evicted", double(e->kv_evictions));
+  w.histogram("orchid_time_to_first_token_seconds", "time from arrival to the first generated token",
+              e->time_to_first_token);
+  w.histogram("orchid_inter_token_latency_seconds", "time between consecutive generated tokens",
+              e->inter_token_latency);
+  w.histogram("orchid_step_time_seconds", "duration of one engine step", e->step_time);
+  return w.text();
+}
+
+}  // namespace orchid::server
