@@ -39,15 +39,16 @@ void put_opt(Json& j, const char* key, const std::optional<std::string>& v) {
 
 Json system_to_json(const SystemContent& s) {
   Json j = Json::object();
+  // openai-harmony's field order, so that its JSON and ours compare equal as ordered objects.
   put_opt(j, "model_identity", s.model_identity);
   if (s.reasoning_effort) j["reasoning_effort"] = effort_json_name(*s.reasoning_effort);
-  if (s.tools) j["tools"] = tools_to_json(*s.tools);
   put_opt(j, "conversation_start_date", s.conversation_start_date);
   put_opt(j, "knowledge_cutoff", s.knowledge_cutoff);
   if (s.channel_config) {
     j["channel_config"] = Json{{"valid_channels", s.channel_config->valid_channels},
                                {"channel_required", s.channel_config->channel_required}};
   }
+  if (s.tools) j["tools"] = tools_to_json(*s.tools);
   j["type"] = "system_content";
   return j;
 }

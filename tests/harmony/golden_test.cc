@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "golden_files.h"
 #include "harmony/message_json.h"
 #include "harmony/render.h"
 #include "harmony/stream_parser.h"
@@ -20,22 +21,15 @@ namespace {
 using testing::test_tokenizer;
 using Json = nlohmann::ordered_json;
 
-std::vector<Json> read_jsonl(const std::string& name) {
-  std::ifstream f(std::string(ORCHID_HARMONY_GOLDEN_DIR) + "/" + name);
-  EXPECT_TRUE(f.good()) << "missing golden file " << name << " (re-run cmake to extract the archive)";
-  std::vector<Json> out;
-  std::string line;
-  while (std::getline(f, line)) out.push_back(Json::parse(line));
-  return out;
-}
+using testing::read_golden_jsonl;
 
 const std::vector<Json>& render_cases() {
-  static const std::vector<Json> cases = read_jsonl("render_cases.jsonl");
+  static const std::vector<Json> cases = read_golden_jsonl("render_cases.jsonl");
   return cases;
 }
 
 const std::vector<Json>& parse_cases() {
-  static const std::vector<Json> cases = read_jsonl("parse_cases.jsonl");
+  static const std::vector<Json> cases = read_golden_jsonl("parse_cases.jsonl");
   return cases;
 }
 

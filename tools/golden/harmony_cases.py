@@ -110,8 +110,26 @@ def parse_cases(enc, seed: int, n: int) -> list:
     out = [parse_record(enc, name, ids, role) for name, ids, role in named_parse_cases(enc)]
     rng = random.Random(seed + 1)
     for i in range(n):
-        ids, role = hr.garbage(rng, enc) if i % 8 == 7 else hr.completion(rng, enc)
+        kind = i % 8
+        ids, role = (hr.garbage if kind == 7 else hr.header_case if kind == 6 else hr.completion)(rng, enc)
         out.append(parse_record(enc, f"random_parse_{i}", ids, role))
+    return out
+
+
+def utf8_cases(seed: int, n: int) -> list:
+    """Python's UTF-8 decoder as the oracle for where a byte string goes wrong and its lossy decoding."""
+    rng = random.Random(seed + 2)
+    out = []
+    for _ in range(n):
+        b = hr.utf8_bytes(rng)
+        rec = {"hex": b.hex(), "lossy": b.decode("utf-8", "replace"), "valid": True, "valid_up_to": len(b),
+               "error_len": None}
+        try:
+            b.decode("utf-8")
+        except UnicodeDecodeError as e:
+            rec.update(valid=False, valid_up_to=e.start,
+                       error_len=None if e.reason == "unexpected end of data" else e.end - e.start)
+        out.append(rec)
     return out
 
 
@@ -156,6 +174,7 @@ def main() -> None:
     parses = parse_cases(enc, args.seed, args.parse)
     write_archive(out / ARCHIVE, {
         "render_cases.jsonl": jsonl(renders), "parse_cases.jsonl": jsonl(parses),
+        "utf8_cases.jsonl": jsonl(utf8_cases(args.seed, 2000)),
         "builtin_tools.json": (json.dumps(builtin_tools(), ensure_ascii=False, indent=1) + "\n").encode()})
     errors = sum("error" in r for r in renders)
     strict_errors = sum(r["strict"]["error"] is not None for r in parses)

@@ -65,6 +65,8 @@ def json_args(rng: random.Random) -> str:
 
 
 def default_value(rng: random.Random) -> Any:
+    if rng.random() < 0.15:
+        return rng.choice([rng.uniform(-1, 1), rng.uniform(-1e6, 1e6)]) * 10.0 ** rng.randint(-30, 30)
     return rng.choice([
         "celsius", "with \"quote\" and \\ backslash", "", 0, -1, 20, 2**40, 2**70, 1.5, 0.1, -0.0, 1e20, 1.5e-7,
         123456.789, 1e16, 1e17, 0.0001, 1e-5, True, False, None, ["x", "y"], {"a": 1, "b": [True, None]},
@@ -456,3 +458,45 @@ def garbage(rng: random.Random, enc) -> tuple:
                                                                  "hello world browser.search user tool 💖")
     ids = [rng.choice(alphabet) for _ in range(rng.randint(0, 40))]
     return ids, rng.choice(["assistant", "assistant", None, "user"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# UTF-8 byte strings (for the parser's validation and lossy decoding)
+
+UTF8_PIECES = (b"a", b" ", "\u00e9".encode(), "\u20ac".encode(), "\U0001F496".encode(), b"\xf0\x9f", b"\xf0\x9f\x92",
+               b"\xe2\x82", b"\xc3", b"\x80", b"\xbf", b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\xa0\x80",
+               b"\xed\xa0\x80", b"\xed\x9f\xbf", b"\xf4\x90\x80\x80", b"\xf4\x8f\xbf\xbf", b"\xf5", b"\xff", b"\xfe",
+               b"\xf0\x90\x80", b"\xf8\x88\x80\x80\x80", b"\x00", b"\x7f")
+
+
+def utf8_bytes(rng: random.Random) -> bytes:
+    return b"".join(rng.choice(UTF8_PIECES) for _ in range(rng.randint(0, 8)))
+
+
+# Headers made of random pieces: role words, tool names, recipients, channels, content types, and the
+# whitespace characters on which Rust's trim (Unicode) and split (ASCII only) disagree with Python's.
+HEADER_WORDS = ("assistant", "user", "tool", "system", "to=functions.f", "to=assistant", "to=", "browser.search",
+                "functions.get_weather", "json", "code", "<|constrain|>json", "<|constrain|>", "final", "analysis",
+                "commentary", "x", "Assistant", "all", "to=all", "<", "<|start|>")
+HEADER_SPACES = (" ", " ", "", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003",
+                 "\u3000", "\u200b")
+
+
+def header_case(rng: random.Random, enc) -> tuple:
+    pieces = []
+    for _ in range(rng.randint(0, 5)):
+        r = rng.random()
+        if r < 0.2:
+            pieces.append([CHANNEL])
+            if rng.random() < 0.85:
+                pieces.append(enc.encode(rng.choice(["analysis", "final", "commentary", "final<x", "fin\u3000al",
+                                                     "a\x1cb"]), disallowed_special=()))
+        elif r < 0.3:
+            pieces.append([CONSTRAIN])
+        else:
+            pieces.append(enc.encode(rng.choice(HEADER_SPACES) + rng.choice(HEADER_WORDS) + rng.choice(HEADER_SPACES),
+                                     disallowed_special=()))
+    header = [t for p in pieces for t in p]
+    role = rng.choice(["assistant", None, None])
+    ids = ([] if role else [START]) + header + [MESSAGE] + enc.encode(text(rng, 4), disallowed_special=()) + [rng.choice(STOPS)]
+    return ids, role
