@@ -169,6 +169,11 @@ Pieces render_for_training(const Conversation& conversation, const RenderConfig&
   return out;
 }
 
+std::vector<int32_t> render_completion_ids(const Conversation& conversation, const tokenizer::Tokenizer& tok,
+                                           Role next_role, const RenderConfig& config) {
+  return pieces_ids(render_for_completion(conversation, next_role, config), tok);
+}
+
 std::string pieces_text(const Pieces& pieces) {
   std::string out;
   for (const Piece& p : pieces) {

@@ -52,6 +52,11 @@ bool has_function_tools(const Conversation& conversation);
 // Which messages render_conversation keeps (the CoT drop rule), by index.
 std::vector<size_t> kept_message_indices(const Conversation& conversation, const RenderConfig& config);
 
+// The prompt ids for the model to continue as `next_role` (usually assistant).
+std::vector<int32_t> render_completion_ids(const Conversation& conversation, const tokenizer::Tokenizer& tok,
+                                           Role next_role = Role::kAssistant,
+                                           const RenderConfig& config = {});
+
 // The text of the pieces, special tokens written as their literals.
 std::string pieces_text(const Pieces& pieces);
 // Token ids: text fragments encoded one by one with encode_ordinary.

@@ -155,7 +155,8 @@ def read_archive(path: Path) -> dict:
     with tarfile.open(path, "r:gz") as tar:
         for m in tar.getmembers():
             data = tar.extractfile(m).read().decode()
-            out[m.name] = ([json.loads(line) for line in data.splitlines()] if m.name.endswith(".jsonl")
+            # Only "\n" ends a line: str.splitlines() would also split at U+2028, U+0085, ... inside strings.
+            out[m.name] = ([json.loads(line) for line in data.split("\n") if line] if m.name.endswith(".jsonl")
                            else json.loads(data))
     return out
 
