@@ -195,8 +195,9 @@ const std::optional<std::string>& StreamParser::current_author_name() const {
   return state_ == StreamState::kContent ? header_.author.name : kNone;
 }
 
-std::string StreamParser::current_content() const {
-  return state_ == StreamState::kContent ? content_ : "";
+const std::string& StreamParser::current_content() const {
+  static const std::string kEmpty;
+  return state_ == StreamState::kContent ? content_ : kEmpty;
 }
 
 ParseResult parse_completion(std::shared_ptr<const tokenizer::Tokenizer> tok, std::span<const int32_t> ids,

@@ -33,6 +33,7 @@ class StreamParser {
   // "<|start|>assistant"); nullopt when the output starts with <|start|> itself.
   StreamParser(std::shared_ptr<const tokenizer::Tokenizer> tok, std::optional<Role> role, bool strict = true);
 
+  // Strict mode throws orchid::Error on malformed output; the parser is not usable after that.
   void process(int32_t token);
   // End of output (a stop token, max_tokens, ...): completes the message in progress.
   void process_eos();
@@ -50,7 +51,7 @@ class StreamParser {
   std::optional<std::string> current_content_type() const;
   const std::optional<std::string>& current_author_name() const;
   // The text of the current message so far (without bytes of an incomplete character); "" between messages.
-  std::string current_content() const;
+  const std::string& current_content() const;
 
  private:
   void on_expect_start(int32_t token);
