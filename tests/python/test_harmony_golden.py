@@ -18,7 +18,7 @@ def test_golden_archive_is_reproducible_with_openai_harmony():
     renders = hc.render_cases(enc, hc.DEFAULT_SEED, 80)
     assert len(renders) > 80
     assert renders == golden["render_cases.jsonl"][: len(renders)]
-    parses = hc.parse_cases(enc, hc.DEFAULT_SEED, 120)
+    parses = hc.parse_cases(enc, hc.DEFAULT_SEED, 120, golden["render_cases.jsonl"])
     assert parses == golden["parse_cases.jsonl"][: len(parses)]
     assert hc.builtin_tools() == golden["builtin_tools.json"]
 

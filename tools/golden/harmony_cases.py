@@ -106,8 +106,11 @@ def render_cases(enc, seed: int, n: int) -> list:
     return out
 
 
-def parse_cases(enc, seed: int, n: int) -> list:
+def parse_cases(enc, seed: int, n: int, renders: list = ()) -> list:
     out = [parse_record(enc, name, ids, role) for name, ids, role in named_parse_cases(enc)]
+    # Whole rendered conversations parse back too (every message, system and tool ones included).
+    out += [parse_record(enc, "parse_" + r["name"], r["ids"], None) for r in renders
+            if "ids" in r and r["op"] in ("conversation", "training")]
     rng = random.Random(seed + 1)
     for i in range(n):
         kind = i % 8
@@ -172,7 +175,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     renders = render_cases(enc, args.seed, args.render)
-    parses = parse_cases(enc, args.seed, args.parse)
+    parses = parse_cases(enc, args.seed, args.parse, renders)
     write_archive(out / ARCHIVE, {
         "render_cases.jsonl": jsonl(renders), "parse_cases.jsonl": jsonl(parses),
         "utf8_cases.jsonl": jsonl(utf8_cases(args.seed, 2000)),
