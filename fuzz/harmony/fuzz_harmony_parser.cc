@@ -22,22 +22,27 @@ const std::shared_ptr<const orchid::tokenizer::Tokenizer>& tok() {
   return t;
 }
 
-constexpr int32_t kStructural[] = {kStartId, kEndId, kMessageId, kChannelId, kConstrainId, kReturnId, kCallId};
+constexpr int32_t kStructural[] = {kStartId,     kEndId,    kMessageId, kChannelId,
+                                   kConstrainId, kReturnId, kCallId};
 // assistant, analysis, final, "comment" "ary", " to", "=", "functions", ".", "json", " ", "user", "browser",
 // and ids whose bytes end or start in the middle of a UTF-8 character.
-constexpr int32_t kWords[] = {173781, 35644, 17196, 12606, 815, 316, 28, 44580, 13, 4108, 220, 1428, 52454,
-                              9552,   31446, 244,   3490,  25,  392, 10848, 7693, 1243, 200018};
+constexpr int32_t kWords[] = {173781, 35644, 17196, 12606, 815,  316, 28,  44580, 13,   4108, 220,   1428,
+                              52454,  9552,  31446, 244,   3490, 25,  392, 10848, 7693, 1243, 200018};
 
 int32_t next_id(const uint8_t* p) {
   const uint16_t v = static_cast<uint16_t>(p[0] | (p[1] << 8));
   const unsigned k = v & 0x1FFF;
   switch (v >> 13) {
     case 0:
-    case 1: return kStructural[k % std::size(kStructural)];
+    case 1:
+      return kStructural[k % std::size(kStructural)];
     case 2:
-    case 3: return kWords[k % std::size(kWords)];
-    case 4: return k % 3 == 0 ? -static_cast<int32_t>(k) : 201088 + static_cast<int32_t>(k);
-    default: return static_cast<int32_t>((static_cast<uint32_t>(v) * 2654435761u) % 201100u);
+    case 3:
+      return kWords[k % std::size(kWords)];
+    case 4:
+      return k % 3 == 0 ? -static_cast<int32_t>(k) : 201088 + static_cast<int32_t>(k);
+    default:
+      return static_cast<int32_t>((static_cast<uint32_t>(v) * 2654435761u) % 201100u);
   }
 }
 
@@ -47,19 +52,29 @@ void check(bool ok) {
 
 void run(const std::vector<int32_t>& ids, std::optional<Role> role, bool strict) {
   StreamParser parser(tok(), role, strict);
+  // The deltas of a message add up to its current content, and each one is valid UTF-8. Checked in O(1)
+  // per token (sizes), fully when the message ends and after the last token.
   std::string deltas;
   bool was_content = false;
+  size_t finished = 0;
   for (int32_t id : ids) {
     parser.process(id);
     const bool is_content = parser.state() == StreamState::kContent;
-    const std::string delta = parser.last_content_delta().value_or("");
-    deltas = is_content ? (was_content ? deltas + delta : delta) : "";
-    check(deltas == parser.current_content());
-    check(check_utf8(parser.current_content()).valid);
+    if (parser.messages().size() > finished) {
+      if (was_content) check(parser.messages().back().text_content().starts_with(deltas));
+      finished = parser.messages().size();
+    }
+    if (!is_content || !was_content) deltas.clear();
+    if (is_content && parser.last_content_delta()) {
+      check(check_utf8(*parser.last_content_delta()).valid);
+      deltas += *parser.last_content_delta();
+    }
+    check(deltas.size() == parser.current_content().size());
     was_content = is_content;
     (void)parser.current_role();
     (void)parser.current_recipient();
   }
+  check(deltas == parser.current_content());
   parser.process_eos();
   for (const Message& m : parser.messages()) check(check_utf8(m.text_content()).valid);
   check(strict || parser.state() != StreamState::kHeader);
