@@ -45,6 +45,7 @@ def encoding():
 
 from harmony_named import named_parse_cases, named_render_cases  # noqa: E402
 from harmony_parse_oracle import lenient_result, strict_result  # noqa: E402
+import harmony_completions as hc_ids  # noqa: E402
 import harmony_random as hr  # noqa: E402
 
 
@@ -114,7 +115,7 @@ def parse_cases(enc, seed: int, n: int, renders: list = ()) -> list:
     rng = random.Random(seed + 1)
     for i in range(n):
         kind = i % 8
-        ids, role = (hr.garbage if kind == 7 else hr.header_case if kind == 6 else hr.completion)(rng, enc)
+        ids, role = (hc_ids.garbage if kind == 7 else hc_ids.header_case if kind == 6 else hc_ids.completion)(rng, enc)
         out.append(parse_record(enc, f"random_parse_{i}", ids, role))
     return out
 
@@ -124,7 +125,7 @@ def utf8_cases(seed: int, n: int) -> list:
     rng = random.Random(seed + 2)
     out = []
     for _ in range(n):
-        b = hr.utf8_bytes(rng)
+        b = hc_ids.utf8_bytes(rng)
         rec = {"hex": b.hex(), "lossy": b.decode("utf-8", "replace"), "valid": True, "valid_up_to": len(b),
                "error_len": None}
         try:
