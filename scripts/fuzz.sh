@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "${ORCHID_JOBS:-2}"
+cmake --build --preset fuzz -j "${ORCHID_JOBS:-2}" --target orchid_fuzzers
 targets=$(find build/fuzz/fuzz -maxdepth 2 -type f -name "fuzz_*" -perm -u+x 2>/dev/null | sort || true)
 corpus_of() { echo "fuzz/corpus/$(basename "$1")"; }
 if [ "${1:-}" = "--ci" ]; then

@@ -7,5 +7,10 @@ namespace orchid::cli {
 
 // Registration functions: add the subcommand, its flags and its callback to `app`.
 void add_version_command(CLI::App& app);
+void add_forward_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace orchid::cli

@@ -11,16 +11,29 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr std::array<DTypeInfo, 14> kDTypes = {{
-    {DType::kF32, "F32", 4},   {DType::kF16, "F16", 2},   {DType::kBF16, "BF16", 2},
-    {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kU8, "U8", 1}, {DType::kI8, "I8", 1},
-    {DType::kI16, "I16", 2},   {DType::kI32, "I32", 4},   {DType::kI64, "I64", 8},
-    {DType::kU16, "U16", 2},   {DType::kU32, "U32", 4},   {DType::kU64, "U64", 8},
-    {DType::kF64, "F64", 8},   {DType::kBool, "BOOL", 1},
+    {DType::kF32, "F32", 4},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},
+    {DType::kI32, "I32", 4},
+    {DType::kI64, "I64", 8},
+    {DType::kU16, "U16", 2},
+    {DType::kU32, "U32", 4},
+    {DType::kU64, "U64", 8},
+    {DType::kF64, "F64", 8},
+    {DType::kBool, "BOOL", 1},
 }};
 }  // namespace
 
-size_t dtype_size(DType t) { return kDTypes[size_t(t)].size; }
-std::string_view dtype_name(DType t) { return kDTypes[size_t(t)].name; }
+size_t dtype_size(DType t) {
+  return kDTypes[size_t(t)].size;
+}
+std::string_view dtype_name(DType t) {
+  return kDTypes[size_t(t)].name;
+}
 
 bool parse_dtype(std::string_view name, DType* out) {
   for (const auto& d : kDTypes) {
@@ -55,8 +68,8 @@ uint8_t float_to_fp8e4m3(float f) {
   if (a >= kFp8E4M3Max) return uint8_t(sign | 0x7e);  // satfinite
   // Quantize on the grid of the binade a falls in; the subnormal step (2^-9) covers a < 2^-6.
   int e;
-  std::frexp(a, &e);        // a = m * 2^e, m in [0.5, 1)
-  int unbiased = e - 1;     // a in [2^unbiased, 2^(unbiased+1))
+  std::frexp(a, &e);     // a = m * 2^e, m in [0.5, 1)
+  int unbiased = e - 1;  // a in [2^unbiased, 2^(unbiased+1))
   if (unbiased < -6) unbiased = -6;
   const float step = std::ldexp(1.0f, unbiased - 3);
   float q = std::nearbyint(a / step) * step;  // default rounding mode: nearest even

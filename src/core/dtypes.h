@@ -14,7 +14,22 @@
 
 namespace orchid {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kU8, kI8, kI16, kI32, kI64, kU16, kU32, kU64, kF64, kBool };
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kF8E4M3,
+  kU8,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kU16,
+  kU32,
+  kU64,
+  kF64,
+  kBool
+};
 
 // Bytes per element (all supported dtypes are whole bytes).
 size_t dtype_size(DType t);
@@ -23,14 +38,18 @@ std::string_view dtype_name(DType t);  // safetensors spelling: "F32", "BF16", "
 bool parse_dtype(std::string_view name, DType* out);
 
 // ---- bf16 ----
-inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
+inline float bf16_to_float(uint16_t b) {
+  return std::bit_cast<float>(uint32_t(b) << 16);
+}
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN (quiet)
   uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);                          // ties to even
   return uint16_t((u + rounding) >> 16);
 }
-inline float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+inline float round_to_bf16(float f) {
+  return bf16_to_float(float_to_bf16(f));
+}
 
 // ---- fp8 e4m3fn ----
 float fp8e4m3_to_float(uint8_t b);

@@ -1,11 +1,14 @@
 // Errors. Two kinds, kept apart on purpose:
 //  - orchid::Error: a user mistake (bad flag, bad config, bad checkpoint, bad request). The message names the
 //    file, tensor, field or parameter; callers show it as is.
-//  - ORCHID_CHECK: a programming error. It throws InternalError carrying file:line, so a server can answer 500
+//  - ORCHID_CHECK: a programming error. It throws InternalError carrying file:line, so a server can answer
+//  500
 //    and keep running, and a CLI stops with a clear trace.
 #pragma once
 
 #include <fmt/format.h>
+
+#include "core/check_failed.h"
 
 #include <stdexcept>
 #include <string>
@@ -27,12 +30,10 @@ template <typename... Args>
   throw Error(fmt::format(f, std::forward<Args>(args)...));
 }
 
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
-
 }  // namespace orchid
 
-#define ORCHID_CHECK(cond, ...)                                                            \
-  do {                                                                                     \
-    if (!(cond)) [[unlikely]]                                                              \
-      ::orchid::check_failed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__));    \
+#define ORCHID_CHECK(cond, ...)                                                         \
+  do {                                                                                  \
+    if (!(cond)) [[unlikely]]                                                           \
+      ::orchid::check_failed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)); \
   } while (0)

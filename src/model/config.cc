@@ -22,7 +22,8 @@ int64_t get_int(const json& j, std::string_view key, std::string_view src) {
   const json* v = find(j, key);
   if (!v) fail("{}: missing field '{}'", src, key);
   if (v->is_number_integer()) return v->get<int64_t>();
-  if (v->is_number_float() && v->get<double>() == double(int64_t(v->get<double>()))) return int64_t(v->get<double>());
+  if (v->is_number_float() && v->get<double>() == double(int64_t(v->get<double>())))
+    return int64_t(v->get<double>());
   fail("{}: field '{}' must be an integer, got {}", src, key, v->dump());
 }
 
@@ -65,8 +66,10 @@ RopeConfig parse_rope(const json& j, std::string_view src) {
   }
   std::string sub = fmt::format("{} ({})", src, params_name);
   std::string type;
-  if (const json* t = find(*params, "rope_type")) type = t->is_string() ? t->get<std::string>() : "";
-  else if (const json* t2 = find(*params, "type")) type = t2->is_string() ? t2->get<std::string>() : "";
+  if (const json* t = find(*params, "rope_type"))
+    type = t->is_string() ? t->get<std::string>() : "";
+  else if (const json* t2 = find(*params, "type"))
+    type = t2->is_string() ? t2->get<std::string>() : "";
   if (type.empty() || type == "default") {
     r.yarn = false;
     r.factor = 1.0;
@@ -106,15 +109,16 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view src) {
   c.experts_per_token = get_int_any(j, {"num_experts_per_tok", "experts_per_token"}, src);
   c.num_heads = get_int(j, "num_attention_heads", src);
   c.num_kv_heads = get_int(j, "num_key_value_heads", src);
-  c.head_dim = find(j, "head_dim") ? get_int(j, "head_dim", src)
-                                   : (c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  c.head_dim =
+      find(j, "head_dim") ? get_int(j, "head_dim", src) : (c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   c.vocab_size = get_int(j, "vocab_size", src);
   c.sliding_window = find(j, "sliding_window") ? get_int(j, "sliding_window", src) : 0;
   c.rope = parse_rope(j, src);
   if (find(j, "swiglu_limit")) c.swiglu_limit = get_double(j, "swiglu_limit", src);
   if (find(j, "swiglu_alpha")) c.swiglu_alpha = get_double(j, "swiglu_alpha", src);
   if (find(j, "rms_norm_eps")) c.rms_norm_eps = get_double(j, "rms_norm_eps", src);
-  if (find(j, "max_position_embeddings")) c.max_position_embeddings = get_int(j, "max_position_embeddings", src);
+  if (find(j, "max_position_embeddings"))
+    c.max_position_embeddings = get_int(j, "max_position_embeddings", src);
   if (const json* t = find(j, "tie_word_embeddings")) {
     if (!t->is_boolean()) fail("{}: 'tie_word_embeddings' must be true or false", src);
     c.tie_word_embeddings = t->get<bool>();
@@ -124,9 +128,12 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view src) {
     for (size_t i = 0; i < lt->size(); ++i) {
       const json& e = (*lt)[i];
       std::string s = e.is_string() ? e.get<std::string>() : e.dump();
-      if (s == "sliding_attention") c.layer_types.push_back(LayerType::kSliding);
-      else if (s == "full_attention") c.layer_types.push_back(LayerType::kFull);
-      else fail("{}: layer_types[{}] is '{}', expected 'sliding_attention' or 'full_attention'", src, i, s);
+      if (s == "sliding_attention")
+        c.layer_types.push_back(LayerType::kSliding);
+      else if (s == "full_attention")
+        c.layer_types.push_back(LayerType::kFull);
+      else
+        fail("{}: layer_types[{}] is '{}', expected 'sliding_attention' or 'full_attention'", src, i, s);
     }
   } else if (c.num_layers > 0) {
     // gpt-oss convention (and transformers' default): even layers slide, odd layers see everything.
@@ -143,13 +150,15 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view src) {
     c.experts_mxfp4 = true;
   }
   if (const json* e = find(j, "eos_token_id")) {
-    if (e->is_number_integer()) c.eos_token_ids.push_back(e->get<int64_t>());
+    if (e->is_number_integer())
+      c.eos_token_ids.push_back(e->get<int64_t>());
     else if (e->is_array()) {
       for (const auto& x : *e) {
         if (!x.is_number_integer()) fail("{}: eos_token_id entries must be integers", src);
         c.eos_token_ids.push_back(x.get<int64_t>());
       }
-    } else fail("{}: eos_token_id must be an integer or a list", src);
+    } else
+      fail("{}: eos_token_id must be an integer or a list", src);
   }
   if (const json* p = find(j, "pad_token_id")) {
     if (!p->is_number_integer()) fail("{}: pad_token_id must be an integer", src);
@@ -197,7 +206,8 @@ void ModelConfig::validate(std::string_view src) const {
       fail("{}: rope beta_fast and beta_slow must be positive", src);
   }
   for (int64_t id : eos_token_ids)
-    if (id < 0 || id >= vocab_size) fail("{}: eos_token_id {} is outside the vocabulary ({})", src, id, vocab_size);
+    if (id < 0 || id >= vocab_size)
+      fail("{}: eos_token_id {} is outside the vocabulary ({})", src, id, vocab_size);
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
@@ -298,7 +308,9 @@ void alternate_layers(ModelConfig& c) {
 }
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "20b", "120b"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "20b", "120b"};
+}
 
 ModelConfig preset_config(std::string_view name) {
   ModelConfig c = gpt_oss_base();

@@ -16,12 +16,12 @@ enum class LayerType : uint8_t { kSliding, kFull };
 
 struct RopeConfig {
   double theta = 150000.0;
-  bool yarn = true;                    // rope_type "yarn"; false = plain RoPE ("default")
-  double factor = 32.0;                // YaRN scaling factor
-  double beta_fast = 32.0;             // high-frequency boundary (gpt-oss ntk_beta)
-  double beta_slow = 1.0;              // low-frequency boundary (gpt-oss ntk_alpha)
+  bool yarn = true;         // rope_type "yarn"; false = plain RoPE ("default")
+  double factor = 32.0;     // YaRN scaling factor
+  double beta_fast = 32.0;  // high-frequency boundary (gpt-oss ntk_beta)
+  double beta_slow = 1.0;   // low-frequency boundary (gpt-oss ntk_alpha)
   int64_t original_max_position = 4096;
-  bool truncate = false;               // gpt-oss: false (non-integer correction range)
+  bool truncate = false;  // gpt-oss: false (non-integer correction range)
 };
 
 // Which transformers version's config.json layout to write (both are read).

@@ -29,17 +29,17 @@ inline constexpr int32_t kNoPage = -1;  // a sliding-table entry whose positions
 
 // One sequence's part of a step.
 struct StepSequence {
-  int64_t seq_id = 0;            // engine's id; lets a backend cache per-sequence state if it wants
-  int32_t token_begin = 0;       // first of this sequence's new tokens in StepBatch::tokens
-  int32_t num_tokens = 0;        // new tokens this step: a prefill chunk, or 1 when decoding
-  int32_t start_pos = 0;         // position of the first new token = tokens already in the cache
-  int32_t full_table_begin = 0;  // pages in StepBatch::full_page_table
-  int32_t num_full_pages = 0;    // covers at least positions [0, start_pos + num_tokens)
+  int64_t seq_id = 0;               // engine's id; lets a backend cache per-sequence state if it wants
+  int32_t token_begin = 0;          // first of this sequence's new tokens in StepBatch::tokens
+  int32_t num_tokens = 0;           // new tokens this step: a prefill chunk, or 1 when decoding
+  int32_t start_pos = 0;            // position of the first new token = tokens already in the cache
+  int32_t full_table_begin = 0;     // pages in StepBatch::full_page_table
+  int32_t num_full_pages = 0;       // covers at least positions [0, start_pos + num_tokens)
   int32_t sliding_table_begin = 0;  // pages in StepBatch::sliding_page_table, same logical indexing;
   int32_t num_sliding_pages = 0;    // entries before the window may be kNoPage
-  bool sample = false;           // sample one token after the last new token
-  int32_t sample_index = 0;      // index of the sampled token in the request's output (seeded RNG counter)
-  int32_t params_index = 0;      // into StepBatch::params
+  bool sample = false;              // sample one token after the last new token
+  int32_t sample_index = 0;         // index of the sampled token in the request's output (seeded RNG counter)
+  int32_t params_index = 0;         // into StepBatch::params
   // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens.
   int32_t prompt_history_begin = 0, prompt_history_len = 0;
   int32_t output_history_begin = 0, output_history_len = 0;
@@ -61,8 +61,8 @@ struct StepBatch {
 
 struct SampledToken {
   int32_t token = -1;
-  float logprob = 0.0f;                            // log-softmax of the raw logits; valid if requested
-  std::vector<std::pair<int32_t, float>> top;      // the N most likely tokens and their logprobs
+  float logprob = 0.0f;                        // log-softmax of the raw logits; valid if requested
+  std::vector<std::pair<int32_t, float>> top;  // the N most likely tokens and their logprobs
 };
 
 struct StepOutput {
@@ -78,6 +78,10 @@ class Backend {
   virtual std::string name() const = 0;
   virtual const model::ModelConfig& model_config() const = 0;
   virtual KvCacheSpec kv_spec() const = 0;
+  // Most new tokens one step may carry (the backend's workspace size); the engine never exceeds it.
+  virtual int32_t max_step_tokens() const { return 1 << 30; }
+  // Most sequences one step may carry.
+  virtual int32_t max_step_seqs() const { return 1 << 30; }
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;

@@ -21,7 +21,8 @@ class Tokenizer {
   static std::shared_ptr<const Tokenizer> builtin();
   static std::shared_ptr<const Tokenizer> from_tiktoken_file(const std::string& path);
   static std::shared_ptr<const Tokenizer> from_hf_json(const std::string& path);
-  // A model argument: `synthetic:*` -> builtin(); a directory -> its tokenizer.json if present, else builtin().
+  // A model argument: `synthetic:*` -> builtin(); a directory -> its tokenizer.json if present, else
+  // builtin().
   static std::shared_ptr<const Tokenizer> for_model(const std::string& model);
 
   // Special-token literals in `text` stay plain text.

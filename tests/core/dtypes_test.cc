@@ -52,10 +52,14 @@ TEST(Bf16, RoundsToNearestEvenOnEveryFloatWithStride) {
     // IEEE: past the largest finite value, the next step up is 2^128 (rounds to infinity).
     if (std::isinf(vhi)) vhi = std::copysign(std::ldexp(1.0, 128), vf);
     uint16_t expect;
-    if (std::isinf(f)) expect = lo;
-    else if (std::fabs(vf - vlo) < std::fabs(vhi - vf)) expect = lo;
-    else if (std::fabs(vf - vlo) > std::fabs(vhi - vf)) expect = hi;
-    else expect = (lo & 1) ? hi : lo;
+    if (std::isinf(f))
+      expect = lo;
+    else if (std::fabs(vf - vlo) < std::fabs(vhi - vf))
+      expect = lo;
+    else if (std::fabs(vf - vlo) > std::fabs(vhi - vf))
+      expect = hi;
+    else
+      expect = (lo & 1) ? hi : lo;
     ASSERT_EQ(float_to_bf16(f), expect) << "pattern " << u;
   }
 }
@@ -76,8 +80,10 @@ TEST(Fp8E4M3, DecodeAllPatterns) {
   for (int b = 0; b < 256; ++b) {
     double ref = fp8_reference_decode(b);
     float got = fp8e4m3_to_float(uint8_t(b));
-    if (std::isnan(ref)) EXPECT_TRUE(std::isnan(got)) << b;
-    else EXPECT_EQ(double(got), ref) << b;
+    if (std::isnan(ref))
+      EXPECT_TRUE(std::isnan(got)) << b;
+    else
+      EXPECT_EQ(double(got), ref) << b;
   }
   EXPECT_EQ(fp8e4m3_to_float(0x7e), 448.0f);
 }
@@ -135,8 +141,8 @@ TEST(E2M1, DecodeAndEncode) {
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (auto name : {"F32", "F16", "BF16", "F8_E4M3", "U8", "I8", "I16", "I32", "I64", "U16", "U32", "U64", "F64",
-                    "BOOL"}) {
+  for (auto name : {"F32", "F16", "BF16", "F8_E4M3", "U8", "I8", "I16", "I32", "I64", "U16", "U32", "U64",
+                    "F64", "BOOL"}) {
     DType t;
     ASSERT_TRUE(parse_dtype(name, &t)) << name;
     EXPECT_EQ(dtype_name(t), name);

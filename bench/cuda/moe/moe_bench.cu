@@ -1,0 +1,508 @@
+// GEMM and MoE kernel micro-benchmarks on the gpt-oss shapes. One binary, one line per case, then a summary
+// table: median time over timed repetitions (CUDA events, after warm-up), inputs rotated across enough
+// copies to exceed the 60 MB L2, and the achieved fraction of the measured H200 ceilings (hopper.md):
+// 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM (bytes read + written).
+//
+//   moe_bench [--quick] [--filter SUBSTRING] [--tag TEXT]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/dense_gemm.h"
+#include "kernels/gemm/grouped_gemm.h"
+#include "kernels/moe/moe_activation.h"
+#include "kernels/moe/moe_layer.h"
+#include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/routing.h"
+#include "kernels/moe/weight_convert.h"
+
+namespace {
+
+using namespace orchid::kernels;
+
+constexpr double kBf16Tflops = 742.0, kFp8Tflops = 1332.0, kHbmTBs = 4.17;
+constexpr size_t kRotateBytes = size_t(256) << 20;  // > 4x L2: every repetition reads cold data
+
+// ---- device-side random fill (so multi-GB inputs need no host generation) ----
+__device__ uint64_t splitmix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+enum class Fill { kBytes, kBf16, kFp8, kE8m0, kScale };
+__global__ void fill_kernel(uint8_t* p, size_t n, uint64_t seed, Fill f) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix(seed * 0x100000001B3ull + i);
+    switch (f) {
+      case Fill::kBytes:
+        p[i] = uint8_t(r);
+        break;
+      case Fill::kBf16:
+        if (i % 2 == 0) {
+          const float v = (float(r & 0xffffff) / float(0x1000000) - 0.5f) * 2.0f;
+          reinterpret_cast<__nv_bfloat16*>(p)[i / 2] = __float2bfloat16(v);
+        }
+        break;
+      case Fill::kFp8: {
+        const uint8_t b = uint8_t(r) & 0xbf;  // exponent < 8: |v| < 1, never the NaN code
+        p[i] = b;
+        break;
+      }
+      case Fill::kE8m0:
+        p[i] = uint8_t(118 + r % 7);
+        break;
+      case Fill::kScale:
+        if (i % 4 == 0) reinterpret_cast<float*>(p)[i / 4] = 0.5f + float(r & 0xffff) / 65536.0f;
+        break;
+    }
+  }
+}
+
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  Buf() = default;
+  Buf(size_t n, Fill f, uint64_t seed) : bytes(n) {
+    ORCHID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 256)));
+    if (n) fill_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p), n, seed, f);
+    ORCHID_CUDA_CHECK_LAUNCH();
+  }
+  ~Buf() {
+    if (p) cudaFree(p);
+  }
+  Buf(Buf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; }
+  Buf(const Buf&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+int copies_for(size_t bytes) {
+  return int(std::clamp<size_t>((kRotateBytes + bytes - 1) / std::max<size_t>(bytes, 1), 1, 16));
+}
+
+struct Options {
+  bool quick = false;
+  std::string filter, tag;
+};
+
+struct Row {
+  std::string name, shape;
+  double us, value, ceiling;
+  const char* unit;
+};
+std::vector<Row> g_rows;
+
+// Median of per-repetition event times; fn(rep) must enqueue one repetition on `stream`.
+double median_us(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& fn) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) ORCHID_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    ORCHID_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+    fn(warmup + i);
+    ORCHID_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+  }
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) ORCHID_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[reps / 2];
+}
+
+void report(const std::string& name, const std::string& shape, double us, double flops, double bytes,
+            double tflops_ceiling) {
+  Row r;
+  r.name = name;
+  r.shape = shape;
+  r.us = us;
+  if (flops > 0 && tflops_ceiling > 0) {
+    r.value = flops / (us * 1e-6) / 1e12;
+    r.ceiling = tflops_ceiling;
+    r.unit = "TFLOP/s";
+  } else {
+    r.value = bytes / (us * 1e-6) / 1e12;
+    r.ceiling = kHbmTBs;
+    r.unit = "TB/s";
+  }
+  std::printf("%-34s %-30s %10.1f us %9.2f %-7s %5.1f%% of ceiling\n", r.name.c_str(), r.shape.c_str(), r.us,
+              r.value, r.unit, 100.0 * r.value / r.ceiling);
+  std::fflush(stdout);
+  g_rows.push_back(r);
+}
+
+bool want(const Options& o, const std::string& name) {
+  return o.filter.empty() || name.find(o.filter) != std::string::npos;
+}
+
+std::string shape3(int m, int n, int k) {
+  return "m" + std::to_string(m) + " n" + std::to_string(n) + " k" + std::to_string(k);
+}
+
+// ---------------------------------------------------------------- dense (cuBLASLt)
+void bench_dense(const Options& o, cudaStream_t s, DenseGemm& gemm) {
+  struct C {
+    const char* name;
+    int m, n, k;
+    GemmOut out;
+    bool bias;
+  };
+  const C cases[] = {{"dense qkv prefill", 8192, 5120, 2880, GemmOut::kBf16, true},
+                     {"dense oproj prefill", 8192, 2880, 4096, GemmOut::kBf16, true},
+                     {"dense lm_head prefill-chunk", 2048, 201088, 2880, GemmOut::kF32, false},
+                     {"dense qkv decode", 1, 5120, 2880, GemmOut::kBf16, true},
+                     {"dense oproj decode", 1, 2880, 4096, GemmOut::kBf16, true},
+                     {"dense router decode", 1, 32, 2880, GemmOut::kF32, true},
+                     {"dense lm_head decode", 1, 201088, 2880, GemmOut::kF32, false},
+                     {"dense lm_head batch64", 64, 201088, 2880, GemmOut::kF32, false}};
+  for (const C& c : cases) {
+    if (!want(o, c.name)) continue;
+    const size_t wbytes = size_t(c.n) * c.k * 2, xbytes = size_t(c.m) * c.k * 2;
+    const size_t ybytes = size_t(c.m) * c.n * (c.out == GemmOut::kF32 ? 4 : 2);
+    const int copies = copies_for(wbytes + xbytes);
+    std::vector<Buf> w, x;
+    for (int i = 0; i < copies; ++i) {
+      w.emplace_back(wbytes, Fill::kBf16, 10 + i);
+      x.emplace_back(xbytes, Fill::kBf16, 100 + i);
+    }
+    Buf bias(size_t(c.n) * 4, c.out == GemmOut::kF32 ? Fill::kScale : Fill::kBf16, 7),
+        y(ybytes, Fill::kBytes, 8);
+    const double us = median_us(s, 3, o.quick ? 10 : 30, [&](int i) {
+      DenseGemmArgs a;
+      a.m = c.m;
+      a.n = c.n;
+      a.k = c.k;
+      a.x = x[i % copies].p;
+      a.w = w[i % copies].p;
+      a.bias = c.bias ? bias.p : nullptr;
+      a.y = y.p;
+      a.out = c.out;
+      gemm.run(a, s);
+    });
+    const double flops = 2.0 * c.m * c.n * c.k;
+    const bool bw_bound = c.m <= 64;
+    report(c.name, shape3(c.m, c.n, c.k), us, bw_bound ? 0 : flops, double(wbytes + xbytes + ybytes),
+           bw_bound ? 0 : kBf16Tflops);
+  }
+}
+
+// Uniform routing of T tokens over E experts with top-k: realistic per-expert row counts.
+std::vector<int> uniform_offsets(int tokens, int experts, int top_k, uint64_t seed) {
+  std::vector<int> cnt(experts, 0);
+  uint64_t x = seed;
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int> picked;
+    while (int(picked.size()) < top_k) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const int e = int((x >> 33) % uint64_t(experts));
+      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+    }
+    for (int e : picked) cnt[e]++;
+  }
+  std::vector<int> off(experts + 1, 0);
+  for (int e = 0; e < experts; ++e) off[e + 1] = off[e] + cnt[e];
+  return off;
+}
+
+// ---------------------------------------------------------------- grouped (CUTLASS)
+void bench_grouped(const Options& o, cudaStream_t s) {
+  struct C {
+    const char* proj;
+    int n, k;
+  };
+  const C projs[] = {{"gate_up", 5760, 2880}, {"down", 2880, 2880}};
+  std::vector<int> token_counts = {1, 8, 64, 1024, 8192};
+  if (!o.quick) token_counts.push_back(32768);
+  struct V {
+    bool fp8;
+    Fp8GroupedConfig config;
+    const char* label;
+  };
+  const V variants[] = {{true, Fp8GroupedConfig::kCooperative128x128, "grouped fp8 coop "},
+                        {true, Fp8GroupedConfig::kPingpong64x128, "grouped fp8 pingpong "},
+                        {false, Fp8GroupedConfig::kCooperative128x128, "grouped bf16 "}};
+  for (const V& v : variants) {
+    const bool fp8 = v.fp8;
+    for (const C& p : projs) {
+      for (int T : token_counts) {
+        const int E = 32, K = 4, M = T * K, kp = fp8 ? round_up_128(p.k) : p.k;
+        const std::string name = std::string(v.label) + p.proj + " T" + std::to_string(T);
+        if (!want(o, name)) continue;
+        const auto off = uniform_offsets(T, E, K, 1234 + T);
+        int active = 0;
+        for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
+        const size_t eb = fp8 ? 1 : 2;
+        const size_t wbytes = size_t(E) * p.n * kp * eb, abytes = size_t(M) * kp * eb;
+        const int copies = copies_for(wbytes + abytes);
+        std::vector<Buf> w, a, ws_;
+        for (int i = 0; i < copies; ++i) {
+          w.emplace_back(wbytes, fp8 ? Fill::kFp8 : Fill::kBf16, 20 + i);
+          a.emplace_back(abytes, fp8 ? Fill::kFp8 : Fill::kBf16, 200 + i);
+        }
+        Buf sa(size_t(M) * (kp / 128) * 4, Fill::kScale, 3),
+            sb(size_t(E) * ((p.n + 127) / 128) * (kp / 128) * 4, Fill::kScale, 4);
+        Buf d(size_t(M) * p.n * 2, Fill::kBytes, 5);
+        Buf doff((E + 1) * 4, Fill::kBytes, 0);
+        ORCHID_CUDA_CHECK(cudaMemcpy(doff.p, off.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+        const size_t wsb = fp8 ? grouped_gemm_fp8_workspace_bytes(E) : grouped_gemm_bf16_workspace_bytes(E);
+        Buf ws(wsb, Fill::kBytes, 0);
+        const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
+          GroupedGemmArgs g;
+          g.num_groups = E;
+          g.n = p.n;
+          g.k = kp;
+          g.offsets = doff.as<int>();
+          g.a = a[i % copies].p;
+          g.b = w[i % copies].p;
+          g.d = d.p;
+          g.a_scale = sa.as<float>();
+          g.b_scale = sb.as<float>();
+          g.workspace = ws.p;
+          g.workspace_bytes = wsb;
+          if (fp8)
+            grouped_gemm_fp8_blockwise(g, s, v.config);
+          else
+            grouped_gemm_bf16(g, s);
+        });
+        const double flops = 2.0 * M * p.n * p.k;  // useful FLOPs (k unpadded)
+        const double bytes = double(size_t(active) * p.n * kp * eb + abytes + size_t(M) * p.n * 2);
+        const bool bw_bound = T <= 64;
+        report(name, "E32 rows" + std::to_string(M) + " n" + std::to_string(p.n) + " k" + std::to_string(kp),
+               us, bw_bound ? 0 : flops, bytes, bw_bound ? 0 : (fp8 ? kFp8Tflops : kBf16Tflops));
+      }
+    }
+  }
+}
+
+// Routing buffers filled by the real routing kernels from random logits.
+struct Routed {
+  Buf logits, idx, w, off, rt, re, sr, act, nact, scratch;
+  MoeRouting r;
+  Routed(int T, int E, int K, uint64_t seed)
+      : logits(size_t(T) * E * 4, Fill::kScale, seed),
+        idx(size_t(T) * K * 4, Fill::kBytes, 0),
+        w(size_t(T) * K * 4, Fill::kBytes, 0),
+        off(size_t(E + 1) * 4, Fill::kBytes, 0),
+        rt(size_t(T) * K * 4, Fill::kBytes, 0),
+        re(size_t(T) * K * 4, Fill::kBytes, 0),
+        sr(size_t(T) * K * 4, Fill::kBytes, 0),
+        act(size_t(E) * 4, Fill::kBytes, 0),
+        nact(4, Fill::kBytes, 0),
+        scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0) {
+    r = {off.as<int>(), rt.as<int>(), re.as<int>(), sr.as<int>(), act.as<int>(), nact.as<int>()};
+    moe_topk_softmax(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), nullptr);
+    moe_permute(idx.as<int>(), T, E, K, r, scratch.p, nullptr);
+    ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+};
+
+// ---------------------------------------------------------------- MXFP4 streaming GEMM
+void bench_mxfp4(const Options& o, cudaStream_t s) {
+  for (int E : {32, 128}) {
+    for (int T : {1, 4, 16, 64}) {
+      for (int proj = 0; proj < 2; ++proj) {
+        const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;
+        const std::string name = std::string("mxfp4 stream ") + (proj == 0 ? "gate_up" : "down") + " E" +
+                                 std::to_string(E) + " T" + std::to_string(T);
+        if (!want(o, name) || (o.quick && E == 128 && T > 1)) continue;
+        Routed rt(T, E, K, 77 + T);
+        std::vector<int> off(E + 1);
+        ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
+        int active = 0;
+        for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
+        const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+        const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
+        const int copies = copies_for(active_bytes);
+        std::vector<Buf> bl, sc;
+        for (int i = 0; i < copies; ++i) {
+          bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
+          sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
+        }
+        Buf x(size_t(T) * K * k * 2, Fill::kBf16, 9), y(size_t(T) * K * n * 2, Fill::kBytes, 0);
+        const double us = median_us(s, 5, o.quick ? 20 : 50, [&](int i) {
+          Mxfp4GemmArgs a;
+          a.num_experts = E;
+          a.n = n;
+          a.k = k;
+          a.offsets = rt.r.offsets;
+          a.active = rt.r.active;
+          a.num_active = rt.r.num_active;
+          a.max_active = std::min(E, T * K);
+          a.max_rows_per_expert = T;
+          a.blocks = bl[i % copies].as<uint8_t>();
+          a.scales = sc[i % copies].as<uint8_t>();
+          a.x = x.p;
+          a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
+          a.y = y.p;
+          mxfp4_moe_gemm(a, s);
+        });
+        report(name, std::to_string(active) + " experts n" + std::to_string(n) + " k" + std::to_string(k), us,
+               0, double(active_bytes + size_t(T) * K * (k + n) * 2), 0);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- conversions
+void bench_convert(const Options& o, cudaStream_t s) {
+  const int E = 32, n = 5760, k = 2880, kp = round_up_128(k);
+  const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+  if (want(o, "convert mxfp4->fp8 gate_up layer")) {
+    Buf bl(bbytes, Fill::kBytes, 1), sc(sbytes, Fill::kE8m0, 2);
+    Buf q(size_t(E) * n * kp, Fill::kBytes, 0), qs(size_t(E) * (n / 128) * (kp / 128) * 4, Fill::kBytes, 0);
+    const double us = median_us(s, 2, o.quick ? 5 : 10, [&](int) {
+      mxfp4_to_fp8_block(bl.as<uint8_t>(), sc.as<uint8_t>(), E, n, k, Fp8ScaleRule::kPow2, q.as<uint8_t>(),
+                         qs.as<float>(), nullptr, s);
+    });
+    report("convert mxfp4->fp8 gate_up layer", "E32 n5760 k2880", us, 0, double(bbytes + sbytes + q.bytes),
+           0);
+  }
+  if (want(o, "convert mxfp4->bf16 gate_up layer")) {
+    Buf bl(bbytes, Fill::kBytes, 1), sc(sbytes, Fill::kE8m0, 2), out(size_t(E) * n * k * 2, Fill::kBytes, 0);
+    const double us = median_us(s, 2, o.quick ? 5 : 10, [&](int) {
+      mxfp4_to_bf16(bl.as<uint8_t>(), sc.as<uint8_t>(), E, n, k, out.p, s);
+    });
+    report("convert mxfp4->bf16 gate_up layer", "E32 n5760 k2880", us, 0, double(bbytes + sbytes + out.bytes),
+           0);
+  }
+}
+
+// ---------------------------------------------------------------- whole MoE layer
+void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
+  const MoeWeights formats[] = {MoeWeights::kMxfp4, MoeWeights::kFp8, MoeWeights::kBf16};
+  const char* fname[] = {"mxfp4", "fp8", "bf16"};
+  std::vector<int> token_counts = {1, 8, 64, 8192};
+  if (!o.quick) token_counts.push_back(32768);
+  for (int f = 0; f < 3; ++f) {
+    for (int T : token_counts) {
+      const std::string name = std::string("moe layer ") + fname[f] + " T" + std::to_string(T);
+      if (!want(o, name)) continue;
+      MoeConfig cfg;
+      cfg.weights = formats[f];
+      cfg.max_tokens = T;
+      const int E = cfg.experts, H = cfg.hidden, I = cfg.inter, Hp = round_up_128(H), Ip = round_up_128(I);
+      size_t w1b, w1s, w2b, w2s;
+      Fill wf = Fill::kBytes, sf = Fill::kE8m0;
+      if (formats[f] == MoeWeights::kMxfp4) {
+        w1b = size_t(E) * 2 * I * H / 2, w1s = size_t(E) * 2 * I * H / 32, w2b = size_t(E) * H * I / 2,
+        w2s = size_t(E) * H * I / 32;
+      } else if (formats[f] == MoeWeights::kFp8) {
+        w1b = size_t(E) * 2 * I * Hp, w1s = size_t(E) * (2 * I / 128) * (Hp / 128) * 4,
+        w2b = size_t(E) * H * Ip, w2s = size_t(E) * ((H + 127) / 128) * (Ip / 128) * 4;
+        wf = Fill::kFp8;
+        sf = Fill::kScale;
+      } else {
+        w1b = size_t(E) * 2 * I * H * 2, w1s = 0, w2b = size_t(E) * H * I * 2, w2s = 0;
+        wf = Fill::kBf16;
+      }
+      const int copies =
+          copies_for(T <= 64 ? (w1b + w2b) / 8 : w1b + w2b);  // decode touches ~4/32 of the experts
+      std::vector<Buf> w1, s1, w2, s2;
+      for (int i = 0; i < copies; ++i) {
+        w1.emplace_back(w1b, wf, 40 + i);
+        s1.emplace_back(w1s, sf, 400 + i);
+        w2.emplace_back(w2b, wf, 50 + i);
+        s2.emplace_back(w2s, sf, 500 + i);
+      }
+      Buf rw(size_t(E) * H * 2, Fill::kBf16, 1), rb(size_t(E) * 4, Fill::kScale, 2),
+          b1(size_t(E) * 2 * I * 2, Fill::kBf16, 3), b2(size_t(E) * H * 2, Fill::kBf16, 4),
+          h(size_t(T) * H * 2, Fill::kBf16, 5), x(size_t(T) * H * 4, Fill::kScale, 6);
+      Buf ws(moe_workspace_bytes(cfg), Fill::kBytes, 0);
+      auto weights = [&](int i) {
+        MoeLayerWeights lw;
+        lw.router_w = rw.p;
+        lw.router_b = rb.as<float>();
+        lw.w1 = w1[i % copies].p;
+        lw.w1_scale = s1[i % copies].p;
+        lw.w2 = w2[i % copies].p;
+        lw.w2_scale = s2[i % copies].p;
+        lw.b1 = b1.p;
+        lw.b2 = b2.p;
+        return lw;
+      };
+      double us;
+      if (T <= 64) {  // decode: as the runtime runs it, one CUDA graph per step
+        moe_forward(cfg, weights(0), h.p, x.as<float>(), T, router_gemm, ws.p, s);  // plans, attributes
+        ORCHID_CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<cudaGraphExec_t> execs(copies);
+        for (int i = 0; i < copies; ++i) {
+          cudaGraph_t g;
+          ORCHID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          moe_forward(cfg, weights(i), h.p, x.as<float>(), T, router_gemm, ws.p, s);
+          ORCHID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+          ORCHID_CUDA_CHECK(cudaGraphInstantiate(&execs[i], g, 0));
+          cudaGraphDestroy(g);
+        }
+        us = median_us(s, 5, o.quick ? 20 : 50,
+                       [&](int i) { ORCHID_CUDA_CHECK(cudaGraphLaunch(execs[i % copies], s)); });
+        for (auto e : execs) cudaGraphExecDestroy(e);
+      } else {
+        us = median_us(s, 2, o.quick ? 5 : 10, [&](int i) {
+          moe_forward(cfg, weights(i), h.p, x.as<float>(), T, router_gemm, ws.p, s);
+        });
+      }
+      const double flops = 2.0 * T * cfg.top_k * (2.0 * I * H + double(H) * I) + 2.0 * T * E * H;
+      const double per_expert = double(w1b + w1s + w2b + w2s) / E;
+      const double active = std::min<double>(E, T * cfg.top_k);  // upper bound on experts touched
+      report(name, "E32 H2880 I2880 top4", us, T <= 64 ? 0 : flops, per_expert * active,
+             T <= 64 ? 0 : (formats[f] == MoeWeights::kBf16 ? kBf16Tflops : kFp8Tflops));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick"))
+      o.quick = true;
+    else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc)
+      o.filter = argv[++i];
+    else if (!std::strcmp(argv[i], "--tag") && i + 1 < argc)
+      o.tag = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--filter SUBSTRING] [--tag TEXT]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp p{};
+    ORCHID_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    std::printf("moe_bench: %s, %d SMs, L2 %d MB %s%s\n", p.name, p.multiProcessorCount, p.l2CacheSize >> 20,
+                o.tag.empty() ? "" : "tag ", o.tag.c_str());
+    cudaStream_t s;
+    ORCHID_CUDA_CHECK(cudaStreamCreate(&s));
+    void* gws = nullptr;
+    ORCHID_CUDA_CHECK(cudaMalloc(&gws, DenseGemm::kRecommendedWorkspace));
+    DenseGemm gemm(gws, DenseGemm::kRecommendedWorkspace);
+    bench_dense(o, s, gemm);
+    bench_grouped(o, s);
+    bench_mxfp4(o, s);
+    bench_convert(o, s);
+    bench_layer(o, s, gemm);
+    std::printf(
+        "\n==== moe_bench summary (median; %% of 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM) ====\n");
+    std::printf("%-34s %-30s %10s %10s %8s\n", "case", "shape", "time_us", "achieved", "%ceil");
+    for (const Row& r : g_rows)
+      std::printf("%-34s %-30s %10.1f %7.2f %-2s %7.1f%%\n", r.name.c_str(), r.shape.c_str(), r.us, r.value,
+                  r.unit[1] == 'F' ? "TF" : "TB", 100.0 * r.value / r.ceiling);
+    cudaFree(gws);
+    cudaStreamDestroy(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Every GPU check in one go, on a machine with a Hopper GPU and the `cuda` preset built
+# (scripts/setup.sh --cuda && cmake --preset cuda && cmake --build --preset cuda):
+#   1. the kernel suites (tests, compute-sanitizer subsets, micro-benchmarks) of each kernel area,
+#   2. the other GPU tests (synthetic weights on the GPU, small ops),
+#   3. the whole model on the CUDA backend against transformers' FP32 logits (golden tiny checkpoint),
+#   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights.
+#   scripts/gpu-check.sh [--quick]      --quick: fewer benchmark shapes
+# Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+quick=""
+[ "${1:-}" = "--quick" ] && quick="--quick"
+build=${ORCHID_BUILD_DIR:-build/cuda}
+logs=${ORCHID_LOG_DIR:-$build/gpu-check}
+mkdir -p "$logs"
+export ORCHID_REQUIRE_GPU=1
+bin=$build/src/cli/orchid
+declare -a summary
+status=0
+step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
+  local name=$1
+  shift
+  echo "== $name"
+  "$@" 2>&1 | tee "$logs/$name.log"
+  local rc=${PIPESTATUS[0]}
+  summary+=("$(printf '%-28s %s' "$name" "$([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (rc $rc)")")")
+  [ "$rc" -eq 0 ] || status=1
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
+step attention-kernels scripts/gpu-kernels-attention.sh $quick
+step moe-kernels scripts/gpu-kernels-moe.sh $quick
+for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test; do
+  step "$(basename "$t")" "$t"
+done
+step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
+step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64 --steps 8
+echo "==== gpu-check summary (logs in $logs)"
+printf '%s\n' "${summary[@]}"
+exit $status

@@ -1,0 +1,73 @@
+#include "cli/backend_options.h"
+
+#include "core/error.h"
+#include "runtime/cpu/cpu_backend.h"
+#if ORCHID_HAVE_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
+
+namespace orchid::cli {
+
+void BackendOptions::add_flags(CLI::App* cmd) {
+  cmd->add_option("--backend", backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--weights", weights,
+                  "expert weight format on the GPU: fp8, mxfp4 or bf16 (the CPU computes in fp32)")
+      ->check(CLI::IsMember({"fp8", "mxfp4", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--block-size", block_size, "KV cache page size in tokens")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", max_model_len,
+                  "longest sequence (prompt + output) to plan the KV cache for")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
+      ->capture_default_str();
+  cmd->add_option("--kv-pages", kv_pages, "KV pages per pool (0: derived from --max-model-len or GPU memory)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--gpu-memory-utilization", gpu_memory_utilization, "fraction of GPU memory to use")
+      ->check(CLI::Range(0.05, 0.99))
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", max_num_batched_tokens, "most tokens in one step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+}
+
+bool BackendOptions::uses_cuda() const {
+#if ORCHID_HAVE_CUDA
+  return backend == "cuda" || (backend == "auto" && runtime::cuda::cuda_device_available());
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& model) const {
+  std::string which = backend;
+#if ORCHID_HAVE_CUDA
+  if (which == "auto") which = runtime::cuda::cuda_device_available() ? "cuda" : "cpu";
+  if (which == "cuda") {
+    runtime::cuda::CudaBackendOptions o;
+    o.weights = weights;
+    o.page_size = block_size;
+    o.max_step_tokens = max_num_batched_tokens;
+    o.max_step_seqs = max_num_seqs;
+    o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
+    o.gpu_memory_utilization = gpu_memory_utilization;
+    o.kv_pages = kv_pages;
+    return std::make_unique<runtime::cuda::CudaBackend>(model, o);
+  }
+#else
+  if (which == "auto") which = "cpu";
+  if (which == "cuda") fail("--backend cuda: this orchid was built without CUDA (use the `cuda` preset)");
+#endif
+  runtime::cpu::CpuBackendOptions o;
+  o.page_size = block_size;
+  o.max_tokens = max_model_len > 0 ? max_model_len : 8192;
+  o.num_full_pages = o.num_sliding_pages = kv_pages;
+  return runtime::cpu::CpuBackend::create(model, o);
+}
+
+}  // namespace orchid::cli

@@ -1,0 +1,28 @@
+// Flags shared by every command that runs the model, and the backend they select.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace orchid::cli {
+
+struct BackendOptions {
+  std::string backend = "auto";   // auto | cpu | cuda
+  std::string weights = "mxfp4";  // expert weight format on the GPU: fp8 | mxfp4 | bf16
+  int32_t block_size = 16;        // KV page size in tokens
+  int64_t max_model_len = 0;      // 0: the model's (CPU: 8192, to size its KV pools)
+  int32_t kv_pages = 0;           // 0: derived
+  double gpu_memory_utilization = 0.90;
+  int32_t max_num_batched_tokens = 16384;  // tokens per step (the GPU workspace is sized for it)
+  int32_t max_num_seqs = 256;              // sequences per step
+
+  void add_flags(CLI::App* cmd);
+  bool uses_cuda() const;  // what `create` will pick
+  std::unique_ptr<runtime::Backend> create(const std::string& model) const;
+};
+
+}  // namespace orchid::cli

@@ -1,0 +1,105 @@
+// The attention plan: per-step metadata built once on the host, uploaded in one copy, and shared by every
+// layer's RoPE/KV-write, prefill and decode launches, which then only pass pointers.
+//
+// Host side: AttentionPlanBuilder::build() turns the step's sequences into one int32 blob (sequence records,
+// per-token sequence/position, the prefill tile list, the decode slot list). The runtime copies the blob to a
+// device buffer it owns (cudaMemcpyAsync from pinned memory; no allocation or synchronisation in the step)
+// and calls device_view() to get an AttentionPlan of device pointers into it.
+//
+// CUDA graphs (decode): with PlanOptions::token_bucket, ::seq_bucket, ::decode_bucket and ::decode_splits
+// fixed, a pure decode step's blob has the same layout and every grid the same size for the bucket; padding
+// slots and tokens hold -1 and their CTAs return at once, and each sequence's lengths are read on the
+// device. Replaying a captured decode step only needs the new blob copied to the same device address.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace orchid::kernels::attention {
+
+enum TableKind : int32_t { kFullTable = 0, kSlidingTable = 1 };
+
+// One sequence of the step, as the kernels read it (five int32, 4-byte aligned).
+struct AttnSeq {
+  int32_t q_start;         // first of its new tokens in the step's token arrays (q, out, qkv rows)
+  int32_t num_q;           // new tokens this step (0 allowed: nothing to do)
+  int32_t start_pos;       // position of its first new token = tokens already in the cache
+  int32_t table_begin[2];  // row offsets into the full / sliding page tables (TableKind)
+};
+
+// A prefill CTA's work: query tokens [q0, q0 + tokens_per_tile) of sequence `seq` (clipped to num_q).
+struct PrefillTile {
+  int32_t seq;
+  int32_t q0;
+};
+
+// Device view of an uploaded plan. Pointers address the device blob; counts are host-known grid sizes.
+struct AttentionPlan {
+  const AttnSeq* seqs = nullptr;
+  const int32_t* token_seq = nullptr;  // [num_tokens]: sequence of each token, -1 for padding tokens
+  const int32_t* token_pos = nullptr;  // [num_tokens]: absolute position of each token
+  const PrefillTile* prefill_tiles = nullptr;
+  const int32_t* decode_seqs = nullptr;  // [decode_bucket]: sequence per decode slot, -1 for padding
+  int32_t num_seqs = 0;
+  int32_t num_tokens = 0;  // token rows (bucket size for graphs)
+  int32_t num_prefill_tiles = 0;
+  int32_t prefill_tokens_per_tile = 0;  // = kPrefillBlockM / group; checked by the launcher
+  int32_t decode_bucket = 0;
+  int32_t decode_splits = 1;  // KV splits per decode (sequence, KV head); > 1 needs the merge workspace
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+};
+
+// Query rows of one prefill CTA (tokens x query heads of one KV group); the launcher and the plan agree.
+inline constexpr int kPrefillBlockM = 128;
+// Largest query-head group the decode kernel takes (4 m16 tiles); with larger groups single-token
+// sequences go through the prefill kernel instead.
+inline constexpr int kMaxDecodeGroup = 64;
+
+// A step's sequence as the engine knows it (StepSequence without the sampling fields).
+struct PlanSequence {
+  int32_t q_start = 0;
+  int32_t num_q = 0;
+  int32_t start_pos = 0;
+  int32_t full_table_begin = 0;
+  int32_t sliding_table_begin = 0;
+};
+
+struct PlanOptions {
+  int num_q_heads = 64;
+  int num_kv_heads = 8;
+  int sm_count = 132;          // the device's multiprocessors (kernels::device_info().sm_count)
+  int token_bucket = 0;        // token rows to plan for (>= tokens in the step; 0 = exactly those)
+  int seq_bucket = 0;          // sequence records to plan for (>= sequences; 0 = exactly those)
+  int decode_bucket = 0;       // decode slots (>= decodes in the step; 0 = exactly those)
+  int decode_splits = 0;       // KV splits per decode; 0 = chosen from the batch and the longest context
+  int max_decode_splits = 64;  // bound for the automatic choice (and the workspace)
+};
+
+class AttentionPlanBuilder {
+ public:
+  // Sequences with num_q == 1 go to the decode kernel (if Hq / Hkv <= kMaxDecodeGroup), longer ones to
+  // the prefill kernel, num_q == 0 to neither. Throws orchid::Error on inconsistent input (overlapping or
+  // out-of-range token ranges, bad head counts, too small buckets).
+  void build(const std::vector<PlanSequence>& seqs, int32_t num_tokens, const PlanOptions& options);
+
+  const std::vector<int32_t>& blob() const { return blob_; }
+  size_t blob_bytes() const { return blob_.size() * sizeof(int32_t); }
+  // Pointers into `device_blob` (a device copy of blob()).
+  AttentionPlan device_view(const void* device_blob) const;
+  // Bytes of the decode split-KV workspace the decode launcher needs (0 when decode_splits == 1).
+  size_t decode_workspace_bytes() const;
+  const AttentionPlan& sizes() const { return sizes_; }  // counts only (pointers null)
+
+ private:
+  std::vector<int32_t> blob_;
+  AttentionPlan sizes_;
+  size_t seqs_off_ = 0, token_seq_off_ = 0, token_pos_off_ = 0, tiles_off_ = 0, decode_off_ = 0;
+};
+
+// Bytes of decode workspace for the given sizes: partial outputs [bucket][Hq][splits][64] fp32 followed by
+// their log-sum-exps [bucket][Hq][splits] fp32.
+size_t decode_workspace_bytes(int decode_bucket, int num_q_heads, int decode_splits);
+
+}  // namespace orchid::kernels::attention

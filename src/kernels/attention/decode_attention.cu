@@ -1,0 +1,393 @@
+// Decode sink attention (one query token per sequence) over the paged KV cache, split-KV, mma.sync.
+//
+// Grid (split, KV head, decode slot); a CTA of 4 warps serves the G query heads of one KV head, padded to
+// m16 tiles (kMTiles = ceil(G / 16): gpt-oss's 8 heads use half of one tile; the waste is free since decode
+// is bound by reading K/V). The split's key range is cut in 64-key tiles, streamed through a 4-stage
+// cp.async ring; warp w takes keys 16w..16w+15 of every tile and keeps its own online softmax (m, l, O), and
+// the four warps are combined through shared memory at the end.
+// Splits: the keys [kv_begin, p] of a sequence are cut in 64-aligned tiles, ceil(tiles / splits) per split;
+// each split sees a non-empty range or exits after writing lse = -inf. With one split the CTA adds the sink
+// and writes bf16 output directly; otherwise it writes its normalised partial O and its log2-sum-exp, and
+// decode_merge_kernel adds exp2(sink) once, weights the splits and writes the output. Sequence lengths are
+// read on the device and the grid depends only on (decode_bucket, Hkv, decode_splits): graph-capturable.
+//
+// Napkin math (batch 1, gpt-oss-20b full layer, 32k context): K+V = 32768 x 8 heads x 256 B = 67 MB,
+// 16 us at 4.17 TB/s; FLOPs (2 x 2 x 64 x 64 heads x 32768 = 0.5 GFLOP) are irrelevant. Splits are chosen so
+// that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
+#include "kernels/attention/kv_layout.h"
+#include "kernels/attention/sink_attention.h"
+#include "kernels/attention/smem_attribute.h"
+#include "kernels/attention/warp_mma.cuh"
+
+#include "kernels/common/cuda_check.h"
+
+namespace orchid::kernels::attention {
+namespace {
+
+using namespace detail;
+
+constexpr int kBlockN = 64;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStages = 4;
+constexpr int kTileBytes = kBlockN * kHeadDim * 2;
+constexpr int kComboStride = kHeadDim + 8;  // fp32 row stride of the warp-combine buffer (fewer conflicts)
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kMTiles>
+struct DecodeSmem {
+  static constexpr int kRows = 16 * kMTiles;
+  static constexpr int kQBytes = kRows * kHeadDim * 2;
+  static constexpr int kRingBytes = 2 * kStages * kTileBytes;
+  static constexpr int kComboBytes = kWarps * kRows * (kComboStride + 2) * 4;
+  static constexpr int kBytes = kQBytes + (kRingBytes > kComboBytes ? kRingBytes : kComboBytes);
+};
+
+struct DecodeParams {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k_pool;
+  const __nv_bfloat16* v_pool;
+  const int32_t* page_table;
+  const float* sinks;
+  __nv_bfloat16* out;
+  float* part_o;    // [bucket][Hq][splits][64]
+  float* part_lse;  // [bucket][Hq][splits]
+  const AttnSeq* seqs;
+  const int32_t* decode_seqs;
+  int table_kind;
+  int num_q_heads;
+  int num_kv_heads;
+  int group;
+  int splits;
+  int page_size_log2;
+  int window;
+  float scale_log2;
+};
+
+template <int kMTiles>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
+  using Smem = DecodeSmem<kMTiles>;
+  constexpr int kRows = Smem::kRows;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_addr(smem);
+  const uint32_t sK = sQ + Smem::kQBytes;
+  const uint32_t sV = sK + kStages * kTileBytes;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  const int split = blockIdx.x, kvh = blockIdx.y, slot = blockIdx.z;
+  const int seq_idx = p.decode_seqs[slot];
+  if (seq_idx < 0) return;  // padding slot of a bucket
+  const AttnSeq seq = p.seqs[seq_idx];
+  const int G = p.group;
+  const int hq = p.num_q_heads, hkv = p.num_kv_heads;
+  const int head0 = kvh * G;
+  const int pos = seq.start_pos;
+  const int kv_end = pos + 1;
+  const int kv_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int tb = kv_begin / kBlockN, te = (kv_end + kBlockN - 1) / kBlockN;
+  const int per = (te - tb + p.splits - 1) / p.splits;
+  const int my_tb = tb + split * per;
+  const int my_te = min(te, my_tb + per);
+  const size_t part_row0 = (size_t(slot) * hq + head0) * p.splits + split;  // + r * splits for head r
+  if (my_tb >= my_te) {  // empty split (only when splits > 1): weight zero in the merge
+    for (int r = tid; r < G; r += kThreads) p.part_lse[part_row0 + size_t(r) * p.splits] = -INFINITY;
+    return;
+  }
+  const int n_tiles = my_te - my_tb;
+  const int32_t* table = p.page_table + (&p.seqs[seq_idx].table_begin[0])[p.table_kind];
+  const int ps_mask = (1 << p.page_size_log2) - 1;
+
+  // Q rows (G valid, the rest zero).
+  for (int i = tid; i < kRows * 8; i += kThreads) {
+    const int r = i >> 3, chunk = i & 7;
+    const bool valid = r < G;
+    const __nv_bfloat16* src =
+        valid ? p.q + (size_t(seq.q_start) * hq + head0 + r) * kHeadDim + chunk * 8 : p.q;
+    cp_async_16(sQ + swz(r, chunk), src, valid);
+  }
+  cp_async_commit();
+
+  auto load_kv = [&](int j, int stage) {
+    const int chunk = tid & 7;
+    const uint32_t k_dst = sK + stage * kTileBytes, v_dst = sV + stage * kTileBytes;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 16; ++i) {
+      const int r = (tid >> 3) + 16 * i;
+      const int t = j * kBlockN + r;
+      int32_t page = kNoPage;
+      if (t >= kv_begin && t < kv_end) page = table[t >> p.page_size_log2];
+      const bool valid = page >= 0;
+      const size_t off =
+          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) + size_t(chunk) * 8 : 0;
+      cp_async_16(k_dst + swz(r, chunk), p.k_pool + off, valid);
+      cp_async_16(v_dst + swz(r, chunk), p.v_pool + off, valid);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_tiles) load_kv(my_tb + s, s);
+    cp_async_commit();
+  }
+
+  float m_run[kMTiles][2], l_run[kMTiles][2], o[kMTiles][8][4];
+#pragma unroll
+  for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) m_run[mi][h] = -INFINITY, l_run[mi][h] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.0f;
+  }
+
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int nx = it + kStages - 1;
+      if (nx < n_tiles) load_kv(my_tb + nx, nx % kStages);
+      cp_async_commit();
+    }
+    const int j = my_tb + it;
+    const uint32_t kb = sK + (it % kStages) * kTileBytes;
+    const uint32_t vb = sV + (it % kStages) * kTileBytes;
+
+    // S = Q K^T for this warp's 16 keys.
+    float s[kMTiles][2][4];
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t b[4];
+      ldmatrix_x4(kb + swz(warp * 16 + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)), b);
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) {
+        // Q fragments are re-read from shared memory (cheap here) to keep registers for kMTiles > 1.
+        uint32_t qf[4];
+        ldmatrix_x4(sQ + swz(mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 2 + (lane >> 4)), qf);
+        mma_bf16(s[mi][0], qf, b[0], b[1]);
+        mma_bf16(s[mi][1], qf, b[2], b[3]);
+      }
+    }
+    const int k0 = j * kBlockN;
+    if (k0 < kv_begin || k0 + kBlockN > kv_end) {
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int t = k0 + warp * 16 + nt * 8 + 2 * (lane & 3) + (e & 1);
+            if (t < kv_begin || t >= kv_end) s[mi][nt][e] = -INFINITY;
+          }
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx =
+            fmaxf(fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]), fmaxf(s[mi][1][2 * h], s[mi][1][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mi][h], mx * p.scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a warp whose keys are all masked so far
+        const float alpha = fast_exp2(m_run[mi][h] - m_use);
+        m_run[mi][h] = m_new;
+        float rs = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            const float pv = fast_exp2(fmaf(s[mi][nt][e], p.scale_log2, -m_use));
+            s[mi][nt][e] = pv;
+            rs += pv;
+          }
+        }
+        l_run[mi][h] = l_run[mi][h] * alpha + rs;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) {
+          o[mi][dt][2 * h] *= alpha;
+          o[mi][dt][2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+      uint32_t pa[4];
+      pa[0] = pack_bf16(s[mi][0][0], s[mi][0][1]);
+      pa[1] = pack_bf16(s[mi][0][2], s[mi][0][3]);
+      pa[2] = pack_bf16(s[mi][1][0], s[mi][1][1]);
+      pa[3] = pack_bf16(s[mi][1][2], s[mi][1][3]);
+#pragma unroll
+      for (int dp = 0; dp < 4; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(vb + swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)), b);
+        mma_bf16(o[mi][2 * dp], pa, b[0], b[1]);
+        mma_bf16(o[mi][2 * dp + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the K/V ring becomes the combine buffer
+
+  // Combine the four warps: combo O [warp][row][kComboStride], then m [warp][row], l [warp][row].
+  float* combo = reinterpret_cast<float*>(smem + Smem::kQBytes);
+  float* combo_m = combo + kWarps * kRows * kComboStride;
+  float* combo_l = combo_m + kWarps * kRows;
+#pragma unroll
+  for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mi * 16 + h * 8 + (lane >> 2);
+      float l = l_run[mi][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if ((lane & 3) == 0) {
+        combo_m[warp * kRows + r] = m_run[mi][h];
+        combo_l[warp * kRows + r] = l;
+      }
+      float* dst = combo + (warp * kRows + r) * kComboStride + 2 * (lane & 3);
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt)
+        *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o[mi][dt][2 * h], o[mi][dt][2 * h + 1]);
+    }
+  }
+  __syncthreads();
+
+  const bool direct = p.splits == 1;
+  for (int i = tid; i < G * (kHeadDim / 4); i += kThreads) {
+    const int r = i >> 4;
+    const int d = (i & 15) * 4;
+    float mw[kWarps];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      mw[w] = combo_m[w * kRows + r];
+      mx = fmaxf(mx, mw[w]);
+    }
+    float sink2 = -INFINITY;
+    if (direct && p.sinks != nullptr) sink2 = p.sinks[head0 + r] * kLog2e;
+    mx = fmaxf(mx, sink2);  // finite: the split has at least one valid key
+    float l = direct ? exp2f(sink2 - mx) : 0.0f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = exp2f(mw[w] - mx);
+      l += combo_l[w * kRows + r] * wt;
+      const float4 v = *reinterpret_cast<const float4*>(combo + (w * kRows + r) * kComboStride + d);
+      acc.x += v.x * wt, acc.y += v.y * wt, acc.z += v.z * wt, acc.w += v.w * wt;
+    }
+    const float inv = 1.0f / l;
+    acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+    if (direct) {
+      uint2 packed = make_uint2(pack_bf16(acc.x, acc.y), pack_bf16(acc.z, acc.w));
+      *reinterpret_cast<uint2*>(p.out + (size_t(seq.q_start) * hq + head0 + r) * kHeadDim + d) = packed;
+    } else {
+      const size_t prow = part_row0 + size_t(r) * p.splits;
+      *reinterpret_cast<float4*>(p.part_o + prow * kHeadDim + d) = acc;
+      if (d == 0) p.part_lse[prow] = mx + log2f(l);
+    }
+  }
+}
+
+// One warp per (decode slot, query head): weights the splits' partial outputs by exp2(lse - max) and adds
+// the sink's exp2(sink - max) to the denominator (once).
+__global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
+  const int lane = threadIdx.x & 31;
+  const int head = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int slot = blockIdx.y;
+  if (head >= p.num_q_heads) return;
+  const int seq_idx = p.decode_seqs[slot];
+  if (seq_idx < 0) return;
+  const AttnSeq seq = p.seqs[seq_idx];
+  const size_t row0 = (size_t(slot) * p.num_q_heads + head) * p.splits;
+  const float sink2 = p.sinks != nullptr ? p.sinks[head] * kLog2e : -INFINITY;
+  float mx = sink2;
+  for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, p.part_lse[row0 + s]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float l = exp2f(sink2 - mx);
+  float2 acc = make_float2(0.f, 0.f);
+  for (int s = 0; s < p.splits; ++s) {
+    const float lse = p.part_lse[row0 + s];
+    if (lse == -INFINITY) continue;  // empty split: its partial output was never written
+    const float wt = exp2f(lse - mx);
+    l += wt;
+    const float2 v = *reinterpret_cast<const float2*>(p.part_o + (row0 + s) * kHeadDim + 2 * lane);
+    acc.x += v.x * wt, acc.y += v.y * wt;
+  }
+  const float inv = 1.0f / l;
+  *reinterpret_cast<uint32_t*>(p.out + (size_t(seq.q_start) * p.num_q_heads + head) * kHeadDim + 2 * lane) =
+      pack_bf16(acc.x * inv, acc.y * inv);
+}
+
+template <int kMTiles>
+void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
+  constexpr int bytes = DecodeSmem<kMTiles>::kBytes;
+  ensure_dynamic_smem<DecodeSmem<kMTiles>>(decode_kernel<kMTiles>, bytes);
+  const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
+  decode_kernel<kMTiles><<<grid, kThreads, bytes, stream>>>(p);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan, void* workspace,
+                           cudaStream_t stream) {
+  if (plan.decode_bucket == 0) return;
+  const int log2_page = log2_exact(a.page_size);
+  ORCHID_KERNEL_REQUIRE(log2_page >= 0, "sink_attention: page_size must be a power of two");
+  ORCHID_KERNEL_REQUIRE(plan.num_kv_heads > 0 && plan.num_q_heads % plan.num_kv_heads == 0,
+                        "sink_attention: bad head counts in the plan");
+  const int group = plan.num_q_heads / plan.num_kv_heads;
+  ORCHID_KERNEL_REQUIRE(group <= kMaxDecodeGroup,
+                        "sink_attention: decode supports at most 64 query heads per KV head");
+  ORCHID_KERNEL_REQUIRE(plan.decode_splits >= 1 && plan.decode_splits <= 65535 && plan.decode_bucket <= 65535,
+                        "sink_attention: bad decode grid in the plan");
+  ORCHID_KERNEL_REQUIRE(plan.decode_splits == 1 || workspace != nullptr,
+                        "sink_attention: split-KV decode needs the workspace");
+  ORCHID_KERNEL_REQUIRE(a.window >= 0, "sink_attention: negative window");
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  ORCHID_KERNEL_REQUIRE(
+      aligned(a.q) && aligned(a.k_pool) && aligned(a.v_pool) && aligned(a.out) && aligned(workspace),
+      "sink_attention: q, pools, out and workspace must be 16-byte aligned");
+  DecodeParams p;
+  p.q = a.q;
+  p.k_pool = a.k_pool;
+  p.v_pool = a.v_pool;
+  p.page_table = a.page_table;
+  p.sinks = a.sinks;
+  p.out = a.out;
+  const size_t part_rows = size_t(plan.decode_bucket) * plan.num_q_heads * plan.decode_splits;
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = workspace != nullptr ? p.part_o + part_rows * kHeadDim : nullptr;
+  p.seqs = plan.seqs;
+  p.decode_seqs = plan.decode_seqs;
+  p.table_kind = int(a.table_kind);
+  p.num_q_heads = plan.num_q_heads;
+  p.num_kv_heads = plan.num_kv_heads;
+  p.group = group;
+  p.splits = plan.decode_splits;
+  p.page_size_log2 = log2_page;
+  p.window = a.window;
+  p.scale_log2 = a.softmax_scale * kLog2e;
+  if (group <= 16)
+    launch_decode<1>(p, plan.decode_bucket, stream);
+  else if (group <= 32)
+    launch_decode<2>(p, plan.decode_bucket, stream);
+  else
+    launch_decode<4>(p, plan.decode_bucket, stream);
+  if (plan.decode_splits > 1) {
+    const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket));
+    decode_merge_kernel<<<grid, kThreads, 0, stream>>>(p);
+    ORCHID_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace orchid::kernels::attention

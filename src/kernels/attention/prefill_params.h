@@ -1,0 +1,35 @@
+// Parameters shared by the two prefill kernels (mma.sync and wgmma); internal to the attention launchers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention/attention_plan.h"
+
+namespace orchid::kernels::attention::detail {
+
+struct PrefillParams {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k_pool;
+  const __nv_bfloat16* v_pool;
+  const int32_t* page_table;
+  const float* sinks;
+  __nv_bfloat16* out;
+  const AttnSeq* seqs;
+  const PrefillTile* tiles;
+  int table_kind;
+  int num_q_heads;
+  int num_kv_heads;
+  int group;
+  int tokens_per_tile;
+  int page_size_log2;
+  int window;
+  float scale_log2;  // softmax scale * log2(e)
+};
+
+// The Hopper kernel (prefill_attention_sm90.cu); `blocks` = tiles x KV heads, validated by the caller.
+void launch_prefill_wgmma(const PrefillParams& p, unsigned blocks, cudaStream_t stream);
+
+}  // namespace orchid::kernels::attention::detail

@@ -1,0 +1,59 @@
+// Attention with per-head sinks over the paged KV cache (gpt-oss-model.md §3), head_dim 64, GQA with any
+// integer ratio Hq / Hkv (<= 64 for decode, <= 128 for prefill), causal, full or sliding window.
+//   s_t = (q . k_t) * softmax_scale, for allowed keys t: t <= p and (window == 0 or t > p - window)
+//   P_t = exp(s_t) / (sum_t' exp(s_t') + exp(sink_h))    (sink raw, not scaled; it takes part in the max)
+//   out = sum_t P_t v_t          (fp32 softmax and accumulation, bf16 operands and output)
+// A sequence's new tokens are its queries (positions start_pos ..); its keys are every cached position
+// 0 .. p, read through its page table, so the K/V of the new tokens must already be written (rope_kv_write).
+//
+// Prefill (sequences with num_q > 1): one CTA = one KV head x (128 / G) query tokens x the G query heads of
+// that KV head (128 rows), 64-key tiles, 3-stage cp.async pipeline; an FA2-style mma.sync kernel (default)
+// or a Hopper wgmma kernel with the same tiles (PrefillVariant).
+// Decode (num_q == 1): one CTA per (split, KV head, decode slot) with the G query rows padded to m16 tiles;
+// when plan.decode_splits > 1 the splits write partial results to `workspace` and a merge kernel adds the
+// sink once and writes the output. The decode grid depends only on the plan's bucket sizes, so a decode step
+// can be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention/attention_plan.h"
+
+namespace orchid::kernels::attention {
+
+// Prefill implementation: the FA2-style mma.sync kernel, or the Hopper wgmma kernel (same tiles and plan).
+enum class PrefillVariant : uint8_t { kMmaSync, kWgmma };
+
+struct SinkAttentionArgs {
+  const __nv_bfloat16* q = nullptr;       // [num_tokens, Hq, 64] (roped)
+  const __nv_bfloat16* k_pool = nullptr;  // this layer's pools (kv_layout.h)
+  const __nv_bfloat16* v_pool = nullptr;
+  const int32_t* page_table = nullptr;  // flat table of this layer's kind
+  TableKind table_kind = kFullTable;
+  int page_size = 16;            // power of two
+  const float* sinks = nullptr;  // [Hq] raw sink logits (fp32), or null for plain softmax
+  int window = 0;                // keys per query including itself (gpt-oss sliding layers: 128); 0 = full
+  float softmax_scale = 0.125f;  // 1 / sqrt(64)
+  __nv_bfloat16* out = nullptr;  // [num_tokens, Hq * 64]
+  PrefillVariant prefill_variant = PrefillVariant::kMmaSync;
+};
+
+// Prefill part of the plan (no-op without prefill tiles).
+void sink_attention_prefill(const SinkAttentionArgs& args, const AttentionPlan& plan, cudaStream_t stream);
+
+// Decode part of the plan (no-op with decode_bucket 0). `workspace` holds decode_workspace_bytes(...) bytes
+// when plan.decode_splits > 1 (may be null otherwise).
+void sink_attention_decode(const SinkAttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                           cudaStream_t stream);
+
+// Both.
+inline void sink_attention(const SinkAttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                           cudaStream_t stream) {
+  sink_attention_prefill(args, plan, stream);
+  sink_attention_decode(args, plan, workspace, stream);
+}
+
+}  // namespace orchid::kernels::attention

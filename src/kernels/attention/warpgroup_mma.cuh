@@ -1,0 +1,79 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) primitives for the attention kernels: shared-memory matrix
+// descriptors for the 128-byte-swizzled [rows][64 bf16] tiles of warp_mma.cuh (the same swizzle: 16-byte
+// chunk c of row r at chunk c ^ (r % 8), tiles 1024-byte aligned), and m64n64k16 bf16 -> fp32 with A in
+// registers.
+//
+// Register layouts (warp w of the warpgroup owns rows 16w..16w+15; g = lane / 4, t = lane % 4):
+//   accumulator d[4n + e], n < 8: row g (e < 2) or g + 8 (e >= 2), column 8n + 2t + (e & 1)
+//     -- the mma.sync m16n8 C layout, one n8 tile per n;
+//   A registers a[0..3]: the mma.sync m16n8k16 A layout of the warp's 16 rows.
+// So a softmax written for mma.sync fragments applies unchanged, and P converts to A as with mma.sync.
+//
+// Descriptors (PTX "matrix descriptor"): start address >> 4 in bits 0-13, leading byte offset >> 4 in
+// 16-29, stride byte offset >> 4 in 32-45, layout type in 62-63 (1 = 128-byte swizzle).
+//   K-major operand (K tile [key][dim] as B of Q K^T): rows of 128 bytes, 8-row groups 1024 bytes apart
+//   (stride byte offset); a k16 step advances the start address by 32 bytes inside the swizzle atom.
+//   MN-major operand (V tile [key][dim] as B of P V, transposed): 64 dims = one 128-byte atom row, 8-key
+//   groups 1024 bytes apart; a k16 step (16 keys) advances the start by 2048 bytes. Only one of the two
+//   offsets is used for a 64-wide operand; both are set to 1024.
+#pragma once
+
+#include <cstdint>
+
+namespace orchid::kernels::attention::detail {
+
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr, uint32_t lbo_bytes,
+                                                    uint32_t sbo_bytes) {
+  uint64_t d = 0;
+  d |= uint64_t((smem_byte_addr >> 4) & 0x3fff);
+  d |= uint64_t((lbo_bytes >> 4) & 0x3fff) << 16;
+  d |= uint64_t((sbo_bytes >> 4) & 0x3fff) << 32;
+  d |= uint64_t(1) << 62;  // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Orders ordinary shared-memory writes (cp.async, st.shared) before reads by the async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accesses of wgmma operand registers across the asynchronous MMA.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// d (+)= a * B, m64n64k16, a: bf16 A fragment in registers, B through `desc_b`.
+// kTransB = 0: B stored N x K with K contiguous ("K-major"); 1: stored K x N with N contiguous.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+}
+
+}  // namespace orchid::kernels::attention::detail

@@ -1,0 +1,186 @@
+#include "kernels/gemm/dense_gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "kernels/common/cuda_check.h"
+
+#define ORCHID_CUBLAS_CHECK(expr)                                                                 \
+  do {                                                                                            \
+    cublasStatus_t orchid_st_ = (expr);                                                           \
+    if (orchid_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                         \
+      ::orchid::check_failed(__FILE__, __LINE__, #expr,                                           \
+                             std::string("cuBLASLt status ") + cublasLt_status_name(orchid_st_)); \
+  } while (0)
+
+namespace orchid::kernels {
+namespace {
+
+const char* cublasLt_status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "NOT_SUPPORTED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+// Used only when the heuristic offers no algorithm with the bias epilogue for a shape.
+template <typename T>
+__global__ void add_bias_kernel(T* y, int64_t ldy, const T* bias, int m, int n) {
+  const int64_t total = int64_t(m) * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    T* p = y + r * ldy + c;
+    if constexpr (sizeof(T) == 2) {
+      *p = __float2bfloat16_rn(__bfloat162float(*p) + __bfloat162float(bias[c]));
+    } else {
+      *p = *p + bias[c];
+    }
+  }
+}
+
+using Key = std::tuple<int, int, int, int64_t, int64_t, int, bool>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool bias_epilogue = false;
+};
+
+}  // namespace
+
+struct DenseGemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::mutex mu;
+  std::map<Key, Plan> plans;
+
+  ~Impl() {
+    for (auto& [key, p] : plans) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+      cublasLtMatmulDescDestroy(p.desc);
+    }
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  // Tries one epilogue; returns false when the heuristic has no algorithm for it.
+  bool make_plan(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, bool bias_epilogue, Plan* out) {
+    const cudaDataType_t out_type = a.out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+    Plan p;
+    ORCHID_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // Row-major y = x W^T is column-major y^T = W x^T: A = W ([k, n] column-major, transposed),
+    // B = x ([k, m] column-major), C = D = y^T ([n, m] column-major).
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    ORCHID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    ORCHID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasLtEpilogue_t epi = bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    ORCHID_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    ORCHID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(a.k), uint64_t(a.n), a.k));
+    ORCHID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(a.k), uint64_t(a.m), ldx));
+    ORCHID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(a.n), uint64_t(a.m), ldy));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = workspace_bytes;
+    ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+      cublasLtMatmulDescDestroy(p.desc);
+      return false;
+    }
+    p.algo = result.algo;
+    p.bias_epilogue = bias_epilogue;
+    *out = p;
+    return true;
+  }
+
+  Plan& plan_for(const DenseGemmArgs& a, int64_t ldx, int64_t ldy) {
+    Key key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr};
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    bool ok = (a.bias && make_plan(a, ldx, ldy, true, &p)) || make_plan(a, ldx, ldy, false, &p);
+    ORCHID_KERNEL_REQUIRE(ok, "cuBLASLt has no algorithm for this BF16 GEMM shape");
+    return plans.emplace(key, p).first->second;
+  }
+};
+
+DenseGemm::DenseGemm(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  ORCHID_KERNEL_REQUIRE(workspace_bytes == 0 || reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
+                        "DenseGemm: workspace must be 16-byte aligned");
+  ORCHID_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  impl_->workspace = workspace;
+  impl_->workspace_bytes = workspace ? workspace_bytes : 0;
+}
+
+DenseGemm::~DenseGemm() = default;
+
+bool DenseGemm::bias_fused(const DenseGemmArgs& a) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+  return impl_->plan_for(a, ldx, ldy).bias_epilogue;
+}
+
+void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(a.m > 0 && a.n > 0 && a.k > 0, "DenseGemm: empty shape");
+  ORCHID_KERNEL_REQUIRE(a.x && a.w && a.y, "DenseGemm: null pointer");
+  const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+  ORCHID_KERNEL_REQUIRE(ldx >= a.k && ldy >= a.n, "DenseGemm: leading dimension smaller than the row");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Plan& p = impl_->plan_for(a, ldx, ldy);
+  if (p.bias_epilogue) {
+    ORCHID_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof(a.bias)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  ORCHID_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y,
+                                     p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream));
+  if (a.bias && !p.bias_epilogue) {
+    const int64_t total = int64_t(a.m) * a.n;
+    const int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));
+    if (a.out == GemmOut::kBf16) {
+      add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(a.y), ldy,
+                                                  static_cast<const __nv_bfloat16*>(a.bias), a.m, a.n);
+    } else {
+      add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(a.y), ldy,
+                                                  static_cast<const float*>(a.bias), a.m, a.n);
+    }
+    ORCHID_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace orchid::kernels

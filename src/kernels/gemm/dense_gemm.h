@@ -1,0 +1,54 @@
+// Dense BF16 GEMM through cuBLASLt: y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]), fp32 accumulate, bf16 or
+// fp32 output. Serves every linear layer whose weights stay BF16 in all `--weights` modes (the checkpoint
+// keeps them BF16 and they are a small part of the bytes): fused QKV (n = 5120), O-proj (n = 2880,
+// k = 4096), the router (n = E, fp32 logits) and lm_head (n = 201088).
+//
+// The cuBLASLt algorithm is chosen by the heuristic once per shape and cached; the workspace is owned by the
+// caller and given at construction, so a call allocates nothing and can be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace orchid::kernels {
+
+enum class GemmOut : uint8_t { kBf16, kF32 };
+
+struct DenseGemmArgs {
+  int m = 0, n = 0, k = 0;
+  const void* x = nullptr;  // bf16 [m, k], rows ldx elements apart (0: k)
+  int64_t ldx = 0;
+  const void* w = nullptr;  // bf16 [n, k] row-major (nn.Linear [out, in]), contiguous
+  // [n]; same type as the output (bf16 for kBf16, fp32 for kF32: convert small fp32 biases such as the
+  // router's at load). nullptr: no bias.
+  const void* bias = nullptr;
+  void* y = nullptr;  // [m, n], rows ldy elements apart (0: n)
+  int64_t ldy = 0;
+  GemmOut out = GemmOut::kBf16;
+};
+
+class DenseGemm {
+ public:
+  static constexpr size_t kRecommendedWorkspace = size_t(32) << 20;
+
+  // `workspace` is device memory of `workspace_bytes` (16-byte aligned), used by every call in stream order.
+  DenseGemm(void* workspace, size_t workspace_bytes);
+  ~DenseGemm();
+  DenseGemm(const DenseGemm&) = delete;
+  DenseGemm& operator=(const DenseGemm&) = delete;
+
+  void run(const DenseGemmArgs& args, cudaStream_t stream);
+
+  // How the last run of this shape was served (for tests/benchmarks): true when the bias came from the
+  // cuBLASLt epilogue, false when a separate bias kernel ran after the GEMM.
+  bool bias_fused(const DenseGemmArgs& args);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace orchid::kernels

@@ -1,0 +1,220 @@
+// Napkin math (gpt-oss-20b, 8192-token prefill, M = 32768 permuted rows, H = I = 2880), per layer:
+//   gather+quant: read 8192*2880*2 B (L2 catches the 4x reuse) + write 32768*2944 B -> ~0.15 GB, ~36 us;
+//   swiglu: read 32768*5760*2 B + write 32768*2944 B -> 0.47 GB, ~0.11 ms (vs ~0.8 ms for the gate_up GEMM);
+//   combine: read 32768*2880*2 B + x in/out 2*8192*2880*4 B -> 0.38 GB, ~90 us at 4.17 TB/s.
+#include <cuda_bf16.h>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/quant.cuh"
+#include "kernels/moe/moe_activation.h"
+#include "kernels/moe/swiglu.cuh"
+
+namespace orchid::kernels {
+namespace {
+
+__device__ __forceinline__ void unpack_bf16x2(uint32_t w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return uint32_t(float_to_bf16_bits(lo)) | (uint32_t(float_to_bf16_bits(hi)) << 16);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+__global__ void gather_bf16_kernel(const uint4* __restrict__ h, const int* __restrict__ row_token, int rows,
+                                   int vecs_per_row, uint4* __restrict__ out) {
+  const int64_t total = int64_t(rows) * vecs_per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / vecs_per_row, v = i % vecs_per_row;
+    const int64_t src = row_token ? row_token[r] : r;
+    out[i] = h[src * vecs_per_row + v];
+  }
+}
+
+// One warp per (row, 128-column group); lane l owns columns 4l..4l+3 of the group.
+__global__ void gather_quant_fp8_kernel(const __nv_bfloat16* __restrict__ h,
+                                        const int* __restrict__ row_token, int rows, int k, int groups,
+                                        uint8_t* __restrict__ out_q, float* __restrict__ out_scale) {
+  const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= int64_t(rows) * groups) return;
+  const int64_t r = warp / groups;
+  const int g = int(warp % groups);
+  const int64_t src = row_token ? row_token[r] : r;
+  const int col = g * 128 + lane * 4;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (col < k) {
+    const uint2 w = *reinterpret_cast<const uint2*>(h + src * k + col);
+    unpack_bf16x2(w.x, v[0], v[1]);
+    unpack_bf16x2(w.y, v[2], v[3]);
+  }
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  amax = warp_max(amax);
+  const Fp8GroupScale s = fp8_group_scale(amax);
+  const int64_t kpad = int64_t(groups) * 128;
+  *reinterpret_cast<uint32_t*>(out_q + r * kpad + col) =
+      fp8x4_from_float(v[0] * s.inv, v[1] * s.inv, v[2] * s.inv, v[3] * s.inv);
+  if (lane == 0) out_scale[r * groups + g] = s.scale;
+}
+
+// z for the 4 (gate, up) pairs in 8 consecutive u columns starting at u_col.
+__device__ __forceinline__ void swiglu4(const __nv_bfloat16* __restrict__ u_row,
+                                        const __nv_bfloat16* __restrict__ b_row, int u_col, SwigluParams p,
+                                        float z[4]) {
+  const uint4 uu = *reinterpret_cast<const uint4*>(u_row + u_col);
+  const uint4 bb = *reinterpret_cast<const uint4*>(b_row + u_col);
+  const uint32_t uw[4] = {uu.x, uu.y, uu.z, uu.w};
+  const uint32_t bw[4] = {bb.x, bb.y, bb.z, bb.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float ug, uup, bg, bup;
+    unpack_bf16x2(uw[i], ug, uup);
+    unpack_bf16x2(bw[i], bg, bup);
+    z[i] = swiglu_fp32(ug + bg, uup + bup, p.limit, p.alpha);
+  }
+}
+
+__global__ void swiglu_bf16_kernel(const __nv_bfloat16* __restrict__ u, const __nv_bfloat16* __restrict__ b1,
+                                   const int* __restrict__ row_expert, int rows, int inter, SwigluParams p,
+                                   __nv_bfloat16* __restrict__ z) {
+  const int quads = inter / 4;
+  const int64_t total = int64_t(rows) * quads;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / quads;
+    const int q = int(i % quads);
+    float zz[4];
+    swiglu4(u + r * 2 * inter, b1 + int64_t(row_expert[r]) * 2 * inter, q * 8, p, zz);
+    *reinterpret_cast<uint2*>(z + r * inter + q * 4) =
+        make_uint2(pack_bf16x2(zz[0], zz[1]), pack_bf16x2(zz[2], zz[3]));
+  }
+}
+
+// One warp per (row, 128-column group of z); lane l owns z columns 4l..4l+3 (u columns 8l..8l+7).
+__global__ void swiglu_fp8_kernel(const __nv_bfloat16* __restrict__ u, const __nv_bfloat16* __restrict__ b1,
+                                  const int* __restrict__ row_expert, int rows, int inter, int groups,
+                                  SwigluParams p, uint8_t* __restrict__ z_q, float* __restrict__ z_scale) {
+  const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= int64_t(rows) * groups) return;
+  const int64_t r = warp / groups;
+  const int g = int(warp % groups);
+  const int col = g * 128 + lane * 4;
+  float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (col < inter) swiglu4(u + r * 2 * inter, b1 + int64_t(row_expert[r]) * 2 * inter, col * 2, p, z);
+  float amax = fmaxf(fmaxf(fabsf(z[0]), fabsf(z[1])), fmaxf(fabsf(z[2]), fabsf(z[3])));
+  amax = warp_max(amax);
+  const Fp8GroupScale s = fp8_group_scale(amax);
+  const int64_t kpad = int64_t(groups) * 128;
+  *reinterpret_cast<uint32_t*>(z_q + r * kpad + col) =
+      fp8x4_from_float(z[0] * s.inv, z[1] * s.inv, z[2] * s.inv, z[3] * s.inv);
+  if (lane == 0) z_scale[r * groups + g] = s.scale;
+}
+
+// One block per token; each thread owns 8 consecutive hidden columns per step.
+__global__ void combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
+                               const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
+                               const int* __restrict__ slot_row, int top_k, int hidden,
+                               float* __restrict__ x) {
+  const int64_t t = blockIdx.x;
+  const int vecs = hidden / 8;
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t row = slot_row[t * top_k + j];
+      const int64_t e = topk_idx[t * top_k + j];
+      const float w = topk_w[t * top_k + j];
+      const uint4 yy = *reinterpret_cast<const uint4*>(y + row * hidden + v * 8);
+      const uint4 bb = *reinterpret_cast<const uint4*>(b2 + e * hidden + v * 8);
+      const uint32_t yw[4] = {yy.x, yy.y, yy.z, yy.w};
+      const uint32_t bw[4] = {bb.x, bb.y, bb.z, bb.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float y0, y1, c0, c1;
+        unpack_bf16x2(yw[i], y0, y1);
+        unpack_bf16x2(bw[i], c0, c1);
+        acc[2 * i] += w * (y0 + c0);
+        acc[2 * i + 1] += w * (y1 + c1);
+      }
+    }
+    float4* xp = reinterpret_cast<float4*>(x + t * hidden + v * 8);
+    float4 a = xp[0], b = xp[1];
+    a.x += acc[0];
+    a.y += acc[1];
+    a.z += acc[2];
+    a.w += acc[3];
+    b.x += acc[4];
+    b.y += acc[5];
+    b.z += acc[6];
+    b.w += acc[7];
+    xp[0] = a;
+    xp[1] = b;
+  }
+}
+
+int grid_for(int64_t items, int threads) {
+  return int(std::min<int64_t>((items + threads - 1) / threads, 65536));
+}
+
+}  // namespace
+
+void moe_gather_bf16(const void* h, const int* row_token, int rows, int k, void* out, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 8 == 0, "moe_gather_bf16: k must be a multiple of 8");
+  if (rows <= 0) return;
+  const int vecs = k / 8;
+  gather_bf16_kernel<<<grid_for(int64_t(rows) * vecs, 256), 256, 0, stream>>>(
+      static_cast<const uint4*>(h), row_token, rows, vecs, static_cast<uint4*>(out));
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, uint8_t* out_q,
+                          float* out_scale, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 4 == 0, "moe_gather_quant_fp8: k must be a multiple of 4");
+  if (rows <= 0) return;
+  const int groups = round_up_128(k) / 128;
+  const int64_t threads = int64_t(rows) * groups * 32;
+  gather_quant_fp8_kernel<<<int((threads + 255) / 256), 256, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(h), row_token, rows, k, groups, out_q, out_scale);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void moe_swiglu_bf16(const void* u, const void* b1, const int* row_expert, int rows, int inter,
+                     SwigluParams p, void* z, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(inter % 4 == 0, "moe_swiglu_bf16: inter must be a multiple of 4");
+  if (rows <= 0) return;
+  swiglu_bf16_kernel<<<grid_for(int64_t(rows) * (inter / 4), 256), 256, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(u), static_cast<const __nv_bfloat16*>(b1), row_expert, rows, inter, p,
+      static_cast<__nv_bfloat16*>(z));
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void moe_swiglu_fp8(const void* u, const void* b1, const int* row_expert, int rows, int inter, SwigluParams p,
+                    uint8_t* z_q, float* z_scale, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(inter % 4 == 0, "moe_swiglu_fp8: inter must be a multiple of 4");
+  if (rows <= 0) return;
+  const int groups = round_up_128(inter) / 128;
+  const int64_t threads = int64_t(rows) * groups * 32;
+  swiglu_fp8_kernel<<<int((threads + 255) / 256), 256, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(u), static_cast<const __nv_bfloat16*>(b1), row_expert, rows, inter,
+      groups, p, z_q, z_scale);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine(const void* y, const void* b2, const int* topk_idx, const float* topk_w, const int* slot_row,
+                 int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine: hidden must be a multiple of 8");
+  if (num_tokens <= 0) return;
+  combine_kernel<<<num_tokens, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(y),
+                                                 static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
+                                                 slot_row, top_k, hidden, x);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace orchid::kernels

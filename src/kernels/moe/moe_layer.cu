@@ -1,0 +1,200 @@
+#include "kernels/moe/moe_layer.h"
+
+#include <algorithm>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/grouped_gemm.h"
+#include "kernels/moe/moe_activation.h"
+#include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/weight_convert.h"
+
+namespace orchid::kernels {
+namespace {
+
+size_t align256(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
+
+bool needs_fp8_path(const MoeConfig& c) {
+  return c.weights == MoeWeights::kFp8 ||
+         (c.weights == MoeWeights::kMxfp4 && c.max_tokens > c.mxfp4_direct_max_tokens);
+}
+bool needs_bf16_z(const MoeConfig& c) {
+  return c.weights == MoeWeights::kBf16 || c.weights == MoeWeights::kMxfp4;
+}
+
+// Walks the workspace in a fixed order; with base == nullptr it only measures.
+MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
+  const size_t T = size_t(c.max_tokens), E = size_t(c.experts), K = size_t(c.top_k);
+  const size_t M = T * K, H = size_t(c.hidden), I = size_t(c.inter);
+  const size_t Hp = size_t(round_up_128(c.hidden)), Ip = size_t(round_up_128(c.inter));
+  size_t off = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* p = base ? base + off : nullptr;
+    off = align256(off + bytes);
+    return p;
+  };
+  MoeBuffers b;
+  b.logits = static_cast<float*>(take(T * E * 4));
+  b.topk_idx = static_cast<int*>(take(M * 4));
+  b.topk_w = static_cast<float*>(take(M * 4));
+  b.routing.offsets = static_cast<int*>(take((E + 1) * 4));
+  b.routing.row_token = static_cast<int*>(take(M * 4));
+  b.routing.row_expert = static_cast<int*>(take(M * 4));
+  b.routing.slot_row = static_cast<int*>(take(M * 4));
+  b.routing.active = static_cast<int*>(take(E * 4));
+  b.routing.num_active = static_cast<int*>(take(4));
+  b.permute_scratch = take(moe_permute_scratch_bytes(c.max_tokens, c.experts, c.top_k));
+  if (needs_fp8_path(c)) {
+    b.a_q = static_cast<uint8_t*>(take(M * Hp));
+    b.a_scale = static_cast<float*>(take(M * (Hp / 128) * 4));
+    b.z_q = static_cast<uint8_t*>(take(M * Ip));
+    b.z_scale = static_cast<float*>(take(M * (Ip / 128) * 4));
+  }
+  if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
+  if (needs_bf16_z(c)) b.z_bf16 = take(M * I * 2);
+  b.u = take(M * 2 * I * 2);
+  b.y = take(M * H * 2);
+  if (c.weights == MoeWeights::kMxfp4 && needs_fp8_path(c)) {
+    b.w1_fp8 = static_cast<uint8_t*>(take(E * 2 * I * Hp));
+    b.w1_fp8_scale = static_cast<float*>(take(E * ((2 * I + 127) / 128) * (Hp / 128) * 4));
+    b.w2_fp8 = static_cast<uint8_t*>(take(E * H * Ip));
+    b.w2_fp8_scale = static_cast<float*>(take(E * ((H + 127) / 128) * (Ip / 128) * 4));
+  }
+  size_t gws = 0;
+  if (needs_fp8_path(c)) gws = std::max(gws, grouped_gemm_fp8_workspace_bytes(c.experts));
+  if (c.weights == MoeWeights::kBf16) gws = std::max(gws, grouped_gemm_bf16_workspace_bytes(c.experts));
+  b.grouped_ws = gws ? take(gws) : nullptr;
+  b.grouped_ws_bytes = gws;
+  *total = off;
+  return b;
+}
+
+}  // namespace
+
+size_t moe_workspace_bytes(const MoeConfig& cfg) {
+  size_t total = 0;
+  carve(cfg, nullptr, &total);
+  return total;
+}
+
+MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
+  ORCHID_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
+                        "moe: workspace must be 256-byte aligned");
+  size_t total = 0;
+  return carve(cfg, static_cast<uint8_t*>(workspace), &total);
+}
+
+void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
+                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
+                        "moe_forward: num_tokens out of range");
+  ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
+                        "moe_forward: null pointer");
+  const MoeBuffers b = moe_buffers(c, workspace);
+  const int T = num_tokens, E = c.experts, K = c.top_k, H = c.hidden, I = c.inter;
+  const int M = T * K, Hp = round_up_128(H), Ip = round_up_128(I);
+  const SwigluParams sp{c.swiglu_limit, c.swiglu_alpha};
+
+  DenseGemmArgs r;
+  r.m = T;
+  r.n = E;
+  r.k = H;
+  r.x = h;
+  r.w = w.router_w;
+  r.bias = w.router_b;
+  r.y = b.logits;
+  r.out = GemmOut::kF32;
+  router_gemm.run(r, stream);
+  moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream);
+
+  const bool mxfp4_direct = c.weights == MoeWeights::kMxfp4 && T <= c.mxfp4_direct_max_tokens;
+  if (c.weights == MoeWeights::kBf16) {
+    moe_gather_bf16(h, b.routing.row_token, M, H, b.a_bf16, stream);
+    GroupedGemmArgs g;
+    g.num_groups = E;
+    g.offsets = b.routing.offsets;
+    g.workspace = b.grouped_ws;
+    g.workspace_bytes = b.grouped_ws_bytes;
+    g.n = 2 * I;
+    g.k = H;
+    g.a = b.a_bf16;
+    g.b = w.w1;
+    g.d = b.u;
+    grouped_gemm_bf16(g, stream);
+    moe_swiglu_bf16(b.u, w.b1, b.routing.row_expert, M, I, sp, b.z_bf16, stream);
+    g.n = H;
+    g.k = I;
+    g.a = b.z_bf16;
+    g.b = w.w2;
+    g.d = b.y;
+    grouped_gemm_bf16(g, stream);
+  } else if (mxfp4_direct) {
+    Mxfp4GemmArgs g;
+    g.num_experts = E;
+    g.offsets = b.routing.offsets;
+    g.active = b.routing.active;
+    g.num_active = b.routing.num_active;
+    g.max_active = std::min(E, M);
+    g.max_rows_per_expert = T;
+    g.n = 2 * I;
+    g.k = H;
+    g.blocks = static_cast<const uint8_t*>(w.w1);
+    g.scales = static_cast<const uint8_t*>(w.w1_scale);
+    g.x = h;
+    g.x_rows = b.routing.row_token;
+    g.y = b.z_bf16;  // bias + SwiGLU fused into the epilogue: u never goes to memory
+    g.swiglu_bias = w.b1;
+    g.swiglu = sp;
+    mxfp4_moe_gemm(g, stream);
+    g.swiglu_bias = nullptr;
+    g.n = H;
+    g.k = I;
+    g.blocks = static_cast<const uint8_t*>(w.w2);
+    g.scales = static_cast<const uint8_t*>(w.w2_scale);
+    g.x = b.z_bf16;
+    g.x_rows = nullptr;
+    g.y = b.y;
+    mxfp4_moe_gemm(g, stream);
+  } else {
+    ORCHID_KERNEL_REQUIRE(b.a_q != nullptr, "moe_forward: workspace sized for fewer tokens (max_tokens)");
+    const void *w1 = w.w1, *w1s = w.w1_scale, *w2 = w.w2, *w2s = w.w2_scale;
+    if (c.weights == MoeWeights::kMxfp4) {
+      // Only experts that received rows are converted (offsets are read on the device).
+      mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w1), static_cast<const uint8_t*>(w.w1_scale), E, 2 * I,
+                         H, Fp8ScaleRule::kPow2, b.w1_fp8, b.w1_fp8_scale, b.routing.offsets, stream);
+      mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w2), static_cast<const uint8_t*>(w.w2_scale), E, H, I,
+                         Fp8ScaleRule::kPow2, b.w2_fp8, b.w2_fp8_scale, b.routing.offsets, stream);
+      w1 = b.w1_fp8;
+      w1s = b.w1_fp8_scale;
+      w2 = b.w2_fp8;
+      w2s = b.w2_fp8_scale;
+    }
+    moe_gather_quant_fp8(h, b.routing.row_token, M, H, b.a_q, b.a_scale, stream);
+    GroupedGemmArgs g;
+    g.num_groups = E;
+    g.offsets = b.routing.offsets;
+    g.workspace = b.grouped_ws;
+    g.workspace_bytes = b.grouped_ws_bytes;
+    g.n = 2 * I;
+    g.k = Hp;
+    g.a = b.a_q;
+    g.a_scale = b.a_scale;
+    g.b = w1;
+    g.b_scale = static_cast<const float*>(w1s);
+    g.d = b.u;
+    grouped_gemm_fp8_blockwise(g, stream, c.fp8_config);
+    moe_swiglu_fp8(b.u, w.b1, b.routing.row_expert, M, I, sp, b.z_q, b.z_scale, stream);
+    g.n = H;
+    g.k = Ip;
+    g.a = b.z_q;
+    g.a_scale = b.z_scale;
+    g.b = w2;
+    g.b_scale = static_cast<const float*>(w2s);
+    g.d = b.y;
+    grouped_gemm_fp8_blockwise(g, stream, c.fp8_config);
+  }
+  moe_combine(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, stream);
+}
+
+}  // namespace orchid::kernels

@@ -1,0 +1,83 @@
+// One gpt-oss MoE block on the GPU, from the post-attention-norm activations h to the residual update:
+//   logits = h Wr^T + br  ->  top-k, softmax over the k  ->  permute rows by expert
+//   u = W1[e] h (+ b1 in the SwiGLU kernel)  ->  z = clamped SwiGLU(u)  ->  y = W2[e] z
+//   x[t] += sum_j w_j (y_j + b2[e_j])   (fixed order j = 0..k-1: deterministic)
+// Everything stays on the device (no host sync); grids depend only on the token count, so a decode step of
+// a fixed batch size can be captured in a CUDA graph.
+//
+// Expert weight formats (chosen at load, `--weights`):
+//   kBf16:  w1 bf16 [E, 2I, H], w2 bf16 [E, H, I]                           -> BF16 grouped GEMM
+//   kFp8:   w1 e4m3 [E, 2I, Hp] + fp32 [E, 2I/128, Hp/128], w2 e4m3 [E, H, Ip] + fp32 [E, ceil(H/128),
+//   Ip/128]
+//           (Hp, Ip = H, I rounded up to 128; weight_convert.h makes them)   -> FP8 blockwise grouped GEMM
+//   kMxfp4: w1 blocks u8 [E, 2I, H/32, 16] + e8m0 [E, 2I, H/32], w2 [E, H, I/32, 16] + [E, H, I/32], as in
+//           the checkpoint. Up to mxfp4_direct_max_tokens tokens: the MXFP4 streaming kernel; above: the
+//           layer's (used) experts are converted to the FP8 block format in the workspace, then the FP8 path.
+// gate_up rows are interleaved (even = gate, odd = up), as in the checkpoint.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/gemm/dense_gemm.h"
+#include "kernels/gemm/grouped_gemm.h"
+#include "kernels/moe/routing.h"
+
+namespace orchid::kernels {
+
+enum class MoeWeights : uint8_t { kBf16, kFp8, kMxfp4 };
+
+struct MoeConfig {
+  int hidden = 2880, inter = 2880, experts = 32, top_k = 4;
+  float swiglu_limit = 7.0f, swiglu_alpha = 1.702f;
+  MoeWeights weights = MoeWeights::kMxfp4;
+  int max_tokens = 1;                // the largest num_tokens a forward call will get (workspace sizing)
+  int mxfp4_direct_max_tokens = 64;  // MXFP4 only: token counts up to this use the streaming kernel
+  Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
+};
+
+struct MoeLayerWeights {
+  const void* router_w = nullptr;   // bf16 [E, H]
+  const float* router_b = nullptr;  // fp32 [E] (the checkpoint's bf16 bias, converted at load)
+  const void* w1 = nullptr;         // see the format table above
+  const void* w1_scale = nullptr;
+  const void* w2 = nullptr;
+  const void* w2_scale = nullptr;
+  const void* b1 = nullptr;  // bf16 [E, 2I]
+  const void* b2 = nullptr;  // bf16 [E, H]
+};
+
+// Every intermediate, carved out of the workspace (exposed so tests can check each stage).
+struct MoeBuffers {
+  float* logits = nullptr;  // [T, E]
+  int* topk_idx = nullptr;  // [T, k]
+  float* topk_w = nullptr;  // [T, k]
+  MoeRouting routing;
+  void* permute_scratch = nullptr;
+  uint8_t* a_q = nullptr;  // FP8 expert input [M, Hp] + scales [M, Hp/128]
+  float* a_scale = nullptr;
+  void* a_bf16 = nullptr;  // BF16 expert input [M, H]
+  void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 decode path)
+  uint8_t* z_q = nullptr;  // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
+  float* z_scale = nullptr;
+  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I]
+  void* y = nullptr;          // down output, bf16 [M, H], no bias
+  uint8_t* w1_fp8 = nullptr;  // MXFP4 prefill: the layer's experts in the FP8 block format
+  float* w1_fp8_scale = nullptr;
+  uint8_t* w2_fp8 = nullptr;
+  float* w2_fp8_scale = nullptr;
+  void* grouped_ws = nullptr;
+  size_t grouped_ws_bytes = 0;
+};
+
+size_t moe_workspace_bytes(const MoeConfig& cfg);
+MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 256-byte aligned
+
+// h: bf16 [T, H]; x: fp32 [T, H], updated in place. router_gemm serves the router projection (its own
+// cuBLASLt workspace). 1 <= num_tokens <= cfg.max_tokens.
+void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
+                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream);
+
+}  // namespace orchid::kernels

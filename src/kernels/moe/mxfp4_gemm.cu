@@ -1,0 +1,262 @@
+// MXFP4 decode GEMM (see mxfp4_gemm.h).
+//
+// Napkin math, gpt-oss-20b decode at batch 1 (4 experts), one layer:
+//   gate_up 4 * 5760 * 2880 * 17/32 B = 35.3 MB, down 17.6 MB -> 52.9 MB -> 12.7 us at 4.17 TB/s;
+//   24 layers: 0.30 ms of the ~0.9 ms/token floor (3.71 GB/token incl. attention and lm_head).
+// FLOPs are negligible (2 per weight per token); the limits are bytes in flight and the dequant ALU work:
+// ~2 integer ops per weight (4 per f16x2 pair below), i.e. ~60 of the 64 INT32 lanes/clk/SM needed to keep
+// up with 4.17 TB/s -- so the dequant is kept to shifts and LOP3s, and the MX scale is applied once per
+// 32-column block to the fp32 partial sums rather than to every weight.
+//
+// Structure: CTA = 8 warps = 128 weight rows of one expert; each warp owns 16 rows (one m16 MMA tile) and
+// streams them through its own cp.async ring (kStages x 16 rows x 4 MX blocks), so warps never wait on
+// each other after the activation tile is in shared memory. Tokens form the MMA's n8 dimension
+// (m16n8k16, f16 x f16 -> f32), 8 * kNT tokens per pass.
+//
+// NOTES: the k order inside an MMA is free as long as A and B agree. Lane (g = lane/4, t = lane%4) takes the
+// 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) for rows g and g+8 and pairs element i with i+4 in
+// each f16x2 register; the activation tile is stored with each 8-group permuted to [0,4,1,5,2,6,3,7], so one
+// 16-byte shared load gives the B registers of both k16 steps of the block.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/swiglu.cuh"
+
+namespace orchid::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRowsPerWarp = 16;
+constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
+constexpr int kStages = 4;
+constexpr int kStageRowBytes = 80;  // 4 MX blocks (64 B) + 16 B pad: rows g and g+1 hit different banks
+constexpr int kStageBytes = kRowsPerWarp * kStageRowBytes;
+
+__host__ __device__ constexpr int x_row_bytes(int k) {
+  return (k * 2 + 127) / 128 * 128 + 64;  // == 64 mod 128: the 8 lanes of a 16-byte phase hit distinct banks
+}
+
+__host__ __device__ constexpr int smem_bytes(int nt, int k) {
+  return 8 * nt * x_row_bytes(k) + kWarps * (kStages * kStageBytes + kRowsPerWarp * (k / 32));
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Element i and i+4 of the 8 e2m1 nibbles in w (element i = bits 4i..4i+3) -> one f16x2 holding
+// e2m1 * 2^-14 exactly: sign to bit 15, (e1 e0 m) to bits 11..9 (exponent field = e, mantissa msb = m;
+// e = 0 lands in the f16 subnormals, which is exactly 0 or 0.5 * 2^-14).
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
+  constexpr int kSign = 12 - 4 * I, kMag = 9 - 4 * I;
+  const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
+  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x0E000E00u;
+  return s | m;
+}
+
+// 2^(s-127) * 2^14 (undoing the f16 placement above). Scales above 2^113 saturate to infinity.
+__device__ __forceinline__ float mx_scale(uint32_t s) {
+  return __uint_as_float(min(s + 14u, 255u) << 23);
+}
+
+__device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int kNT>
+__global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int slot = blockIdx.y;
+  if (slot >= *p.num_active) return;
+  const int e = p.active[slot];
+  const int row0 = p.offsets[e];
+  const int m = p.offsets[e + 1] - row0;
+  const int k = p.k, n = p.n, kmx = k / 32, nchunks = (kmx + 3) / 4;
+  const int xstride = x_row_bytes(k);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wrow0 = blockIdx.x * kRowsPerCta + warp * kRowsPerWarp;  // this warp's first weight row
+  const bool warp_active = wrow0 < n;
+
+  uint8_t* xs = smem;
+  uint8_t* ws = smem + 8 * kNT * xstride + warp * (kStages * kStageBytes + kRowsPerWarp * kmx);
+  uint8_t* ss = ws + kStages * kStageBytes;  // this warp's scales [16][kmx]
+
+  const uint8_t* wbase = p.blocks + (int64_t(e) * n + wrow0) * kmx * 16;
+  const uint8_t* sbase = p.scales + (int64_t(e) * n + wrow0) * kmx;
+  auto issue_chunk = [&](int c) {
+    uint8_t* st = ws + (c % kStages) * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int seg = lane + 32 * i, row = seg / 4, j = seg % 4, mx = 4 * c + j;
+      const bool valid = c < nchunks && mx < kmx;
+      cp_async_16(st + row * kStageRowBytes + j * 16,
+                  valid ? wbase + (int64_t(row) * kmx + mx) * 16 : p.blocks, valid);
+    }
+    cp_async_commit();
+  };
+
+  const __nv_bfloat16* xg = static_cast<const __nv_bfloat16*>(p.x);
+  __nv_bfloat16* yg = static_cast<__nv_bfloat16*>(p.y);
+  bool scales_loaded = false;
+
+  for (int tok0 = 0; tok0 < m; tok0 += 8 * kNT) {
+    // The weight stream does not depend on the activations: start it before filling the activation tile,
+    // so its latency overlaps the fill (this warp's ring is idle here: the previous pass drained it).
+    if (warp_active) {
+      if (!scales_loaded) {
+        for (int s = lane; s < kmx; s += 32)
+          cp_async_16(ss + s * 16, sbase + s * 16, true);  // 16 rows * kmx bytes, lands with chunk 0
+        scales_loaded = true;
+      }
+#pragma unroll
+      for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
+    }
+    // Activation tile: tokens tok0.. as fp16, each 8-group permuted to [0,4,1,5,2,6,3,7]; missing tokens = 0.
+    __syncthreads();
+    const int groups = k / 8;
+    for (int idx = threadIdx.x; idx < 8 * kNT * groups; idx += kWarps * 32) {
+      const int i = idx / groups, grp = idx % groups;
+      uint4 out = make_uint4(0, 0, 0, 0);
+      if (tok0 + i < m) {
+        const int64_t r = row0 + tok0 + i;
+        const int64_t src = p.x_rows ? p.x_rows[r] : r;
+        const uint4 v = *reinterpret_cast<const uint4*>(xg + src * k + grp * 8);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        float f[8];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          f[2 * q] = __uint_as_float(w[q] << 16);
+          f[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+        }
+        auto h2 = [](float lo, float hi) {
+          const __half2 h = __floats2half2_rn(lo, hi);
+          return *reinterpret_cast<const uint32_t*>(&h);
+        };
+        out = make_uint4(h2(f[0], f[4]), h2(f[1], f[5]), h2(f[2], f[6]), h2(f[3], f[7]));
+      }
+      *reinterpret_cast<uint4*>(xs + i * xstride + grp * 16) = out;
+    }
+    __syncthreads();
+    if (!warp_active) continue;
+
+    float acc[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+    for (int c = 0; c < nchunks; ++c) {
+      issue_chunk(c + kStages - 1);  // into the stage consumed at c - 1
+      cp_async_wait<kStages - 1>();  // this lane's copies of chunk c (and the scales) have landed
+      __syncwarp();                  // ... and every other lane's
+      const uint8_t* st = ws + (c % kStages) * kStageBytes;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int mx = 4 * c + j;
+        if (mx >= kmx) break;
+        const uint32_t wa = *reinterpret_cast<const uint32_t*>(st + g * kStageRowBytes + j * 16 + 4 * t);
+        const uint32_t wb =
+            *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
+        const float sa = mx_scale(ss[g * kmx + mx]);
+        const float sb = mx_scale(ss[(g + 8) * kmx + mx]);
+        const uint32_t a0 = e2m1_pair_to_f16x2<0>(wa), a1 = e2m1_pair_to_f16x2<1>(wa);
+        const uint32_t a2 = e2m1_pair_to_f16x2<2>(wa), a3 = e2m1_pair_to_f16x2<3>(wa);
+        const uint32_t b0 = e2m1_pair_to_f16x2<0>(wb), b1 = e2m1_pair_to_f16x2<1>(wb);
+        const uint32_t b2 = e2m1_pair_to_f16x2<2>(wb), b3 = e2m1_pair_to_f16x2<3>(wb);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const uint4 xb = *reinterpret_cast<const uint4*>(xs + (nt * 8 + g) * xstride + mx * 64 + t * 16);
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_16816(part, a0, b0, a1, b1, xb.x, xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
+          mma_16816(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
+          acc[nt][0] += part[0] * sa;
+          acc[nt][1] += part[1] * sa;
+          acc[nt][2] += part[2] * sb;
+          acc[nt][3] += part[3] * sb;
+        }
+      }
+      __syncwarp();  // the stage is free for the copy issued at the next iteration
+    }
+    cp_async_wait<0>();
+
+    if (p.swiglu_bias == nullptr) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
+          const int row = wrow0 + g + (q >> 1) * 8;
+          if (tok < m) yg[(int64_t(row0) + tok) * n + row] = __float2bfloat16_rn(acc[nt][q]);
+        }
+      }
+    } else {
+      // Row g's partner row g^1 lives in lane ^ 4; even-g lanes hold a gate row and write z.
+      const __nv_bfloat16* bias = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float other = __shfl_xor_sync(0xffffffffu, acc[nt][q], 4);
+          const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
+          const int row = wrow0 + g + (q >> 1) * 8;
+          if ((g & 1) == 0 && tok < m) {
+            const float gate = acc[nt][q] + __bfloat162float(bias[row]);
+            const float up = other + __bfloat162float(bias[row + 1]);
+            yg[(int64_t(row0) + tok) * (n / 2) + row / 2] =
+                __float2bfloat16_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int kNT>
+void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
+  static std::atomic<int> configured{0};
+  const int bytes = smem_bytes(kNT, p.k);
+  if (configured.load() < bytes) {
+    ORCHID_CUDA_CHECK(
+        cudaFuncSetAttribute(mxfp4_moe_gemm_kernel<kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configured.store(bytes);
+  }
+  const dim3 grid((p.n + kRowsPerCta - 1) / kRowsPerCta, p.max_active);
+  mxfp4_moe_gemm_kernel<kNT><<<grid, kWarps * 32, bytes, stream>>>(p);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void mxfp4_moe_gemm(const Mxfp4GemmArgs& p, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(p.n > 0 && p.n % 16 == 0, "mxfp4_moe_gemm: n must be a positive multiple of 16");
+  ORCHID_KERNEL_REQUIRE(p.k > 0 && p.k % 32 == 0, "mxfp4_moe_gemm: k must be a positive multiple of 32");
+  ORCHID_KERNEL_REQUIRE(p.offsets && p.active && p.num_active && p.blocks && p.scales && p.x && p.y,
+                        "mxfp4_moe_gemm: null pointer");
+  ORCHID_KERNEL_REQUIRE(smem_bytes(2, p.k) <= 227 * 1024, "mxfp4_moe_gemm: k too large for the shared tile");
+  if (p.max_active <= 0) return;
+  ORCHID_KERNEL_REQUIRE(p.max_active <= 65535, "mxfp4_moe_gemm: too many experts");
+  if (p.max_rows_per_expert <= 8) {
+    launch<1>(p, stream);
+  } else {
+    launch<2>(p, stream);
+  }
+}
+
+}  // namespace orchid::kernels

@@ -1,0 +1,338 @@
+// Router top-k + softmax, and the stable token permutation (see routing.h for the layouts).
+//
+// Napkin math: at 32768 prefill tokens and E = 32 the logits are 4 MB and the index arrays ~2 MB, a few
+// microseconds of HBM traffic per layer; these kernels are launch- and latency-bound, not bandwidth-bound.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/routing.h"
+
+namespace orchid::kernels {
+namespace {
+
+constexpr int kPermuteChunk = 1024;  // items per counting block (one per thread)
+
+// Strict order on (logit, expert): larger logit first, ties to the lower expert; `eb == INT_MAX` is "none".
+__device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
+  return ea != INT_MAX && (eb == INT_MAX || va > vb || (va == vb && ea < eb));
+}
+
+// One warp computes one token's top-k; lane l holds experts l, l+32, ... in registers; k rounds of warp
+// arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
+template <int kPerLane>
+__device__ __forceinline__ void topk_one_token(const float* __restrict__ row, int num_experts, int top_k,
+                                               int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
+                                               int* smem_idx) {
+  float v[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < num_experts ? row[e] : 0.0f;
+  }
+  unsigned taken = 0;
+  float sel_v[kMoeMaxTopK];
+  int sel_e[kMoeMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j) {
+    if (j >= top_k) break;
+    float bv = 0.0f;
+    int be = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < num_experts && !((taken >> i) & 1u) && better(v[i], e, bv, be)) {
+        bv = v[i];
+        be = e;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, off);
+      if (better(ov, oe, bv, be)) {
+        bv = ov;
+        be = oe;
+      }
+    }
+    if (be % 32 == lane) taken |= 1u << (be / 32);
+    sel_v[j] = bv;
+    sel_e[j] = be;
+  }
+  // Softmax over the selected logits; sel_v[0] is their maximum.
+  float ex[kMoeMaxTopK];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j) {
+    if (j >= top_k) break;
+    ex[j] = expf(sel_v[j] - sel_v[0]);
+    sum += ex[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j) {
+    if (j >= top_k) break;
+    if (lane == j) {
+      out_idx[j] = sel_e[j];
+      out_w[j] = ex[j] / sum;
+      if (smem_idx) smem_idx[j] = sel_e[j];
+    }
+  }
+}
+
+template <int kPerLane>
+__global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_tokens, int num_experts,
+                                    int top_k, int* __restrict__ topk_idx, float* __restrict__ topk_w) {
+  const int token = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
+  const int lane = threadIdx.x % 32;
+  if (token >= num_tokens) return;
+  topk_one_token<kPerLane>(logits + int64_t(token) * num_experts, num_experts, top_k, lane,
+                           topk_idx + int64_t(token) * top_k, topk_w + int64_t(token) * top_k, nullptr);
+}
+
+// Pass 1: per chunk of 1024 items, each item's stable rank among the chunk's items of the same expert, and
+// the chunk's per-expert counts.
+__global__ void __launch_bounds__(kPermuteChunk)
+    permute_count_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts,
+                         int* __restrict__ local_rank, int* __restrict__ chunk_counts) {
+  __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
+  __syncthreads();
+  const int item = blockIdx.x * kPermuteChunk + tid;
+  const int e = item < num_items ? topk_idx[item] : -1;
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int rank = __popc(peers & ((1u << lane) - 1u));
+  if (e >= 0 && rank == 0) cnt[warp][e] = __popc(peers);
+  __syncthreads();
+  for (int x = tid; x < num_experts; x += kPermuteChunk) {
+    int run = 0;
+    for (int w = 0; w < kPermuteChunk / 32; ++w) {
+      const int c = cnt[w][x];
+      cnt[w][x] = run;
+      run += c;
+    }
+    chunk_counts[int64_t(blockIdx.x) * num_experts + x] = run;
+  }
+  __syncthreads();
+  if (e >= 0) local_rank[item] = cnt[warp][e] + rank;
+}
+
+// Pass 2 (one block, thread e = expert): chunk counts -> exclusive chunk bases per expert, expert offsets,
+// and the compact list of non-empty experts.
+__global__ void __launch_bounds__(kMoeMaxExperts)
+    permute_offsets_kernel(int* __restrict__ chunk_counts, int num_chunks, int num_experts,
+                           int* __restrict__ offsets, int* __restrict__ active,
+                           int* __restrict__ num_active) {
+  __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts];
+  const int e = threadIdx.x;
+  int total = 0;
+  if (e < num_experts) {
+    for (int c = 0; c < num_chunks; ++c) {
+      int* p = chunk_counts + int64_t(c) * num_experts + e;
+      const int n = *p;
+      *p = total;
+      total += n;
+    }
+  }
+  s_tot[e] = total;
+  s_act[e] = total > 0 ? 1 : 0;
+  __syncthreads();
+  // Inclusive Hillis-Steele scans over the experts (256 entries: 8 steps).
+  for (int d = 1; d < kMoeMaxExperts; d <<= 1) {
+    const int a = e >= d ? s_tot[e - d] : 0;
+    const int b = e >= d ? s_act[e - d] : 0;
+    __syncthreads();
+    s_tot[e] += a;
+    s_act[e] += b;
+    __syncthreads();
+  }
+  if (e < num_experts) {
+    offsets[e] = s_tot[e] - total;
+    if (e == num_experts - 1) {
+      offsets[num_experts] = s_tot[e];
+      *num_active = s_act[e];
+    }
+    if (total > 0) active[s_act[e] - 1] = e;
+    if (e >= s_act[num_experts - 1]) active[e] = -1;
+  }
+}
+
+// Pass 3: final row of every item, and the maps in both directions.
+__global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts,
+                                       int top_k, const int* __restrict__ local_rank,
+                                       const int* __restrict__ chunk_base, const int* __restrict__ offsets,
+                                       int* __restrict__ row_token, int* __restrict__ row_expert,
+                                       int* __restrict__ slot_row) {
+  const int item = blockIdx.x * blockDim.x + threadIdx.x;
+  if (item >= num_items) return;
+  const int e = topk_idx[item];
+  const int chunk = item / kPermuteChunk;
+  const int row = offsets[e] + chunk_base[int64_t(chunk) * num_experts + e] + local_rank[item];
+  row_token[row] = item / top_k;
+  row_expert[row] = e;
+  slot_row[item] = row;
+}
+
+// Decode-sized batches (T*k <= 1024): top-k and the whole permutation in one CTA of 1024 threads, one
+// launch instead of four (launch gaps dominate a decode step's routing). Same results as the general path.
+template <int kPerLane>
+__global__ void __launch_bounds__(kPermuteChunk)
+    route_small_kernel(const float* __restrict__ logits, int num_tokens, int num_experts, int top_k,
+                       int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
+  __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
+  __shared__ int s_idx[kPermuteChunk];
+  __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts], s_own[kMoeMaxExperts];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int items = num_tokens * top_k;
+  for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
+  for (int t = warp; t < num_tokens; t += kPermuteChunk / 32)
+    topk_one_token<kPerLane>(logits + int64_t(t) * num_experts, num_experts, top_k, lane,
+                             topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k, s_idx + t * top_k);
+  __syncthreads();
+  const int e = tid < items ? s_idx[tid] : -1;
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int rank = __popc(peers & ((1u << lane) - 1u));
+  if (e >= 0 && rank == 0) cnt[warp][e] = __popc(peers);
+  __syncthreads();
+  if (tid < kMoeMaxExperts) {
+    int run = 0;
+    if (tid < num_experts) {
+      for (int w = 0; w < kPermuteChunk / 32; ++w) {
+        const int c = cnt[w][tid];
+        cnt[w][tid] = run;
+        run += c;
+      }
+    }
+    s_own[tid] = run;
+    s_tot[tid] = run;
+    s_act[tid] = run > 0 ? 1 : 0;
+  }
+  __syncthreads();
+  for (int d = 1; d < kMoeMaxExperts; d <<= 1) {
+    int a = 0, b = 0;
+    if (tid < kMoeMaxExperts && tid >= d) {
+      a = s_tot[tid - d];
+      b = s_act[tid - d];
+    }
+    __syncthreads();
+    if (tid < kMoeMaxExperts) {
+      s_tot[tid] += a;
+      s_act[tid] += b;
+    }
+    __syncthreads();
+  }
+  if (tid < num_experts) {
+    out.offsets[tid] = s_tot[tid] - s_own[tid];
+    if (tid == num_experts - 1) {
+      out.offsets[num_experts] = s_tot[tid];
+      *out.num_active = s_act[tid];
+    }
+    if (s_own[tid] > 0) out.active[s_act[tid] - 1] = tid;
+    if (tid >= s_act[num_experts - 1]) out.active[tid] = -1;
+  }
+  if (e >= 0) {
+    const int row = s_tot[e] - s_own[e] + cnt[warp][e] + rank;
+    out.row_token[row] = tid / top_k;
+    out.row_expert[row] = e;
+    out.slot_row[tid] = row;
+  }
+}
+
+size_t align16(size_t x) {
+  return (x + 15) & ~size_t(15);
+}
+
+}  // namespace
+
+void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx,
+                      float* topk_w, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts,
+                        "moe_topk_softmax: bad expert count");
+  ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts,
+                        "moe_topk_softmax: bad top_k");
+  if (num_tokens <= 0) return;
+  const int threads = 128;
+  const int blocks = int((int64_t(num_tokens) * 32 + threads - 1) / threads);
+  if (num_experts <= 32) {
+    topk_softmax_kernel<1>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+  } else if (num_experts <= 64) {
+    topk_softmax_kernel<2>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+  } else if (num_experts <= 128) {
+    topk_softmax_kernel<4>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+  } else {
+    topk_softmax_kernel<8>
+        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+  }
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k) {
+  const int64_t items = int64_t(num_tokens) * top_k;
+  const int64_t chunks = (items + kPermuteChunk - 1) / kPermuteChunk;
+  return align16(size_t(chunks) * num_experts * sizeof(int)) + align16(size_t(items) * sizeof(int));
+}
+
+void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
+                 void* scratch, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_permute: bad expert count");
+  ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK, "moe_permute: bad top_k");
+  ORCHID_KERNEL_REQUIRE(out.offsets && out.row_token && out.row_expert && out.slot_row && out.active &&
+                            out.num_active && scratch,
+                        "moe_permute: null pointer");
+  const int64_t items64 = int64_t(num_tokens) * top_k;
+  ORCHID_KERNEL_REQUIRE(items64 < (int64_t(1) << 30), "moe_permute: too many tokens");
+  const int items = int(items64);
+  const int chunks = (items + kPermuteChunk - 1) / kPermuteChunk;
+  int* chunk_counts = static_cast<int*>(scratch);
+  int* local_rank = reinterpret_cast<int*>(static_cast<char*>(scratch) +
+                                           align16(size_t(chunks) * num_experts * sizeof(int)));
+  if (chunks > 0) {
+    permute_count_kernel<<<chunks, kPermuteChunk, 0, stream>>>(topk_idx, items, num_experts, local_rank,
+                                                               chunk_counts);
+    ORCHID_CUDA_CHECK_LAUNCH();
+  }
+  permute_offsets_kernel<<<1, kMoeMaxExperts, 0, stream>>>(chunk_counts, chunks, num_experts, out.offsets,
+                                                           out.active, out.num_active);
+  ORCHID_CUDA_CHECK_LAUNCH();
+  if (items > 0) {
+    permute_scatter_kernel<<<(items + 255) / 256, 256, 0, stream>>>(
+        topk_idx, items, num_experts, top_k, local_rank, chunk_counts, out.offsets, out.row_token,
+        out.row_expert, out.slot_row);
+    ORCHID_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
+               const MoeRouting& out, void* scratch, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
+  ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
+  if (int64_t(num_tokens) * top_k > kPermuteChunk || num_tokens <= 0) {
+    moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream);
+    moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream);
+    return;
+  }
+  ORCHID_KERNEL_REQUIRE(
+      out.offsets && out.row_token && out.row_expert && out.slot_row && out.active && out.num_active,
+      "moe_route: null pointer");
+  if (num_experts <= 32) {
+    route_small_kernel<1>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  } else if (num_experts <= 64) {
+    route_small_kernel<2>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  } else if (num_experts <= 128) {
+    route_small_kernel<4>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  } else {
+    route_small_kernel<8>
+        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+  }
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace orchid::kernels

@@ -1,0 +1,49 @@
+// MoE routing on the device: top-k + softmax over the router logits, then the token permutation that groups
+// each expert's (token, slot) pairs into adjacent rows for the grouped GEMMs. Nothing here reads back to the
+// host; grids depend only on the token count, so a step can be captured in a CUDA graph per batch bucket.
+//
+// Layouts (T tokens, E experts, k = top_k, M = T*k permuted rows):
+//   topk_idx    int32 [T, k]  experts by descending logit; ties go to the lower expert index
+//   topk_w      fp32  [T, k]  softmax over the k selected logits (the same order)
+//   offsets     int32 [E+1]   expert e owns permuted rows [offsets[e], offsets[e+1]); offsets[E] = M
+//   row_token   int32 [M]     token of each permuted row (rows of one expert in increasing token order)
+//   row_expert  int32 [M]     expert of each permuted row
+//   slot_row    int32 [M]     permuted row of (token t, slot j) at t*k + j: the inverse map for the combine
+//   active      int32 [E]     the experts with at least one row, increasing; num_active int32 [1] counts them
+// The permutation is stable (sorted by expert, then by t*k + j), hence deterministic.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace orchid::kernels {
+
+constexpr int kMoeMaxExperts = 256;
+constexpr int kMoeMaxTopK = 8;
+
+// logits: fp32 [T, E] (the router GEMM output, bias included). E <= kMoeMaxExperts, k <= min(E, kMoeMaxTopK).
+void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx,
+                      float* topk_w, cudaStream_t stream);
+
+struct MoeRouting {
+  int* offsets = nullptr;     // [E+1]
+  int* row_token = nullptr;   // [M]
+  int* row_expert = nullptr;  // [M]
+  int* slot_row = nullptr;    // [M]
+  int* active = nullptr;      // [E]
+  int* num_active = nullptr;  // [1]
+};
+
+// Scratch for moe_permute (device, 16-byte aligned).
+size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k);
+
+void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
+                 void* scratch, cudaStream_t stream);
+
+// moe_topk_softmax + moe_permute. For decode-sized batches (num_tokens * top_k <= 1024) both run in one
+// single-CTA kernel (one launch instead of four); results are identical. scratch as for moe_permute.
+void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
+               const MoeRouting& out, void* scratch, cudaStream_t stream);
+
+}  // namespace orchid::kernels

@@ -1,0 +1,203 @@
+// Napkin math: MXFP4 -> FP8 for one gpt-oss-20b layer reads 423 MB and writes 814 MB (+scales): ~0.3 ms at
+// 4.17 TB/s, ~7 ms over 24 layers -- small next to the ~40 ms of FP8 expert GEMMs of an 8192-token prefill,
+// which is why MXFP4 prefill goes through a per-layer FP8 workspace (see docs/design.md).
+#include <cuda_bf16.h>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/quant.cuh"
+#include "kernels/moe/weight_convert.h"
+
+namespace orchid::kernels {
+namespace {
+
+constexpr int kTile = 128;
+
+struct ScalePair {
+  float scale, inv;
+};
+
+// The block-scale rules of Fp8ScaleRule (mirrored on the host by the tests).
+__device__ __forceinline__ ScalePair block_scale(float amax, Fp8ScaleRule rule) {
+  if (!(amax > 0.0f)) return {1.0f, 1.0f};
+  if (rule == Fp8ScaleRule::kAmaxOver448) return {__fdiv_rn(amax, kFp8Max), __fdiv_rn(kFp8Max, amax)};
+  int ex;
+  const float mant = frexpf(amax, &ex);      // amax = mant * 2^ex, mant in [0.5, 1)
+  int e = mant <= 0.875f ? ex - 9 : ex - 8;  // 448 = 0.875 * 2^9
+  e = max(-126, min(127, e));
+  return {ldexpf(1.0f, e), ldexpf(1.0f, -e)};
+}
+
+// Block-wide max over 256 threads (8 warps).
+__device__ __forceinline__ float block_max_256(float v, float* red) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float m = red[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) m = fmaxf(m, red[i]);
+  return m;
+}
+
+// One thread per MX block: 16 bytes + 1 scale -> 32 bf16.
+__global__ void mxfp4_to_bf16_kernel(const uint4* __restrict__ blocks, const uint8_t* __restrict__ scales,
+                                     int64_t num_blocks, uint4* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < num_blocks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 b = blocks[i];
+    const float s = e8m0_to_float(scales[i]);
+    const uint32_t w[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // 4 source bytes -> 8 elements -> one uint4 of bf16
+      uint32_t o[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t byte = (w[q] >> (8 * j)) & 0xffu;
+        const float lo = e2m1_to_float(byte & 0xfu) * s;
+        const float hi = e2m1_to_float(byte >> 4) * s;
+        o[j] = uint32_t(float_to_bf16_bits(lo)) | (uint32_t(float_to_bf16_bits(hi)) << 16);
+      }
+      out[i * 4 + q] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+}
+
+// One CTA (256 threads) per 128x128 output block; thread t owns MX blocks (row t/4 + 64i, column block t%4).
+__global__ void __launch_bounds__(256)
+    mxfp4_to_fp8_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales, int n, int k,
+                        Fp8ScaleRule rule, uint8_t* __restrict__ out_q, float* __restrict__ out_scale,
+                        const int* __restrict__ expert_offsets) {
+  __shared__ float red[8];
+  const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
+  if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
+  const int kmx = k / 32, kpad = (k + kTile - 1) / kTile * kTile, row_blocks = (n + kTile - 1) / kTile;
+  const int tid = threadIdx.x;
+  uint4 src[2];
+  float sc[2];
+  bool valid[2], in_rows[2];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = rb * kTile + tid / 4 + 64 * i;
+    const int mx = cb * 4 + tid % 4;
+    in_rows[i] = row < n;
+    valid[i] = in_rows[i] && mx < kmx;
+    src[i] = make_uint4(0, 0, 0, 0);
+    sc[i] = 0.0f;
+    if (valid[i]) {
+      const int64_t idx = (int64_t(e) * n + row) * kmx + mx;
+      src[i] = reinterpret_cast<const uint4*>(blocks)[idx];
+      sc[i] = e8m0_to_float(scales[idx]);
+      const uint32_t w[4] = {src[i].x, src[i].y, src[i].z, src[i].w};
+      uint32_t maxcode = 0;
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) maxcode = max(maxcode, (w[q] >> (4 * j)) & 7u);
+      amax = fmaxf(amax, e2m1_to_float(maxcode) * sc[i]);
+    }
+  }
+  amax = block_max_256(amax, red);
+  const ScalePair s = block_scale(amax, rule);
+  if (tid == 0) out_scale[(int64_t(e) * row_blocks + rb) * (kpad / kTile) + cb] = s.scale;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!in_rows[i]) continue;
+    const int row = rb * kTile + tid / 4 + 64 * i;
+    const int col = cb * kTile + (tid % 4) * 32;
+    const uint32_t w[4] = {src[i].x, src[i].y, src[i].z, src[i].w};
+    uint32_t o[8];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // 8 elements of word q -> two output words
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t bits = w[q] >> (16 * h);  // two bytes = elements 4 at a time
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = e2m1_to_float((bits >> (4 * j)) & 0xfu) * sc[i];
+        o[q * 2 + h] =
+            valid[i] ? fp8x4_from_float(v[0] * s.inv, v[1] * s.inv, v[2] * s.inv, v[3] * s.inv) : 0u;
+      }
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out_q + (int64_t(e) * n + row) * kpad + col);
+    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+// One CTA (256 threads) per 128x128 block; thread t owns columns 8*(t%16)..+7 of rows t/16 + 16i.
+__global__ void __launch_bounds__(256)
+    bf16_to_fp8_kernel(const __nv_bfloat16* __restrict__ w, int n, int k, Fp8ScaleRule rule,
+                       uint8_t* __restrict__ out_q, float* __restrict__ out_scale) {
+  __shared__ float red[8];
+  const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
+  const int kpad = (k + kTile - 1) / kTile * kTile, row_blocks = (n + kTile - 1) / kTile;
+  const int tid = threadIdx.x;
+  const int col = cb * kTile + (tid % 16) * 8;
+  uint4 v[8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = rb * kTile + tid / 16 + 16 * i;
+    v[i] = make_uint4(0, 0, 0, 0);
+    if (row < n && col < k) v[i] = *reinterpret_cast<const uint4*>(w + (int64_t(e) * n + row) * k + col);
+    const uint32_t x[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      amax =
+          fmaxf(amax, fmaxf(fabsf(__uint_as_float(x[j] << 16)), fabsf(__uint_as_float(x[j] & 0xffff0000u))));
+  }
+  amax = block_max_256(amax, red);
+  const ScalePair s = block_scale(amax, rule);
+  if (tid == 0) out_scale[(int64_t(e) * row_blocks + rb) * (kpad / kTile) + cb] = s.scale;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = rb * kTile + tid / 16 + 16 * i;
+    if (row >= n) continue;
+    const uint32_t x[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+    const uint32_t lo =
+        fp8x4_from_float(__uint_as_float(x[0] << 16) * s.inv, __uint_as_float(x[0] & 0xffff0000u) * s.inv,
+                         __uint_as_float(x[1] << 16) * s.inv, __uint_as_float(x[1] & 0xffff0000u) * s.inv);
+    const uint32_t hi =
+        fp8x4_from_float(__uint_as_float(x[2] << 16) * s.inv, __uint_as_float(x[2] & 0xffff0000u) * s.inv,
+                         __uint_as_float(x[3] << 16) * s.inv, __uint_as_float(x[3] & 0xffff0000u) * s.inv);
+    *reinterpret_cast<uint2*>(out_q + (int64_t(e) * n + row) * kpad + col) = make_uint2(lo, hi);
+  }
+}
+
+}  // namespace
+
+void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k, void* out,
+                   cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_to_bf16: k must be a multiple of 32");
+  const int64_t num_blocks = int64_t(experts) * n * (k / 32);
+  if (num_blocks <= 0) return;
+  const int grid = int(std::min<int64_t>((num_blocks + 255) / 256, 8 * 65536));
+  mxfp4_to_bf16_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint4*>(blocks), scales, num_blocks,
+                                                 static_cast<uint4*>(out));
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
+                        Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
+                        cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_to_fp8_block: k must be a multiple of 32");
+  ORCHID_KERNEL_REQUIRE(experts <= 65535, "mxfp4_to_fp8_block: too many experts");
+  if (experts <= 0 || n <= 0) return;
+  const dim3 grid((k + kTile - 1) / kTile, (n + kTile - 1) / kTile, experts);
+  mxfp4_to_fp8_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale, expert_offsets);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void bf16_to_fp8_block(const void* w, int experts, int n, int k, Fp8ScaleRule rule, uint8_t* out_q,
+                       float* out_scale, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 8 == 0, "bf16_to_fp8_block: k must be a multiple of 8");
+  ORCHID_KERNEL_REQUIRE(experts <= 65535, "bf16_to_fp8_block: too many experts");
+  if (experts <= 0 || n <= 0) return;
+  const dim3 grid((k + kTile - 1) / kTile, (n + kTile - 1) / kTile, experts);
+  bf16_to_fp8_kernel<<<grid, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w), n, k, rule, out_q,
+                                               out_scale);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace orchid::kernels

@@ -1,0 +1,150 @@
+#include <cfloat>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/ops/ops.h"
+
+namespace orchid::kernels::ops {
+
+namespace {
+
+__global__ void embedding_gather_kernel(const __nv_bfloat16* __restrict__ table, const int32_t* __restrict__ ids,
+                                        float* __restrict__ x, int64_t hidden) {
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* src = table + int64_t(ids[row]) * hidden;
+  float* dst = x + row * hidden;
+  for (int64_t c = int64_t(threadIdx.x) * 8; c < hidden; c += int64_t(blockDim.x) * 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + c);
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    float4 a, b;
+    float2 f0 = __bfloat1622float2(h2[0]), f1 = __bfloat1622float2(h2[1]);
+    float2 f2 = __bfloat1622float2(h2[2]), f3 = __bfloat1622float2(h2[3]);
+    a = make_float4(f0.x, f0.y, f1.x, f1.y);
+    b = make_float4(f2.x, f2.y, f3.x, f3.y);
+    *reinterpret_cast<float4*>(dst + c) = a;
+    *reinterpret_cast<float4*>(dst + c + 4) = b;
+  }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ index,
+                                   float* __restrict__ dst, int64_t cols) {
+  const int64_t r = blockIdx.x;
+  const float* s = src + int64_t(index[r]) * cols;
+  float* d = dst + r * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
+}
+
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(src[i]);
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+// One CTA per row: max (lowest index on ties) in one pass, then the sum of exp(x - max) in a second pass over
+// the row (a 201088-entry row is 800 KB and stays in L2 between the passes).
+constexpr int kPickThreads = 1024;
+__global__ void __launch_bounds__(kPickThreads) greedy_pick_kernel(const float* __restrict__ logits, int64_t vocab,
+                                                                   int32_t* ids, float* logprobs) {
+  const float* row = logits + int64_t(blockIdx.x) * vocab;
+  float best = -FLT_MAX;
+  int64_t best_i = vocab;
+  for (int64_t i = threadIdx.x; i < vocab; i += kPickThreads) {
+    const float v = row[i];
+    if (v > best || best_i == vocab) {  // ascending i: ties keep the lower index
+      best = v;
+      best_i = i;
+    }
+  }
+  __shared__ float s_val[32];
+  __shared__ int64_t s_idx[32];
+  __shared__ float s_sum[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+    if (ov > best || (ov == best && oi < best_i)) {
+      best = ov;
+      best_i = oi;
+    }
+  }
+  if (lane == 0) {
+    s_val[warp] = best;
+    s_idx[warp] = best_i;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    best = s_val[lane];
+    best_i = s_idx[lane];
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+      if (ov > best || (ov == best && oi < best_i)) {
+        best = ov;
+        best_i = oi;
+      }
+    }
+    if (lane == 0) {
+      s_val[0] = best;
+      s_idx[0] = best_i;
+    }
+  }
+  __syncthreads();
+  const float mx = s_val[0];
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += kPickThreads) sum += __expf(row[i] - mx);
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) s_sum[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kPickThreads / 32; ++w) total += s_sum[w];
+    ids[blockIdx.x] = int32_t(s_idx[0] < vocab ? s_idx[0] : 0);
+    logprobs[blockIdx.x] = -logf(total);
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + 255) / 256;
+  return unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+}  // namespace
+
+void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, float* x, int64_t rows, int64_t hidden,
+                      cudaStream_t stream) {
+  if (rows == 0) return;
+  ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "embedding_gather: hidden must be a multiple of 8");
+  embedding_gather_kernel<<<unsigned(rows), 128, 0, stream>>>(table, ids, x, hidden);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows_f32(const float* src, const int32_t* index, float* dst, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
+  if (rows == 0) return;
+  gather_rows_kernel<<<unsigned(rows), 256, 0, stream>>>(src, index, dst, cols);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<grid_for(n), 256, 0, stream>>>(src, dst, n);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(src, dst, n);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
+                 cudaStream_t stream) {
+  if (rows == 0) return;
+  greedy_pick_kernel<<<unsigned(rows), kPickThreads, 0, stream>>>(logits, vocab, ids, logprobs);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace orchid::kernels::ops

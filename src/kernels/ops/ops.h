@@ -1,0 +1,29 @@
+// Small memory-bound kernels around the model's big blocks: the embedding lookup, row gathers, dtype
+// conversions and the greedy pick with its log-softmax. Each is one pass over its bytes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace orchid::kernels::ops {
+
+// x[t, :] = float(table[ids[t], :]) for t < rows; hidden % 8 == 0, 16-byte aligned rows.
+void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, float* x, int64_t rows, int64_t hidden,
+                      cudaStream_t stream);
+
+// dst[r, :] = src[index[r], :] (fp32 rows of `cols`), r < rows.
+void gather_rows_f32(const float* src, const int32_t* index, float* dst, int64_t rows, int64_t cols,
+                     cudaStream_t stream);
+
+// dst[i] = float(src[i]).
+void bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t n, cudaStream_t stream);
+// dst[i] = bf16(src[i]) (round to nearest even).
+void f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream);
+
+// Per row of logits [rows, vocab] (fp32): the arg-max (lowest id on ties) and its log-softmax value.
+void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
+                 cudaStream_t stream);
+
+}  // namespace orchid::kernels::ops

@@ -1,0 +1,58 @@
+#include "model/loader.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/parse.h"
+#include "model/synthetic.h"
+
+namespace orchid::model {
+
+namespace fs = std::filesystem;
+
+ModelRef parse_model_ref(const std::string& arg) {
+  ModelRef r;
+  static constexpr std::string_view kPrefix = "synthetic:";
+  if (arg.rfind(kPrefix, 0) == 0) {
+    r.synthetic = true;
+    std::string rest = arg.substr(kPrefix.size());
+    auto at = rest.find('@');
+    r.preset = rest.substr(0, at);
+    if (at != std::string::npos) {
+      int64_t s = parse_int(rest.substr(at + 1), "MODEL seed (synthetic:PRESET@SEED)");
+      if (s < 0) fail("MODEL seed must not be negative, got {}", s);
+      r.seed = uint64_t(s);
+    }
+    preset_config(r.preset);  // validates the name
+    return r;
+  }
+  if (arg.empty()) fail("MODEL is empty: give a model directory or synthetic:tiny|20b|120b[@seed]");
+  if (!fs::is_directory(arg))
+    fail(
+        "MODEL '{}' is not a directory (give a Hugging Face model directory or "
+        "synthetic:tiny|20b|120b[@seed])",
+        arg);
+  r.dir = arg;
+  return r;
+}
+
+ModelConfig load_config(const ModelRef& ref) {
+  if (ref.synthetic) {
+    ModelConfig c = preset_config(ref.preset);
+    c.name = "synthetic:" + ref.preset + "@" + std::to_string(ref.seed);
+    return c;
+  }
+  const fs::path cfg = fs::path(ref.dir) / "config.json";
+  if (!fs::exists(cfg)) fail("model directory '{}' has no config.json", ref.dir);
+  return ModelConfig::from_file(cfg.string());
+}
+
+LoadedModel load_model(const std::string& arg) {
+  ModelRef ref = parse_model_ref(arg);
+  LoadedModel m{load_config(ref), {}};
+  m.checkpoint = ref.synthetic ? synthetic_checkpoint(m.config, ref.seed) : io::Checkpoint::open_dir(ref.dir);
+  validate_checkpoint(m.checkpoint, gpt_oss_manifest(m.config));
+  return m;
+}
+
+}  // namespace orchid::model

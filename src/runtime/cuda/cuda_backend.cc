@@ -1,0 +1,360 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention/kv_layout.h"
+#include "kernels/attention/sink_attention.h"
+#include "kernels/attention/yarn.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
+#include "kernels/norm/rmsnorm.h"
+#include "kernels/ops/ops.h"
+#include "runtime/sampler.h"
+
+namespace orchid::runtime::cuda {
+
+namespace attn = kernels::attention;
+
+bool cuda_device_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+constexpr int64_t kLogitsRowsPerPass = 256;  // lm_head rows per pass when every position's logits are wanted
+}  // namespace
+
+CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions& opts) : opts_(opts) {
+  if (!cuda_device_available()) fail("--backend cuda: no CUDA device is available");
+  const auto& dev = kernels::device_info();
+  if (dev.cc_major != 9)
+    fail("--backend cuda: orchid's kernels are built for Hopper (sm_90a); this GPU is sm_{}{}", dev.cc_major,
+         dev.cc_minor);
+  if (attn::log2_exact(opts.page_size) < 0 || opts.page_size > 256)
+    fail("--block-size must be a power of two up to 256 on the CUDA backend, got {}", opts.page_size);
+  if (opts.max_step_tokens < 1 || opts.max_step_seqs < 1) fail("--max-num-batched-tokens and --max-num-seqs must be positive");
+  const model::ModelRef ref = model::parse_model_ref(model_arg);
+  config_ = model::load_config(ref);
+  ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+  const auto format = parse_weight_format(opts.weights);
+  const auto mem = device_memory_info();
+  const size_t wbytes = DeviceWeights::bytes_needed(config_, format);
+  if (wbytes > mem.free)
+    fail("{} with --weights {} needs {:.1f} GiB for weights; the GPU has {:.1f} GiB free (try --weights mxfp4)",
+         config_.name, opts.weights, double(wbytes) / (1 << 30), double(mem.free) / (1 << 30));
+  weights_ = DeviceWeights::load(ref, config_, format, stream_);
+
+  const auto rope = attn::yarn_inv_freq(config_);
+  for (size_t j = 0; j < 32; ++j) rope_.inv_freq[j] = rope.inv_freq[j];
+  rope_.concentration = rope.concentration;
+  moe_cfg_.hidden = int(config_.hidden_size);
+  moe_cfg_.inter = int(config_.intermediate_size);
+  moe_cfg_.experts = int(config_.num_experts);
+  moe_cfg_.top_k = int(config_.experts_per_token);
+  moe_cfg_.swiglu_limit = float(config_.swiglu_limit);
+  moe_cfg_.swiglu_alpha = float(config_.swiglu_alpha);
+  moe_cfg_.weights = format;
+  moe_cfg_.max_tokens = opts.max_step_tokens;
+  plan_memory();
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  if (h_meta_) cudaFreeHost(h_meta_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::plan_memory() {
+  const auto& c = config_;
+  const int64_t T = opts_.max_step_tokens, S = opts_.max_step_seqs, H = c.hidden_size;
+  const int64_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
+  const int64_t V = c.vocab_size;
+  logits_rows_cap_ = std::max<int64_t>(S, kLogitsRowsPerPass);
+  const size_t decode_ws = attn::decode_workspace_bytes(int(S), int(c.num_heads), 64);
+  const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
+  // Step metadata: tokens, the attention plan, both page tables, the logits row index.
+  const size_t blob_cap = size_t(8 * S + 4 * T + 64) * 4;
+  meta_cap_ = align256(size_t(T) * 4) + align256(blob_cap) + 2 * align256(size_t(S * max_pages_per_seq) * 4) +
+              align256(size_t(std::max<int64_t>(T, S)) * 4);
+  const size_t ws_bytes = align256(size_t(T * H) * 4) + align256(size_t(T * H) * 2) +
+                          align256(size_t(T * qkv_dim) * 2) + 2 * align256(size_t(T * c.q_dim()) * 2) +
+                          align256(size_t(T * H) * 2) + align256(kernels::moe_workspace_bytes(moe_cfg_)) +
+                          align256(decode_ws) + align256(kernels::DenseGemm::kRecommendedWorkspace) +
+                          align256(size_t(logits_rows_cap_ * H) * 4) + align256(size_t(logits_rows_cap_ * H) * 2) +
+                          align256(size_t(logits_rows_cap_ * V) * 4) + 2 * align256(size_t(S) * 4) + meta_cap_;
+  ws_ = DeviceArena(ws_bytes, "step workspace");
+  x_ = ws_.take<float>(size_t(T * H));
+  h_ = ws_.take<__nv_bfloat16>(size_t(T * H));
+  qkv_ = ws_.take<__nv_bfloat16>(size_t(T * qkv_dim));
+  q_ = ws_.take<__nv_bfloat16>(size_t(T * c.q_dim()));
+  attn_ = ws_.take<__nv_bfloat16>(size_t(T * c.q_dim()));
+  o_ = ws_.take<__nv_bfloat16>(size_t(T * H));
+  moe_ws_ = ws_.take_bytes(kernels::moe_workspace_bytes(moe_cfg_));
+  decode_ws_ = ws_.take_bytes(decode_ws);
+  void* gemm_ws = ws_.take_bytes(kernels::DenseGemm::kRecommendedWorkspace);
+  x_sel_ = ws_.take<float>(size_t(logits_rows_cap_ * H));
+  h_sel_ = ws_.take<__nv_bfloat16>(size_t(logits_rows_cap_ * H));
+  logits_ = ws_.take<float>(size_t(logits_rows_cap_ * V));
+  d_ids_ = ws_.take<int32_t>(size_t(S));
+  d_logprobs_ = ws_.take<float>(size_t(S));
+  d_meta_ = ws_.take_bytes(meta_cap_);
+  gemm_ = std::make_unique<kernels::DenseGemm>(gemm_ws, kernels::DenseGemm::kRecommendedWorkspace);
+  ORCHID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + size_t(S) * 8));
+  h_ids_ = reinterpret_cast<int32_t*>(h_meta_ + meta_cap_);
+  h_logprobs_ = reinterpret_cast<float*>(h_ids_ + S);
+
+  // KV: the sliding pool holds every running sequence's window plus one step's chunk; the full pool gets the
+  // rest of the memory budget.
+  int64_t full = 0, sliding = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
+  const size_t page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * 2;
+  spec_.page_size = opts_.page_size;
+  spec_.sliding_window = sliding > 0 ? int32_t(c.sliding_window) : 0;
+  spec_.num_sliding_pages =
+      sliding > 0 ? int32_t(S * (ceil_div(c.sliding_window, opts_.page_size) + 2) + ceil_div(T, opts_.page_size)) : 0;
+  const auto mem = device_memory_info();
+  const size_t reserve = size_t(1) << 30;  // CUDA context, cuBLASLt, fragmentation
+  const double budget = double(mem.total) * opts_.gpu_memory_utilization - double(mem.total - mem.free);
+  const double sliding_bytes = double(spec_.num_sliding_pages) * double(sliding) * double(page_layer_bytes);
+  const double left = budget - double(reserve) - sliding_bytes;
+  int64_t full_pages = full > 0 ? int64_t(left / (double(full) * double(page_layer_bytes))) : 0;
+  if (opts_.kv_pages > 0) full_pages = opts_.kv_pages;
+  if (full > 0 && full_pages < ceil_div(std::min<int64_t>(opts_.max_model_len, 8192), opts_.page_size))
+    fail("not enough GPU memory for the KV cache: {} pages of {} tokens fit after {:.1f} GiB of weights and "
+         "{:.1f} GiB of workspace (lower --max-num-batched-tokens or --max-num-seqs, or raise "
+         "--gpu-memory-utilization)",
+         full_pages, opts_.page_size, double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30));
+  spec_.num_full_pages = int32_t(std::min<int64_t>(full_pages, INT32_MAX));
+  const size_t pool_full = size_t(spec_.num_full_pages) * page_layer_bytes / 2;  // one of K or V
+  const size_t pool_sliding = size_t(spec_.num_sliding_pages) * page_layer_bytes / 2;
+  kv_ = DeviceBuffer(size_t(full) * 2 * pool_full + size_t(sliding) * 2 * pool_sliding, "KV cache");
+  uint8_t* p = kv_.data();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const size_t bytes = c.is_sliding(l) ? pool_sliding : pool_full;
+    k_pool_.push_back(reinterpret_cast<__nv_bfloat16*>(p));
+    v_pool_.push_back(reinterpret_cast<__nv_bfloat16*>(p + bytes));
+    p += 2 * bytes;
+  }
+  spdlog::info("GPU memory: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB ({} full pages = {} tokens, "
+               "{} sliding pages)",
+               double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30),
+               double(kv_.size()) / (1 << 30), spec_.num_full_pages, int64_t(spec_.num_full_pages) * opts_.page_size,
+               spec_.num_sliding_pages);
+}
+
+void CudaBackend::validate(const StepBatch& b) const {
+  const auto& c = config_;
+  if (b.num_tokens() > opts_.max_step_tokens)
+    fail("step of {} tokens exceeds --max-num-batched-tokens {}", b.num_tokens(), opts_.max_step_tokens);
+  if (int64_t(b.seqs.size()) > opts_.max_step_seqs)
+    fail("step of {} sequences exceeds --max-num-seqs {}", b.seqs.size(), opts_.max_step_seqs);
+  for (int32_t id : b.tokens)
+    if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+  int64_t covered = 0;
+  for (const auto& s : b.seqs) {
+    ORCHID_CHECK(s.token_begin == covered && s.num_tokens >= 0 && s.start_pos >= 0);
+    covered += s.num_tokens;
+    const int64_t end = int64_t(s.start_pos) + s.num_tokens;
+    if (end > c.max_position_embeddings || end > opts_.max_model_len)
+      fail("sequence of {} tokens exceeds the {} positions planned for (--max-model-len)", end,
+           std::min<int64_t>(c.max_position_embeddings, opts_.max_model_len));
+    ORCHID_CHECK(s.num_full_pages >= ceil_div(end, spec_.page_size) || c.num_full_layers() == 0);
+    ORCHID_CHECK(s.num_sliding_pages >= ceil_div(end, spec_.page_size) || c.num_sliding_layers() == 0);
+    ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
+  }
+  ORCHID_CHECK(covered == b.num_tokens());
+  for (int32_t p : b.full_page_table) ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_full_pages), "page {}", p);
+  for (int32_t p : b.sliding_page_table)
+    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_sliding_pages), "page {}", p);
+}
+
+void CudaBackend::compute_logits(const int32_t* d_rows, int64_t rows) {
+  const auto& c = config_;
+  kernels::ops::gather_rows_f32(x_, d_rows, x_sel_, rows, c.hidden_size, stream_);
+  kernels::norm::rmsnorm_residual(x_sel_, nullptr, weights_.final_norm, h_sel_, rows, c.hidden_size,
+                                  float(c.rms_norm_eps), stream_);
+  kernels::DenseGemmArgs g;
+  g.m = int(rows);
+  g.n = int(c.vocab_size);
+  g.k = int(c.hidden_size);
+  g.x = h_sel_;
+  g.w = weights_.lm_head;
+  g.y = logits_;
+  g.out = kernels::GemmOut::kF32;
+  gemm_->run(g, stream_);
+}
+
+StepOutput CudaBackend::forward(const StepBatch& b) {
+  validate(b);
+  const auto& c = config_;
+  const int64_t T = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
+  StepOutput out;
+  if (T == 0) return out;
+
+  // Plan and metadata, one upload.
+  std::vector<attn::PlanSequence> ps(b.seqs.size());
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    ps[i].q_start = b.seqs[i].token_begin;
+    ps[i].num_q = b.seqs[i].num_tokens;
+    ps[i].start_pos = b.seqs[i].start_pos;
+    ps[i].full_table_begin = b.seqs[i].full_table_begin;
+    ps[i].sliding_table_begin = b.seqs[i].sliding_table_begin;
+  }
+  attn::PlanOptions po;
+  po.num_q_heads = int(c.num_heads);
+  po.num_kv_heads = int(c.num_kv_heads);
+  po.sm_count = kernels::device_info().sm_count;
+  plan_.build(ps, int32_t(T), po);
+  std::vector<int32_t> rows;  // token rows whose logits are needed: sampled positions first
+  for (const auto& s : b.seqs)
+    if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
+  const size_t n_sampled = rows.size();
+  if (b.logits == LogitsMode::kAll)
+    for (int32_t t = 0; t < T; ++t) rows.push_back(t);
+  size_t off = 0;
+  auto put = [&](const void* src, size_t bytes) {
+    ORCHID_CHECK(off + bytes <= meta_cap_, "step metadata exceeds its buffer");
+    if (bytes) std::memcpy(h_meta_ + off, src, bytes);
+    const size_t at = off;
+    off += align256(bytes);
+    return at;
+  };
+  const size_t tokens_at = put(b.tokens.data(), b.tokens.size() * 4);
+  const size_t blob_at = put(plan_.blob().data(), plan_.blob_bytes());
+  const size_t full_at = put(b.full_page_table.data(), b.full_page_table.size() * 4);
+  const size_t sliding_at = put(b.sliding_page_table.data(), b.sliding_page_table.size() * 4);
+  const size_t rows_at = put(rows.data(), rows.size() * 4);
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, off, cudaMemcpyHostToDevice, stream_));
+  const auto* d_tokens = reinterpret_cast<const int32_t*>(d_meta_ + tokens_at);
+  const auto* d_full = reinterpret_cast<const int32_t*>(d_meta_ + full_at);
+  const auto* d_sliding = reinterpret_cast<const int32_t*>(d_meta_ + sliding_at);
+  const auto* d_rows = reinterpret_cast<const int32_t*>(d_meta_ + rows_at);
+  const attn::AttentionPlan plan = plan_.device_view(d_meta_ + blob_at);
+
+  kernels::ops::embedding_gather(weights_.embedding, d_tokens, x_, T, H, stream_);
+  const float eps = float(c.rms_norm_eps);
+  const int64_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const DeviceLayer& L = weights_.layers[size_t(l)];
+    const bool sliding = c.is_sliding(l);
+    kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
+    kernels::DenseGemmArgs g;
+    g.m = int(T);
+    g.n = int(qkv_dim);
+    g.k = int(H);
+    g.x = h_;
+    g.w = L.qkv_w;
+    g.y = qkv_;
+    gemm_->run(g, stream_);
+
+    attn::RopeKvWriteArgs r;
+    r.qkv = qkv_;
+    r.bias = L.qkv_b;
+    r.bias_fp32 = true;
+    r.rope = rope_;
+    r.q_out = q_;
+    r.k_pool = k_pool_[size_t(l)];
+    r.v_pool = v_pool_[size_t(l)];
+    r.page_table = sliding ? d_sliding : d_full;
+    r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
+    r.page_size = spec_.page_size;
+    attn::rope_kv_write(r, plan, stream_);
+
+    attn::SinkAttentionArgs a;
+    a.q = q_;
+    a.k_pool = k_pool_[size_t(l)];
+    a.v_pool = v_pool_[size_t(l)];
+    a.page_table = r.page_table;
+    a.table_kind = r.table_kind;
+    a.page_size = spec_.page_size;
+    a.sinks = L.sinks;
+    a.window = sliding ? int(c.sliding_window) : 0;
+    a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    a.out = attn_;
+    attn::sink_attention(a, plan, decode_ws_, stream_);
+
+    g = {};
+    g.m = int(T);
+    g.n = int(H);
+    g.k = int(c.q_dim());
+    g.x = attn_;
+    g.w = L.o_w;
+    g.bias = L.o_b;
+    g.y = o_;
+    gemm_->run(g, stream_);
+    kernels::norm::rmsnorm_residual(x_, o_, L.post_norm, h_, T, H, eps, stream_);
+    kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_);
+  }
+
+  // Sampled rows: greedy on the GPU when every sampled request is greedy; otherwise the host sampler on the
+  // copied logits (exact semantics; a GPU sampler replaces it later).
+  if (n_sampled > 0) {
+    compute_logits(d_rows, int64_t(n_sampled));
+    bool all_greedy = true;
+    for (const auto& s : b.seqs)
+      if (s.sample) all_greedy &= b.params[size_t(s.params_index)].is_greedy() &&
+                                  b.params[size_t(s.params_index)].num_logprobs <= 0 &&
+                                  !b.params[size_t(s.params_index)].uses_penalties();
+    std::vector<float> host_logits;
+    if (all_greedy) {
+      kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
+    }
+    if (!all_greedy || b.logits == LogitsMode::kSampled) {
+      host_logits.resize(n_sampled * size_t(V));
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4, cudaMemcpyDeviceToHost,
+                                        stream_));
+    }
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    size_t k = 0;
+    for (const auto& s : b.seqs) {
+      if (!s.sample || s.num_tokens == 0) continue;
+      if (all_greedy) {
+        SampledToken st;
+        st.token = h_ids_[k];
+        st.logprob = h_logprobs_[k];
+        out.samples.push_back(st);
+      } else {
+        SampleInput in;
+        in.logits = std::span<const float>(host_logits.data() + k * size_t(V), size_t(V));
+        in.params = &b.params[size_t(s.params_index)];
+        in.sample_index = s.sample_index;
+        in.prompt_tokens = std::span<const int32_t>(b.history_tokens.data() + s.prompt_history_begin,
+                                                    size_t(s.prompt_history_len));
+        in.output_tokens = std::span<const int32_t>(b.history_tokens.data() + s.output_history_begin,
+                                                    size_t(s.output_history_len));
+        out.samples.push_back(sample_token(in));
+      }
+      ++k;
+    }
+    if (b.logits == LogitsMode::kSampled) {
+      out.logits = std::move(host_logits);
+      out.logits_rows = int64_t(n_sampled);
+    }
+  }
+  if (b.logits == LogitsMode::kAll) {  // every position, in passes of at most logits_rows_cap_ rows
+    out.logits.resize(size_t(T * V));
+    for (int64_t r0 = 0; r0 < T; r0 += logits_rows_cap_) {
+      const int64_t n = std::min(logits_rows_cap_, T - r0);
+      compute_logits(d_rows + n_sampled + r0, n);
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + r0 * V, logits_, size_t(n * V) * 4,
+                                        cudaMemcpyDeviceToHost, stream_));
+    }
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.logits_rows = T;
+  }
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+}  // namespace orchid::runtime::cuda

@@ -1,0 +1,92 @@
+// The CUDA backend on one Hopper GPU: weights, a paged KV pool sized to --gpu-memory-utilization and a fixed
+// workspace are allocated once; a step uploads its metadata in one copy, runs every layer without host
+// synchronisation, and synchronises once to return the sampled ids.
+//
+// Per layer (x: fp32 residual stream [T, H]):
+//   h = rmsnorm(x)                 -> qkv = h Wqkv^T (cuBLASLt)  -> bias + YaRN RoPE, K/V into the pages
+//   attn = sink attention (prefill tiles + split-KV decode)      -> o = attn Wo^T + bo
+//   h = rmsnorm(x += o)            -> x += MoE(h)  (router, top-4, grouped expert GEMMs, weighted combine)
+// Final norm and lm_head run only on the rows that need logits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention_plan.h"
+#include "kernels/attention/rope_kv_write.h"
+#include "kernels/gemm/dense_gemm.h"
+#include "kernels/moe/moe_layer.h"
+#include "model/loader.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/device_weights.h"
+
+namespace orchid::runtime::cuda {
+
+struct CudaBackendOptions {
+  std::string weights = "mxfp4";  // expert format: mxfp4 | fp8 | bf16
+  int32_t page_size = 16;
+  int32_t max_step_tokens = 16384;  // --max-num-batched-tokens
+  int32_t max_step_seqs = 256;      // --max-num-seqs
+  int64_t max_model_len = 131072;   // page-table capacity per sequence
+  double gpu_memory_utilization = 0.90;
+  int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
+};
+
+bool cuda_device_available();
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const std::string& model_arg, const CudaBackendOptions& opts);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const model::ModelConfig& model_config() const override { return config_; }
+  KvCacheSpec kv_spec() const override { return spec_; }
+  int32_t max_step_tokens() const override { return opts_.max_step_tokens; }
+  int32_t max_step_seqs() const override { return opts_.max_step_seqs; }
+  StepOutput forward(const StepBatch& batch) override;
+
+ private:
+  void plan_memory();
+  void validate(const StepBatch& b) const;
+  void compute_logits(const int32_t* d_rows, int64_t rows);
+
+  CudaBackendOptions opts_;
+  model::ModelConfig config_;
+  KvCacheSpec spec_;
+  cudaStream_t stream_ = nullptr;
+  DeviceWeights weights_;
+  kernels::MoeConfig moe_cfg_;
+  kernels::attention::RopeTable rope_{};
+  std::vector<int64_t> layer_slot_;  // index among the layers of its kind
+
+  // KV pools: per layer K and V, [pages][Hkv][page_size][64] bf16.
+  DeviceBuffer kv_;
+  std::vector<__nv_bfloat16*> k_pool_, v_pool_;
+
+  // Workspace (sized for max_step_tokens / max_step_seqs).
+  DeviceArena ws_;
+  float* x_ = nullptr;
+  __nv_bfloat16 *h_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
+  void* moe_ws_ = nullptr;
+  void* decode_ws_ = nullptr;
+  float *x_sel_ = nullptr, *logits_ = nullptr, *d_logprobs_ = nullptr;
+  __nv_bfloat16* h_sel_ = nullptr;
+  int32_t* d_ids_ = nullptr;
+  int64_t logits_rows_cap_ = 0;
+  std::unique_ptr<kernels::DenseGemm> gemm_;
+
+  // Step metadata: one host (pinned) and one device buffer of the same layout.
+  size_t meta_cap_ = 0;
+  uint8_t* h_meta_ = nullptr;
+  uint8_t* d_meta_ = nullptr;
+  int32_t* h_ids_ = nullptr;
+  float* h_logprobs_ = nullptr;
+  kernels::attention::AttentionPlanBuilder plan_;
+};
+
+}  // namespace orchid::runtime::cuda

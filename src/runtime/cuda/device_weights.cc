@@ -1,0 +1,258 @@
+#include "runtime/cuda/device_weights.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/weight_convert.h"
+#include "kernels/ops/ops.h"
+#include "kernels/synthetic/synthetic_fill.h"
+#include "model/manifest.h"
+#include "model/synthetic.h"
+#include "runtime/cuda/host_upload.h"
+
+namespace orchid::runtime::cuda {
+
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Bytes of each expert tensor in a format: {w1, w1_scale, w2, w2_scale}.
+struct ExpertBytes {
+  size_t w1 = 0, w1_scale = 0, w2 = 0, w2_scale = 0;
+};
+ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f) {
+  const size_t E = size_t(c.num_experts), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
+  ExpertBytes b;
+  switch (f) {
+    case kernels::MoeWeights::kMxfp4:
+      b.w1 = E * 2 * I * H / 2;
+      b.w1_scale = E * 2 * I * H / 32;
+      b.w2 = E * H * I / 2;
+      b.w2_scale = E * H * I / 32;
+      break;
+    case kernels::MoeWeights::kBf16:
+      b.w1 = E * 2 * I * H * 2;
+      b.w2 = E * H * I * 2;
+      break;
+    case kernels::MoeWeights::kFp8: {
+      const size_t Hp = size_t(round_up(int64_t(H), 128)), Ip = size_t(round_up(int64_t(I), 128));
+      b.w1 = E * 2 * I * Hp;
+      b.w1_scale = E * size_t(round_up(int64_t(2 * I), 128) / 128) * (Hp / 128) * 4;
+      b.w2 = E * H * Ip;
+      b.w2_scale = E * size_t(round_up(int64_t(H), 128) / 128) * (Ip / 128) * 4;
+      break;
+    }
+  }
+  return b;
+}
+
+// Where a tensor's bytes come from: the mapped checkpoint or the synthetic generator (on the GPU).
+class TensorSource {
+ public:
+  TensorSource(const model::ModelRef& ref, const model::ModelConfig& c, cudaStream_t stream)
+      : ref_(ref), stream_(stream) {
+    if (!ref.synthetic) {
+      ck_ = io::Checkpoint::open_dir(ref.dir);
+      model::validate_checkpoint(ck_, model::gpt_oss_manifest(c));
+    }
+    for (auto& s : model::gpt_oss_manifest(c)) specs_.emplace(s.name, s);
+    size_t total = 0;
+    for (auto& [n, s] : specs_) total += bytes(n);
+    if (!ref.synthetic) uploader_ = std::make_unique<HostUploader>(total, stream);
+  }
+
+  DType dtype(const std::string& name) const {
+    return ref_.synthetic ? specs_.at(name).dtypes.front() : ck_.get(name).dtype;
+  }
+  size_t bytes(const std::string& name) const {
+    const auto& s = specs_.at(name);
+    size_t n = 1;
+    for (auto d : s.shape) n *= size_t(d);
+    return n * dtype_size(dtype(name));
+  }
+  int64_t numel(const std::string& name) const {
+    int64_t n = 1;
+    for (auto d : specs_.at(name).shape) n *= d;
+    return n;
+  }
+
+  // Copies the tensor's stored bytes to `dst` (device).
+  void fetch(const std::string& name, void* dst) {
+    if (!ref_.synthetic) {
+      const auto& t = ck_.get(name);
+      uploader_->upload(dst, t.data, t.nbytes);
+      return;
+    }
+    const auto& spec = specs_.at(name);
+    const auto d = model::synthetic_distribution(spec.role);
+    kernels::SyntheticFill f;
+    f.key = model::synthetic_tensor_key(name, ref_.seed);
+    f.scale = d.std * 1.7320508075688772f;
+    f.mean = d.mean;
+    f.kind = d.kind == model::SyntheticDistribution::kBytes    ? kernels::SyntheticFillKind::kBytes
+             : d.kind == model::SyntheticDistribution::kScales ? kernels::SyntheticFillKind::kScales
+                                                               : kernels::SyntheticFillKind::kNormalBf16;
+    kernels::synthetic_fill(f, 0, numel(name), dst, stream_);
+  }
+
+  void finish() {
+    if (uploader_) uploader_->finish();
+  }
+
+ private:
+  model::ModelRef ref_;
+  cudaStream_t stream_;
+  io::Checkpoint ck_;
+  std::map<std::string, model::TensorSpec> specs_;
+  std::unique_ptr<HostUploader> uploader_;
+};
+
+}  // namespace
+
+kernels::MoeWeights parse_weight_format(const std::string& name) {
+  if (name == "mxfp4") return kernels::MoeWeights::kMxfp4;
+  if (name == "fp8") return kernels::MoeWeights::kFp8;
+  if (name == "bf16") return kernels::MoeWeights::kBf16;
+  fail("--weights: unknown format '{}' (expected fp8, mxfp4 or bf16)", name);
+}
+
+size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format) {
+  const size_t H = size_t(c.hidden_size), V = size_t(c.vocab_size), E = size_t(c.num_experts);
+  const size_t qkv = size_t(c.q_dim() + 2 * c.kv_dim()), I = size_t(c.intermediate_size);
+  size_t total = arena_bytes(V * H * 2) * (c.tie_word_embeddings ? 1 : 2) + arena_bytes(H * 4);
+  const ExpertBytes eb = expert_bytes(c, format);
+  const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(c.num_heads) * 4) + arena_bytes(qkv * H * 2) +
+                           arena_bytes(qkv * 4) + arena_bytes(H * size_t(c.q_dim()) * 2) + arena_bytes(H * 2) +
+                           arena_bytes(E * H * 2) + arena_bytes(E * 4) + arena_bytes(E * 2 * I * 2) +
+                           arena_bytes(E * H * 2) + arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) +
+                           arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
+  return total + per_layer * size_t(c.num_layers);
+}
+
+DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::ModelConfig& c, kernels::MoeWeights format,
+                                  cudaStream_t stream) {
+  if (!c.experts_mxfp4)
+    fail("{}: the CUDA backend loads MXFP4 expert checkpoints (the official layout); this one stores dense "
+         "experts",
+         c.name);
+  if (c.head_dim != 64) fail("{}: the CUDA kernels need head_dim 64, the model has {}", c.name, c.head_dim);
+  const auto t0 = std::chrono::steady_clock::now();
+  DeviceWeights w;
+  w.format = format;
+  const size_t need = bytes_needed(c, format);
+  w.arena = DeviceArena(need, "weights");
+  TensorSource src(ref, c, stream);
+
+  // Staging for conversions: the largest tensor that is not stored as the kernels take it.
+  size_t staging_bytes = 0;
+  for (const auto& s : model::gpt_oss_manifest(c)) staging_bytes = std::max(staging_bytes, src.bytes(s.name));
+  const size_t H = size_t(c.hidden_size), E = size_t(c.num_experts), I = size_t(c.intermediate_size);
+  staging_bytes = std::max(staging_bytes, size_t(E * 2 * I * H / 32));  // blocks and scales side by side
+  DeviceBuffer staging(staging_bytes + arena_bytes(E * 2 * I * H / 32) + 256, "weight staging");
+  uint8_t* stage = staging.data();
+
+  // A vector as fp32.
+  auto f32 = [&](const std::string& name, float* dst = nullptr) {
+    if (!dst) dst = w.arena.take<float>(size_t(src.numel(name)));
+    if (src.dtype(name) == DType::kF32) {
+      src.fetch(name, dst);
+    } else if (src.dtype(name) == DType::kBF16) {
+      src.fetch(name, stage);
+      kernels::ops::bf16_to_f32(reinterpret_cast<const __nv_bfloat16*>(stage), dst, src.numel(name), stream);
+    } else {
+      fail("{}: tensor '{}' must be BF16 or F32 for the CUDA backend", c.name, name);
+    }
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));  // `stage` is reused by the next tensor
+    return dst;
+  };
+  // A tensor as bf16, into `dst` (default: a fresh arena slice).
+  auto bf16 = [&](const std::string& name, __nv_bfloat16* dst = nullptr) {
+    if (!dst) dst = w.arena.take<__nv_bfloat16>(size_t(src.numel(name)));
+    if (src.dtype(name) == DType::kBF16) {
+      src.fetch(name, dst);
+    } else if (src.dtype(name) == DType::kF32) {
+      src.fetch(name, stage);
+      kernels::ops::f32_to_bf16(reinterpret_cast<const float*>(stage), dst, src.numel(name), stream);
+      ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else {
+      fail("{}: tensor '{}' must be BF16 or F32 for the CUDA backend", c.name, name);
+    }
+    return dst;
+  };
+
+  w.embedding = bf16("model.embed_tokens.weight");
+  w.lm_head = c.tie_word_embeddings ? w.embedding : bf16("lm_head.weight");
+  w.final_norm = f32("model.norm.weight");
+  const ExpertBytes eb = expert_bytes(c, format);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    DeviceLayer L;
+    L.input_norm = f32(p + "input_layernorm.weight");
+    L.post_norm = f32(p + "post_attention_layernorm.weight");
+    L.sinks = f32(p + "self_attn.sinks");
+    // Fused QKV: the q, k and v rows back to back, so one GEMM produces [T, q_dim + 2 kv_dim].
+    const size_t q_rows = size_t(c.q_dim()), kv_rows = size_t(c.kv_dim());
+    L.qkv_w = w.arena.take<__nv_bfloat16>((q_rows + 2 * kv_rows) * H);
+    bf16(p + "self_attn.q_proj.weight", L.qkv_w);
+    bf16(p + "self_attn.k_proj.weight", L.qkv_w + q_rows * H);
+    bf16(p + "self_attn.v_proj.weight", L.qkv_w + (q_rows + kv_rows) * H);
+    L.qkv_b = w.arena.take<float>(q_rows + 2 * kv_rows);
+    f32(p + "self_attn.q_proj.bias", L.qkv_b);
+    f32(p + "self_attn.k_proj.bias", L.qkv_b + q_rows);
+    f32(p + "self_attn.v_proj.bias", L.qkv_b + q_rows + kv_rows);
+    L.o_w = bf16(p + "self_attn.o_proj.weight");
+    L.o_b = bf16(p + "self_attn.o_proj.bias");
+    L.moe.router_w = bf16(p + "mlp.router.weight");
+    L.moe.router_b = f32(p + "mlp.router.bias");
+    L.moe.b1 = bf16(p + "mlp.experts.gate_up_proj_bias");
+    L.moe.b2 = bf16(p + "mlp.experts.down_proj_bias");
+    auto* w1 = w.arena.take_bytes(eb.w1);
+    auto* w1s = eb.w1_scale ? w.arena.take_bytes(eb.w1_scale) : nullptr;
+    auto* w2 = w.arena.take_bytes(eb.w2);
+    auto* w2s = eb.w2_scale ? w.arena.take_bytes(eb.w2_scale) : nullptr;
+    L.moe.w1 = w1;
+    L.moe.w1_scale = w1s;
+    L.moe.w2 = w2;
+    L.moe.w2_scale = w2s;
+    struct Mat {
+      const char* name;
+      int n, k;
+      uint8_t *q, *s;
+    };
+    for (const Mat& m : {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s}, Mat{"down_proj", int(H), int(I), w2, w2s}}) {
+      const std::string blocks = p + "mlp.experts." + m.name + "_blocks";
+      const std::string scales = p + "mlp.experts." + m.name + "_scales";
+      if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored
+        src.fetch(blocks, m.q);
+        src.fetch(scales, m.s);
+        continue;
+      }
+      uint8_t* sb = stage;
+      uint8_t* ss = stage + arena_bytes(src.bytes(blocks));
+      src.fetch(blocks, sb);
+      src.fetch(scales, ss);
+      if (format == kernels::MoeWeights::kBf16) {
+        kernels::mxfp4_to_bf16(sb, ss, int(E), m.n, m.k, m.q, stream);
+      } else {
+        kernels::mxfp4_to_fp8_block(sb, ss, int(E), m.n, m.k, kernels::Fp8ScaleRule::kPow2, m.q,
+                                    reinterpret_cast<float*>(m.s), nullptr, stream);
+      }
+      ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    w.layers.push_back(L);
+  }
+  src.finish();
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("weights on the GPU: {:.2f} GiB ({} experts) in {:.1f} s", double(w.arena.used()) / (1 << 30),
+               format == kernels::MoeWeights::kMxfp4 ? "mxfp4" : format == kernels::MoeWeights::kFp8 ? "fp8" : "bf16",
+               s);
+  return w;
+}
+
+}  // namespace orchid::runtime::cuda

@@ -1,0 +1,51 @@
+// gpt-oss weights on the GPU, in the layouts the kernels take:
+//   embedding, lm_head, fused QKV [q_dim + 2 kv_dim, H], O [H, q_dim], router [E, H]   BF16
+//   norms, sinks, QKV bias, router bias                                               fp32
+//   O bias, expert biases                                                             BF16 (GEMM epilogues)
+//   experts: `--weights` mxfp4 (the checkpoint's blocks + E8M0 scales, as stored), fp8 (e4m3 with fp32
+//   128x128 block scales, converted on the GPU) or bf16 (exact dequantization on the GPU).
+// Tensors come from a checkpoint (streamed from the mmap through pinned buffers) or are generated on the GPU
+// (`synthetic:*`, bit-identical to the host generator).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/moe/moe_layer.h"
+#include "model/loader.h"
+#include "runtime/cuda/device_memory.h"
+
+namespace orchid::runtime::cuda {
+
+struct DeviceLayer {
+  float* input_norm = nullptr;
+  float* post_norm = nullptr;
+  float* sinks = nullptr;
+  __nv_bfloat16* qkv_w = nullptr;
+  float* qkv_b = nullptr;
+  __nv_bfloat16* o_w = nullptr;
+  __nv_bfloat16* o_b = nullptr;
+  kernels::MoeLayerWeights moe;
+};
+
+struct DeviceWeights {
+  __nv_bfloat16* embedding = nullptr;
+  __nv_bfloat16* lm_head = nullptr;
+  float* final_norm = nullptr;
+  std::vector<DeviceLayer> layers;
+  DeviceArena arena;
+  kernels::MoeWeights format = kernels::MoeWeights::kMxfp4;
+
+  // Bytes the arena needs for a model in a format (checked against free memory before anything is loaded).
+  static size_t bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format);
+  // `ref` is a directory or synthetic model; config already validated.
+  static DeviceWeights load(const model::ModelRef& ref, const model::ModelConfig& c, kernels::MoeWeights format,
+                            cudaStream_t stream);
+};
+
+kernels::MoeWeights parse_weight_format(const std::string& name);  // fp8 | mxfp4 | bf16
+
+}  // namespace orchid::runtime::cuda

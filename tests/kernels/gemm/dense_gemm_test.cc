@@ -1,0 +1,119 @@
+// cuBLASLt BF16 GEMM wrapper vs an fp64 CPU reference, at the model's shapes (QKV, O-proj, router, lm_head),
+// odd and single-row M, strided operands, bf16 and fp32 outputs, with and without bias.
+#include "kernels/gemm/dense_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "kernel_reference.h"
+#include "kernel_test_util.h"
+
+namespace orchid::kernels {
+namespace {
+
+using orchid::testing::DeviceBuffer;
+
+struct Case {
+  const char* name;
+  int m, n, k;
+  int64_t ldx, ldy;  // 0: packed
+  GemmOut out;
+  bool bias;
+};
+
+void run_case(const Case& c) {
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+  const int64_t ldx = c.ldx ? c.ldx : c.k, ldy = c.ldy ? c.ldy : c.n;
+  auto x = orchid::testing::random_bf16(rng, size_t(c.m) * ldx, 1.0f);
+  auto w = orchid::testing::random_bf16(rng, size_t(c.n) * c.k, 1.0f / std::sqrt(float(c.k)));
+  auto b16 = orchid::testing::random_bf16(rng, size_t(c.n), 0.5f);
+  std::vector<float> bias_f = orchid::testing::bf16_to_floats(b16);
+
+  DeviceBuffer<uint16_t> dx, dw, db16;
+  DeviceBuffer<float> db32;
+  dx.upload(x);
+  dw.upload(w);
+  db16.upload(b16);
+  db32.upload(bias_f);
+  const bool f32 = c.out == GemmOut::kF32;
+  DeviceBuffer<uint8_t> dy(size_t(c.m) * ldy * (f32 ? 4 : 2));
+  orchid::testing::poison(dy);
+  DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
+
+  DenseGemm gemm(ws.get(), ws.size());
+  DenseGemmArgs a;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.x = dx.get();
+  a.ldx = c.ldx;
+  a.w = dw.get();
+  a.bias = c.bias ? (f32 ? static_cast<const void*>(db32.get()) : db16.get()) : nullptr;
+  a.y = dy.get();
+  a.ldy = c.ldy;
+  a.out = c.out;
+  gemm.run(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  if (c.bias)
+    std::printf("[info] %s: bias %s\n", c.name,
+                gemm.bias_fused(a) ? "in the cuBLASLt epilogue" : "separate kernel");
+
+  std::vector<double> ref(size_t(c.m) * c.n);
+  const auto xf = orchid::testing::bf16_to_floats(x), wf = orchid::testing::bf16_to_floats(w);
+  orchid::ref::gemm(c.m, c.n, c.k, xf.data(), ldx, wf.data(), c.bias ? bias_f.data() : nullptr, ref.data());
+  double rms = 0;
+  for (double v : ref) rms += v * v;
+  rms = std::sqrt(rms / double(ref.size()));
+
+  const auto raw = dy.download();
+  std::vector<float> got(size_t(c.m) * c.n);
+  int64_t pad_written = 0;
+  for (int r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      const size_t at = size_t(r) * ldy + size_t(j);
+      float v;
+      if (f32) {
+        std::memcpy(&v, raw.data() + at * 4, 4);
+      } else {
+        uint16_t b;
+        std::memcpy(&b, raw.data() + at * 2, 2);
+        v = bf16_to_float(b);
+      }
+      if (j < c.n) {
+        got[size_t(r) * c.n + size_t(j)] = v;
+      } else if (!std::isnan(v)) {
+        ++pad_written;
+      }
+    }
+  }
+  EXPECT_EQ(pad_written, 0) << "elements between n and ldy were written";
+  // bf16 output: one rounding (2^-9 relative) on top of fp32 accumulation; fp32 output: accumulation only.
+  const double rtol = f32 ? 1e-3 : 8e-3, atol = (f32 ? 1e-4 : 2e-3) * rms, l2 = f32 ? 1e-4 : 5e-3;
+  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, atol, rtol, l2));
+}
+
+class DenseGemmTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DenseGemmTest, MatchesFp64Reference) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DenseGemmTest,
+    ::testing::Values(Case{"qkv_decode_m1", 1, 5120, 2880, 0, 0, GemmOut::kBf16, true},
+                      Case{"qkv_prefill_m67", 67, 5120, 2880, 0, 0, GemmOut::kBf16, true},
+                      Case{"oproj_m37", 37, 2880, 4096, 0, 0, GemmOut::kBf16, true},
+                      Case{"router20b_m129_f32", 129, 32, 2880, 0, 0, GemmOut::kF32, true},
+                      Case{"router120b_m5_f32", 5, 128, 2880, 0, 0, GemmOut::kF32, true},
+                      Case{"lmhead_m3_f32", 3, 201088, 2880, 0, 0, GemmOut::kF32, false},
+                      Case{"m257_nobias_bf16", 257, 640, 2880, 0, 0, GemmOut::kBf16, false},
+                      Case{"strided_m17", 17, 512, 1024, 1536, 640, GemmOut::kBf16, true},
+                      Case{"strided_m9_f32", 9, 96, 1024, 1040, 104, GemmOut::kF32, true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace orchid::kernels

@@ -1,0 +1,370 @@
+// The whole MoE block (moe_forward) for the three expert formats, checked stage by stage against CPU
+// references fed with the device's previous stage (so the first wrong stage is named), then end to end
+// against an fp64 reference without intermediate rounding. Also: bitwise determinism and CUDA-graph
+// capture/replay. Weights are random MXFP4 (the checkpoint format); the BF16 and FP8 formats are made from
+// them with the load-time converters (tested in weight_convert_test).
+#include "kernels/moe/moe_layer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "kernel_reference.h"
+#include "kernel_test_util.h"
+#include "kernels/moe/moe_activation.h"
+#include "kernels/moe/weight_convert.h"
+
+namespace orchid::kernels {
+namespace {
+
+using orchid::testing::DeviceBuffer;
+
+template <typename T>
+std::vector<T> fetch(const void* p, size_t count) {
+  std::vector<T> v(count);
+  if (count && cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+    std::abort();
+  return v;
+}
+
+std::vector<float> fetch_bf16(const void* p, size_t count) {
+  return orchid::testing::bf16_to_floats(fetch<uint16_t>(p, count));
+}
+
+// Dequantized FP8 rows [rows, kpad] with 1x128 scales -> [rows, k].
+std::vector<float> dequant_rows(const std::vector<uint8_t>& q, const std::vector<float>& s, int rows, int k) {
+  const int kpad = round_up_128(k);
+  std::vector<float> out(size_t(rows) * k);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < k; ++c)
+      out[size_t(r) * k + c] =
+          fp8e4m3_to_float(q[size_t(r) * kpad + c]) * s[size_t(r) * (kpad / 128) + c / 128];
+  return out;
+}
+
+double rms_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s / double(std::max<size_t>(1, v.size())));
+}
+
+struct Case {
+  const char* name;
+  MoeWeights weights;
+  int tokens, experts;
+};
+
+class MoeLayerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeLayerTest, StagesAndEndToEnd) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const Case c = GetParam();
+  MoeConfig cfg;
+  cfg.experts = c.experts;
+  cfg.weights = c.weights;
+  cfg.max_tokens = c.tokens;
+  cfg.mxfp4_direct_max_tokens = 64;
+  const int T = c.tokens, E = cfg.experts, K = cfg.top_k, H = cfg.hidden, I = cfg.inter, M = T * K;
+  const int Hp = round_up_128(H), Ip = round_up_128(I);
+  const bool fp8_path = c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && T > 64);
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+
+  // ---- weights: MXFP4 source, router and biases ----
+  std::vector<uint8_t> w1b(size_t(E) * 2 * I * H / 2), w1s(size_t(E) * 2 * I * H / 32);
+  std::vector<uint8_t> w2b(size_t(E) * H * I / 2), w2s(size_t(E) * H * I / 32);
+  for (auto* v : {&w1b, &w2b})
+    for (size_t i = 0; i < v->size(); i += 8) {
+      const uint64_t r = rng();
+      std::memcpy(v->data() + i, &r, std::min<size_t>(8, v->size() - i));
+    }
+  std::uniform_int_distribution<int> sc(117, 121);  // weights ~ 2^-10 .. 2^-6 * 6
+  for (auto* v : {&w1s, &w2s})
+    for (auto& s : *v) s = uint8_t(sc(rng));
+  auto wr = orchid::testing::random_bf16(rng, size_t(E) * H, 0.05f);
+  auto br16 = orchid::testing::random_bf16(rng, size_t(E), 0.5f);
+  std::vector<float> br = orchid::testing::bf16_to_floats(br16);
+  auto b1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I, 0.5f);
+  auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.1f);
+  auto h = orchid::testing::random_bf16(rng, size_t(T) * H, 1.0f);
+  std::vector<float> x0(size_t(T) * H);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x0) v = nd(rng);
+
+  DeviceBuffer<uint8_t> d_w1b, d_w1s, d_w2b, d_w2s;
+  DeviceBuffer<uint16_t> d_wr, d_b1, d_b2, d_h;
+  DeviceBuffer<float> d_br, d_x;
+  d_w1b.upload(w1b);
+  d_w1s.upload(w1s);
+  d_w2b.upload(w2b);
+  d_w2s.upload(w2s);
+  d_wr.upload(wr);
+  d_br.upload(br);
+  d_b1.upload(b1);
+  d_b2.upload(b2);
+  d_h.upload(h);
+  d_x.upload(x0);
+
+  // Format conversion (load time).
+  DeviceBuffer<uint16_t> w1_16, w2_16;
+  DeviceBuffer<uint8_t> w1_8, w2_8;
+  DeviceBuffer<float> w1_8s, w2_8s;
+  MoeLayerWeights lw;
+  lw.router_w = d_wr.get();
+  lw.router_b = d_br.get();
+  lw.b1 = d_b1.get();
+  lw.b2 = d_b2.get();
+  if (c.weights == MoeWeights::kBf16) {
+    w1_16.resize(size_t(E) * 2 * I * H);
+    w2_16.resize(size_t(E) * H * I);
+    mxfp4_to_bf16(d_w1b.get(), d_w1s.get(), E, 2 * I, H, w1_16.get(), nullptr);
+    mxfp4_to_bf16(d_w2b.get(), d_w2s.get(), E, H, I, w2_16.get(), nullptr);
+    lw.w1 = w1_16.get();
+    lw.w2 = w2_16.get();
+  } else if (c.weights == MoeWeights::kFp8) {
+    w1_8.resize(size_t(E) * 2 * I * Hp);
+    w1_8s.resize(size_t(E) * ((2 * I + 127) / 128) * (Hp / 128));
+    w2_8.resize(size_t(E) * H * Ip);
+    w2_8s.resize(size_t(E) * ((H + 127) / 128) * (Ip / 128));
+    mxfp4_to_fp8_block(d_w1b.get(), d_w1s.get(), E, 2 * I, H, Fp8ScaleRule::kPow2, w1_8.get(), w1_8s.get(),
+                       nullptr, nullptr);
+    mxfp4_to_fp8_block(d_w2b.get(), d_w2s.get(), E, H, I, Fp8ScaleRule::kPow2, w2_8.get(), w2_8s.get(),
+                       nullptr, nullptr);
+    lw.w1 = w1_8.get();
+    lw.w1_scale = w1_8s.get();
+    lw.w2 = w2_8.get();
+    lw.w2_scale = w2_8s.get();
+  } else {
+    lw.w1 = d_w1b.get();
+    lw.w1_scale = d_w1s.get();
+    lw.w2 = d_w2b.get();
+    lw.w2_scale = d_w2s.get();
+  }
+
+  DeviceBuffer<uint8_t> gemm_ws(DenseGemm::kRecommendedWorkspace);
+  DenseGemm router(gemm_ws.get(), gemm_ws.size());
+  DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
+  orchid::testing::poison(ws);
+  const MoeBuffers b = moe_buffers(cfg, ws.get());
+  cudaStream_t stream;
+  ORCHID_TEST_CUDA(cudaStreamCreate(&stream));
+  moe_forward(cfg, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream);
+  ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+  const auto x1 = d_x.download();
+
+  // ---- stage 1: router logits ----
+  const auto hf = orchid::testing::bf16_to_floats(h), wrf = orchid::testing::bf16_to_floats(wr);
+  const auto logits = fetch<float>(b.logits, size_t(T) * E);
+  {
+    std::vector<double> ref(size_t(T) * E);
+    orchid::ref::gemm(T, E, H, hf.data(), H, wrf.data(), br.data(), ref.data());
+    EXPECT_TRUE(orchid::testing::check_close("1 router logits", logits, ref, 1e-4 * rms_of(ref), 1e-3, 1e-4));
+  }
+  // ---- stage 2: top-k + softmax (from the device logits) ----
+  const auto idx = fetch<int>(b.topk_idx, size_t(M));
+  const auto tw = fetch<float>(b.topk_w, size_t(M));
+  {
+    std::vector<int> ri(M);
+    std::vector<float> rw(M);
+    orchid::ref::topk_softmax(logits.data(), T, E, K, ri.data(), rw.data());
+    EXPECT_TRUE(orchid::testing::check_exact("2 top-k experts", idx, ri));
+    EXPECT_TRUE(orchid::testing::check_close("2 top-k weights", tw, std::vector<double>(rw.begin(), rw.end()),
+                                             1e-7, 1e-6, 1e-6));
+  }
+  // ---- stage 3: permutation ----
+  const auto perm = orchid::ref::permute(idx.data(), T, E, K);
+  EXPECT_TRUE(orchid::testing::check_exact("3 offsets", fetch<int>(b.routing.offsets, E + 1), perm.offsets));
+  EXPECT_TRUE(orchid::testing::check_exact("3 slot_row", fetch<int>(b.routing.slot_row, M), perm.slot_row));
+  EXPECT_TRUE(
+      orchid::testing::check_exact("3 row_token", fetch<int>(b.routing.row_token, M), perm.row_token));
+
+  // Reference expert weights (float) per expert, as the GEMMs see them.
+  const int rb1 = (2 * I + 127) / 128, rb2 = (H + 127) / 128;
+  std::vector<uint8_t> q1, q2;
+  std::vector<float> s1, s2;
+  if (fp8_path) {
+    const void* p1 = c.weights == MoeWeights::kFp8 ? lw.w1 : b.w1_fp8;
+    const void* p2 = c.weights == MoeWeights::kFp8 ? lw.w2 : b.w2_fp8;
+    const void* ps1 = c.weights == MoeWeights::kFp8 ? lw.w1_scale : b.w1_fp8_scale;
+    const void* ps2 = c.weights == MoeWeights::kFp8 ? lw.w2_scale : b.w2_fp8_scale;
+    q1 = fetch<uint8_t>(p1, size_t(E) * 2 * I * Hp);
+    q2 = fetch<uint8_t>(p2, size_t(E) * H * Ip);
+    s1 = fetch<float>(ps1, size_t(E) * rb1 * (Hp / 128));
+    s2 = fetch<float>(ps2, size_t(E) * rb2 * (Ip / 128));
+  }
+  auto expert_w1 = [&](int e, bool exact) {  // [2I, H]
+    std::vector<float> w(size_t(2) * I * H);
+    if (fp8_path && !exact)
+      orchid::ref::fp8_block_dequant(&q1[size_t(e) * 2 * I * Hp], &s1[size_t(e) * rb1 * (Hp / 128)], 1, 2 * I,
+                                     H, w.data());
+    else
+      orchid::ref::mxfp4_to_float(&w1b[size_t(e) * 2 * I * H / 2], &w1s[size_t(e) * 2 * I * H / 32], 2 * I, H,
+                                  w.data());
+    return w;
+  };
+  auto expert_w2 = [&](int e, bool exact) {  // [H, I]
+    std::vector<float> w(size_t(H) * I);
+    if (fp8_path && !exact)
+      orchid::ref::fp8_block_dequant(&q2[size_t(e) * H * Ip], &s2[size_t(e) * rb2 * (Ip / 128)], 1, H, I,
+                                     w.data());
+    else
+      orchid::ref::mxfp4_to_float(&w2b[size_t(e) * H * I / 2], &w2s[size_t(e) * H * I / 32], H, I, w.data());
+    return w;
+  };
+
+  // ---- stage 4: gate_up (device expert inputs) ----
+  std::vector<float> a_in(size_t(M) * H);  // the GEMM's A operand as the device produced it
+  if (fp8_path) {
+    a_in = dequant_rows(fetch<uint8_t>(b.a_q, size_t(M) * Hp),
+                        fetch<float>(b.a_scale, size_t(M) * (Hp / 128)), M, H);
+  } else {
+    for (int r = 0; r < M; ++r) std::copy_n(&hf[size_t(perm.row_token[r]) * H], H, &a_in[size_t(r) * H]);
+  }
+  // The fused MXFP4 decode path applies bias + SwiGLU in the GEMM epilogue: u is never stored, so stage 5
+  // starts from the reference u there.
+  const bool fused_swiglu = c.weights == MoeWeights::kMxfp4 && !fp8_path;
+  std::vector<float> u(size_t(M) * 2 * I);
+  std::vector<float> z_in(size_t(M) * I);
+  {
+    std::vector<double> ref(size_t(M) * 2 * I);
+    for (int e = 0; e < E; ++e) {
+      const int m = perm.offsets[e + 1] - perm.offsets[e];
+      if (m == 0) continue;
+      const auto w = expert_w1(e, false);
+      orchid::ref::gemm(m, 2 * I, H, &a_in[size_t(perm.offsets[e]) * H], H, w.data(), nullptr,
+                        &ref[size_t(perm.offsets[e]) * 2 * I]);
+    }
+    if (fused_swiglu) {
+      for (size_t i = 0; i < u.size(); ++i) u[i] = float(ref[i]);
+    } else {
+      u = fetch_bf16(b.u, size_t(M) * 2 * I);
+      EXPECT_TRUE(orchid::testing::check_close("4 gate_up u", u, ref, 2e-3 * rms_of(ref), 8e-3, 5e-3));
+    }
+  }
+  // ---- stage 5: bias + SwiGLU (from the device u) ----
+  {
+    const auto b1f = orchid::testing::bf16_to_floats(b1);
+    std::vector<double> ref(size_t(M) * I);
+    for (int r = 0; r < M; ++r) {
+      const int e = perm.row_expert[r];
+      for (int i = 0; i < I; ++i)
+        ref[size_t(r) * I + i] =
+            orchid::ref::swiglu(u[size_t(r) * 2 * I + 2 * i] + b1f[size_t(e) * 2 * I + 2 * i],
+                                u[size_t(r) * 2 * I + 2 * i + 1] + b1f[size_t(e) * 2 * I + 2 * i + 1],
+                                cfg.swiglu_limit, cfg.swiglu_alpha);
+    }
+    if (fp8_path) {
+      z_in = dequant_rows(fetch<uint8_t>(b.z_q, size_t(M) * Ip),
+                          fetch<float>(b.z_scale, size_t(M) * (Ip / 128)), M, I);
+      // FP8: within one e4m3 step (2^-3 relative at worst) of the exact value.
+      EXPECT_TRUE(
+          orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.05));
+    } else {
+      z_in = fetch_bf16(b.z_bf16, size_t(M) * I);
+      // Fused: z comes from the kernel's fp32 sums, the reference from fp64 ones (a bit more slack).
+      EXPECT_TRUE(orchid::testing::check_close(
+          fused_swiglu ? "4+5 gate_up + swiglu z (fused)" : "5 swiglu z (bf16)", z_in, ref,
+          fused_swiglu ? 2e-3 * rms_of(ref) : 1e-6, 1.0 / 128, fused_swiglu ? 5e-3 : 4e-3));
+    }
+  }
+  // ---- stage 6: down (device z) ----
+  const auto y = fetch_bf16(b.y, size_t(M) * H);
+  {
+    std::vector<double> ref(size_t(M) * H);
+    for (int e = 0; e < E; ++e) {
+      const int m = perm.offsets[e + 1] - perm.offsets[e];
+      if (m == 0) continue;
+      const auto w = expert_w2(e, false);
+      orchid::ref::gemm(m, H, I, &z_in[size_t(perm.offsets[e]) * I], I, w.data(), nullptr,
+                        &ref[size_t(perm.offsets[e]) * H]);
+    }
+    EXPECT_TRUE(orchid::testing::check_close("6 down y", y, ref, 2e-3 * rms_of(ref), 8e-3, 5e-3));
+  }
+  // ---- stage 7: combine (device y) ----
+  const auto b2f = orchid::testing::bf16_to_floats(b2);
+  {
+    std::vector<double> ref(size_t(T) * H);
+    for (int t = 0; t < T; ++t)
+      for (int col = 0; col < H; ++col) {
+        double acc = 0;
+        for (int j = 0; j < K; ++j) {
+          const int row = perm.slot_row[size_t(t) * K + j], e = idx[size_t(t) * K + j];
+          acc += double(tw[size_t(t) * K + j]) *
+                 (double(y[size_t(row) * H + col]) + double(b2f[size_t(e) * H + col]));
+        }
+        ref[size_t(t) * H + col] = double(x0[size_t(t) * H + col]) + acc;
+      }
+    EXPECT_TRUE(orchid::testing::check_close("7 combine x", x1, ref, 1e-5, 1e-5, 1e-6));
+  }
+  // ---- end to end: fp64 from h with the exact MXFP4 weights, no intermediate rounding ----
+  {
+    const auto b1f = orchid::testing::bf16_to_floats(b1);
+    std::vector<double> delta(size_t(T) * H, 0.0), got(size_t(T) * H);
+    std::vector<double> uu(static_cast<size_t>(2 * I)), yy(static_cast<size_t>(H));
+    std::vector<float> zz(I);
+    for (int e = 0; e < E; ++e) {
+      if (perm.offsets[e + 1] == perm.offsets[e]) continue;
+      const auto w1 = expert_w1(e, true), w2 = expert_w2(e, true);
+      for (int r = perm.offsets[e]; r < perm.offsets[e + 1]; ++r) {
+        const int t = perm.row_token[r];
+        int j = 0;
+        while (perm.slot_row[size_t(t) * K + j] != r) ++j;
+        orchid::ref::gemm(1, 2 * I, H, &hf[size_t(t) * H], H, w1.data(), nullptr, uu.data());
+        for (int i = 0; i < I; ++i)
+          zz[i] = orchid::ref::swiglu(float(uu[2 * i] + b1f[size_t(e) * 2 * I + 2 * i]),
+                                      float(uu[2 * i + 1] + b1f[size_t(e) * 2 * I + 2 * i + 1]),
+                                      cfg.swiglu_limit, cfg.swiglu_alpha);
+        orchid::ref::gemm(1, H, I, zz.data(), I, w2.data(), nullptr, yy.data());
+        for (int col = 0; col < H; ++col)
+          delta[size_t(t) * H + col] += double(tw[size_t(t) * K + j]) * (yy[col] + b2f[size_t(e) * H + col]);
+      }
+    }
+    std::vector<float> got_delta(size_t(T) * H);
+    for (size_t i = 0; i < got_delta.size(); ++i) got_delta[i] = float(double(x1[i]) - double(x0[i]));
+    // BF16/MXFP4: bf16 roundings of u, z and y; FP8: 1x128 activation quantization of h and z on top.
+    const double l2 = fp8_path ? 8e-2 : 1.5e-2;
+    EXPECT_TRUE(orchid::testing::check_close("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta),
+                                             0.5, l2));
+  }
+  // ---- determinism and CUDA-graph capture ----
+  {
+    d_x.upload(x0);
+    moe_forward(cfg, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream);
+    ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+    auto bits = [](const std::vector<float>& v) {
+      std::vector<uint32_t> b(v.size());
+      std::memcpy(b.data(), v.data(), v.size() * 4);
+      return b;
+    };
+    EXPECT_TRUE(orchid::testing::check_exact("rerun bitwise", bits(d_x.download()), bits(x1)));
+
+    d_x.upload(x0);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ORCHID_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    moe_forward(cfg, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream);
+    ORCHID_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+    ORCHID_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    ORCHID_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(orchid::testing::check_exact("cuda graph replay bitwise", bits(d_x.download()), bits(x1)));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MoeLayerTest,
+                         ::testing::Values(Case{"bf16_t1", MoeWeights::kBf16, 1, 32},
+                                           Case{"bf16_t67", MoeWeights::kBf16, 67, 32},
+                                           Case{"fp8_t1", MoeWeights::kFp8, 1, 32},
+                                           Case{"fp8_t67", MoeWeights::kFp8, 67, 32},
+                                           Case{"mxfp4_t1", MoeWeights::kMxfp4, 1, 32},
+                                           Case{"mxfp4_t5", MoeWeights::kMxfp4, 5, 32},
+                                           Case{"mxfp4_t67_via_fp8", MoeWeights::kMxfp4, 67, 32},
+                                           Case{"mxfp4_e128_t3", MoeWeights::kMxfp4, 3, 128}),
+                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace orchid::kernels

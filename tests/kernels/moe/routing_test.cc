@@ -1,0 +1,163 @@
+// Router top-k + softmax and the token permutation vs CPU references: ties (lower expert wins), E = 32 and
+// 128, a single token (decode), odd token counts, experts with no tokens, skewed routing, several counting
+// chunks (T*k > 1024).
+#include "kernels/moe/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernel_reference.h"
+#include "kernel_test_util.h"
+
+namespace orchid::kernels {
+namespace {
+
+using orchid::testing::DeviceBuffer;
+
+struct TopkCase {
+  const char* name;
+  int tokens, experts, top_k;
+  bool coarse;  // integer logits in [-3, 3]: many exact ties
+};
+
+class TopkSoftmaxTest : public ::testing::TestWithParam<TopkCase> {};
+
+TEST_P(TopkSoftmaxTest, MatchesReference) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const TopkCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+  std::vector<float> logits(size_t(c.tokens) * c.experts);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_int_distribution<int> coarse(-3, 3);
+  for (auto& v : logits) v = c.coarse ? float(coarse(rng)) : nd(rng);
+  DeviceBuffer<float> dl, dw(size_t(c.tokens) * c.top_k);
+  DeviceBuffer<int> di(size_t(c.tokens) * c.top_k);
+  dl.upload(logits);
+  orchid::testing::poison(di);
+  orchid::testing::poison(dw);
+  moe_topk_softmax(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<int> ri(size_t(c.tokens) * c.top_k);
+  std::vector<float> rw(ri.size());
+  orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
+  EXPECT_TRUE(orchid::testing::check_exact((std::string(c.name) + " idx").c_str(), di.download(), ri));
+  std::vector<double> rwd(rw.begin(), rw.end());
+  EXPECT_TRUE(orchid::testing::check_close((std::string(c.name) + " weights").c_str(), dw.download(), rwd,
+                                           1e-7, 1e-6, 1e-6));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TopkSoftmaxTest,
+    ::testing::Values(TopkCase{"decode_e32", 1, 32, 4, false}, TopkCase{"odd_e32", 37, 32, 4, false},
+                      TopkCase{"ties_e32", 301, 32, 4, true}, TopkCase{"e128", 1000, 128, 4, false},
+                      TopkCase{"ties_e128", 77, 128, 4, true}, TopkCase{"e256_k8", 9, 256, 8, false},
+                      TopkCase{"e40_k1", 13, 40, 1, false}),
+    [](const ::testing::TestParamInfo<TopkCase>& i) { return std::string(i.param.name); });
+
+struct PermuteCase {
+  const char* name;
+  int tokens, experts, top_k;
+  int hot;  // > 0: only this many experts get tokens (the rest stay empty)
+};
+
+class PermuteTest : public ::testing::TestWithParam<PermuteCase> {};
+
+TEST_P(PermuteTest, MatchesReference) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const PermuteCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+  const int items = c.tokens * c.top_k;
+  std::vector<int> idx(items);
+  const int pool = c.hot > 0 ? c.hot : c.experts;
+  for (int t = 0; t < c.tokens; ++t) {
+    // k distinct experts per token, drawn from the first `pool` experts of a shuffled list.
+    std::vector<int> perm(c.experts);
+    for (int e = 0; e < c.experts; ++e) perm[e] = e;
+    std::shuffle(perm.begin(), perm.begin() + pool, rng);
+    for (int j = 0; j < c.top_k; ++j) idx[size_t(t) * c.top_k + j] = perm[j];
+  }
+  const auto ref = orchid::ref::permute(idx.data(), c.tokens, c.experts, c.top_k);
+
+  DeviceBuffer<int> didx, off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
+  DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
+  didx.upload(idx);
+  for (auto* b : {&off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
+  MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
+  moe_permute(didx.get(), c.tokens, c.experts, c.top_k, r, scratch.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+
+  const std::string n = c.name;
+  EXPECT_TRUE(orchid::testing::check_exact((n + " offsets").c_str(), off.download(), ref.offsets));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+  std::vector<int> ref_active = ref.active;
+  ref_active.resize(c.experts, -1);
+  EXPECT_TRUE(orchid::testing::check_exact((n + " active").c_str(), act.download(), ref_active));
+  EXPECT_EQ(nact.download()[0], int(ref.active.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PermuteTest,
+    ::testing::Values(PermuteCase{"decode_t1_e32", 1, 32, 4, 0}, PermuteCase{"t7_e128", 7, 128, 4, 0},
+                      PermuteCase{"t67_e32", 67, 32, 4, 0}, PermuteCase{"hot4_t300_e32", 300, 32, 4, 4},
+                      PermuteCase{"chunks_t1537_e32", 1537, 32, 4, 0},
+                      PermuteCase{"chunks_t5001_e128", 5001, 128, 4, 0},
+                      PermuteCase{"skew_t2049_e128", 2049, 128, 4, 9}),
+    [](const ::testing::TestParamInfo<PermuteCase>& i) { return std::string(i.param.name); });
+
+struct RouteCase {
+  const char* name;
+  int tokens, experts, top_k;
+};
+
+class RouteTest : public ::testing::TestWithParam<RouteCase> {};
+
+// moe_route: the fused single-CTA kernel (T*k <= 1024) and the general path give the references' results.
+TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const RouteCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+  const int items = c.tokens * c.top_k;
+  std::vector<float> logits(size_t(c.tokens) * c.experts);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (auto& v : logits) v = bf16_to_float(float_to_bf16(nd(rng)));  // on the bf16 grid: some exact ties
+  std::vector<int> ri(items);
+  std::vector<float> rw(items);
+  orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
+  const auto ref = orchid::ref::permute(ri.data(), c.tokens, c.experts, c.top_k);
+
+  DeviceBuffer<float> dl, dw(items);
+  DeviceBuffer<int> di(items), off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
+  DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
+  dl.upload(logits);
+  for (auto* b : {&di, &off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
+  orchid::testing::poison(dw);
+  MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
+  moe_route(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const std::string n = std::string(c.name) + (items <= 1024 ? " (fused)" : " (general)");
+  EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
+  EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
+                                           std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " offsets").c_str(), off.download(), ref.offsets));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+  std::vector<int> ref_active = ref.active;
+  ref_active.resize(c.experts, -1);
+  EXPECT_TRUE(orchid::testing::check_exact((n + " active").c_str(), act.download(), ref_active));
+  EXPECT_EQ(nact.download()[0], int(ref.active.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RouteTest,
+    ::testing::Values(RouteCase{"t1_e32", 1, 32, 4}, RouteCase{"t7_e128", 7, 128, 4},
+                      RouteCase{"t63_e32", 63, 32, 4}, RouteCase{"t256_e32_full_cta", 256, 32, 4},
+                      RouteCase{"t257_e32_general", 257, 32, 4}, RouteCase{"t100_e256_k8", 100, 256, 8}),
+    [](const ::testing::TestParamInfo<RouteCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace orchid::kernels

@@ -1,0 +1,109 @@
+// The small model kernels against plain host loops on random inputs.
+#include "kernels/ops/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtypes.h"
+#include "kernels/common/cuda_check.h"
+
+namespace orchid::kernels::ops {
+namespace {
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  explicit Dev(size_t n) { ORCHID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
+  Dev(const std::vector<T>& v) : Dev(v.size()) {
+    ORCHID_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> get(size_t n) const {
+    std::vector<T> v(n);
+    ORCHID_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+class Ops : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no GPU";
+  }
+  std::mt19937 rng{42};
+};
+
+TEST_F(Ops, EmbeddingGatherAndRowGather) {
+  const int64_t V = 1000, H = 2880, T = 37;
+  std::vector<uint16_t> table(size_t(V * H));
+  std::normal_distribution<float> nd;
+  for (auto& b : table) b = float_to_bf16(nd(rng));
+  std::vector<int32_t> ids(T);
+  for (auto& id : ids) id = int32_t(rng() % V);
+  Dev<uint16_t> dt(table);
+  Dev<int32_t> di(ids);
+  Dev<float> dx(size_t(T * H));
+  embedding_gather(reinterpret_cast<const __nv_bfloat16*>(dt.p), di.p, dx.p, T, H, nullptr);
+  auto x = dx.get(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < H; ++c)
+      ASSERT_EQ(x[size_t(t * H + c)], bf16_to_float(table[size_t(ids[size_t(t)] * H + c)]));
+  std::vector<int32_t> sel = {36, 0, 5, 5};
+  Dev<int32_t> ds(sel);
+  Dev<float> dg(sel.size() * size_t(H));
+  gather_rows_f32(dx.p, ds.p, dg.p, int64_t(sel.size()), H, nullptr);
+  auto g = dg.get(sel.size() * size_t(H));
+  for (size_t r = 0; r < sel.size(); ++r)
+    for (int64_t c = 0; c < H; ++c) ASSERT_EQ(g[r * size_t(H) + size_t(c)], x[size_t(sel[r] * H + c)]);
+}
+
+TEST_F(Ops, Conversions) {
+  const int64_t n = 100003;
+  std::vector<float> f(n);
+  std::normal_distribution<float> nd(0, 10);
+  for (auto& v : f) v = nd(rng);
+  Dev<float> df(f);
+  Dev<uint16_t> db(static_cast<size_t>(n));
+  f32_to_bf16(df.p, reinterpret_cast<__nv_bfloat16*>(db.p), n, nullptr);
+  auto b = db.get(size_t(n));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(b[size_t(i)], float_to_bf16(f[size_t(i)])) << i;
+  Dev<float> back(static_cast<size_t>(n));
+  bf16_to_f32(reinterpret_cast<const __nv_bfloat16*>(db.p), back.p, n, nullptr);
+  auto r = back.get(size_t(n));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(r[size_t(i)], bf16_to_float(b[size_t(i)]));
+}
+
+TEST_F(Ops, GreedyPickWithTiesAndLogprob) {
+  const int64_t rows = 5, V = 201088;
+  std::vector<float> logits(size_t(rows * V));
+  std::normal_distribution<float> nd(0, 3);
+  for (auto& v : logits) v = nd(rng);
+  logits[size_t(1 * V + 7)] = 50.0f;  // a tie: the lower id must win
+  logits[size_t(1 * V + 90000)] = 50.0f;
+  logits[size_t(2 * V + V - 1)] = 60.0f;  // the last id
+  Dev<float> dl(logits);
+  Dev<int32_t> di(static_cast<size_t>(rows));
+  Dev<float> dp(static_cast<size_t>(rows));
+  greedy_pick(dl.p, rows, V, di.p, dp.p, nullptr);
+  auto ids = di.get(size_t(rows));
+  auto lp = dp.get(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * V;
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (row[i] > row[best]) best = i;
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(double(row[i]) - row[best]);
+    EXPECT_EQ(ids[size_t(r)], best) << r;
+    EXPECT_NEAR(lp[size_t(r)], -std::log(sum), 1e-4) << r;
+  }
+  EXPECT_EQ(ids[1], 7);
+  EXPECT_EQ(ids[2], V - 1);
+}
+
+}  // namespace
+}  // namespace orchid::kernels::ops

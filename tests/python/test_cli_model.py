@@ -1,0 +1,120 @@
+"""The orchid CLI on the golden tiny checkpoint (made by tools/golden/make_golden.py with transformers)."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden" / "tiny"
+
+
+@pytest.fixture(scope="module")
+def golden():
+    ref = json.loads((GOLDEN / "reference.json").read_text())
+    ref["logits"] = np.load(GOLDEN / "logits.npy")
+    ref["sequence"] = ref["prompt_ids"] + ref["greedy_ids"][:-1]
+    return ref
+
+
+@pytest.fixture(scope="module")
+def checkpoint_v5(tmp_path_factory):
+    d = tmp_path_factory.mktemp("golden_v5")
+    src = GOLDEN / "checkpoint"
+    for f in os.listdir(src):
+        if f.endswith(".safetensors") or f == "model.safetensors.index.json":
+            os.symlink(src / f, d / f)
+    shutil.copy(src / "config.transformers5.json", d / "config.json")
+    return d
+
+
+@pytest.mark.parametrize("style", ["v4", "v5"])
+@pytest.mark.parametrize("mode", [[], ["--incremental"], ["--chunk", "9", "--block-size", "8"]])
+def test_forward_matches_transformers(orchid, golden, checkpoint_v5, tmp_path, style, mode):
+    model = GOLDEN / "checkpoint" if style == "v4" else checkpoint_v5
+    out = tmp_path / "logits.npy"
+    orchid("forward", model, "--ids", ",".join(map(str, golden["sequence"])), "--logits-out", out, *mode)
+    got = np.load(out)
+    ref = golden["logits"]
+    assert got.shape == ref.shape and got.dtype == np.float32
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_forward_ids_file(orchid, golden, tmp_path):
+    ids = tmp_path / "ids.json"
+    ids.write_text(json.dumps(golden["prompt_ids"]))
+    out = tmp_path / "l.npy"
+    orchid("forward", GOLDEN / "checkpoint", "--ids-file", ids, "--logits-out", out)
+    n = len(golden["prompt_ids"])
+    assert np.abs(np.load(out) - golden["logits"][:n]).max() <= 1e-4 * np.abs(golden["logits"]).max()
+
+
+@pytest.mark.parametrize("style", ["v4", "v5"])
+def test_generate_greedy_equals_transformers(orchid, golden, checkpoint_v5, style):
+    model = GOLDEN / "checkpoint" if style == "v4" else checkpoint_v5
+    res = orchid("generate", model, "--prompt-ids", ",".join(map(str, golden["prompt_ids"])), "--max-tokens", "16",
+                 "--temperature", "0", "--print-ids", "--ignore-eos")
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == golden["greedy_ids"]
+
+
+def test_synth_directory_equals_in_memory_synthetic(orchid, tmp_path):
+    d = tmp_path / "tiny"
+    orchid("synth", d, "--preset", "tiny", "--seed", "3", "--config-style", "5", "--shard-size-gb", "0.02")
+    assert (d / "model.safetensors.index.json").exists()
+    assert len(list(d.glob("*.safetensors"))) > 1
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    orchid("forward", d, "--ids", "1,2,3,200006,4", "--logits-out", a)
+    orchid("forward", "synthetic:tiny@3", "--ids", "1,2,3,200006,4", "--logits-out", b)
+    assert np.array_equal(np.load(a), np.load(b))
+    orchid("forward", "synthetic:tiny@4", "--ids", "1,2,3,200006,4", "--logits-out", b)
+    assert not np.array_equal(np.load(a), np.load(b))
+
+
+def test_inspect(orchid):
+    res = orchid("inspect", GOLDEN / "checkpoint")
+    assert "model.layers.0.mlp.experts.gate_up_proj_blocks" in res.stdout
+    assert "--weights mxfp4" in res.stdout
+    res = orchid("inspect", "synthetic:120b")
+    assert '"num_local_experts": 128' in res.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    (["forward", "synthetic:tiny", "--ids", "1,x", "--logits-out", "/tmp/x.npy"], "--ids"),
+    (["forward", "synthetic:tiny", "--ids", "1,999999", "--logits-out", "/tmp/x.npy"], "999999"),
+    (["forward", "synthetic:tiny", "--logits-out", "/tmp/x.npy"], "--ids"),
+    (["forward", "synthetic:13b", "--ids", "1", "--logits-out", "/tmp/x.npy"], "13b"),
+    (["forward", "/no/such/dir", "--ids", "1", "--logits-out", "/tmp/x.npy"], "/no/such/dir"),
+    (["generate", "synthetic:tiny", "--prompt-ids", "1", "--max-tokens", "0"], "max-tokens"),
+    (["generate", "synthetic:tiny", "--prompt-ids", "1", "--temperature", "-1"], "temperature"),
+    (["generate", "synthetic:tiny", "--prompt-ids", "1", "--bogus"], "--bogus"),
+    (["inspect"], "MODEL"),
+    (["synth", "/tmp", "--preset", "tiny"], "not empty"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_bad_input_is_a_clear_error(orchid, args, words):
+    res = orchid(*args, check=False)
+    assert res.returncode not in (0, 70) and res.returncode > 0
+    assert words in res.stderr + res.stdout
+
+
+def test_help_on_every_command(orchid):
+    for cmd in ["forward", "generate", "inspect", "synth", "version"]:
+        res = orchid(cmd, "--help", check=False)
+        assert res.returncode == 0 and "Usage" in res.stdout + res.stderr
+
+
+def test_bench_prefill_and_decode_json(orchid):
+    res = orchid("bench", "prefill", "synthetic:tiny", "--input-lens", "32,64", "--repeats", "1", "--json")
+    out = json.loads(res.stdout)
+    assert [r["input_tokens"] for r in out["rows"]] == [32, 64]
+    for r in out["rows"]:
+        assert r["latency_s"] > 0 and r["floor_s"] > 0
+        assert r["usd_per_1m_tokens"] == pytest.approx(r["latency_s"] * 3.0 / 3600 / r["input_tokens"] * 1e6)
+    res = orchid("bench", "decode", "synthetic:tiny", "--seq-lens", "40", "--batch-sizes", "1,3", "--steps", "2",
+                 "--json")
+    out = json.loads(res.stdout)
+    assert [(r["seq_len"], r["batch"]) for r in out["rows"]] == [(40, 1), (40, 3)]
+    for r in out["rows"]:
+        assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["tokens_per_s_per_user"])
