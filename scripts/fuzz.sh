@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (preset `fuzz`, clang + ASan/UBSan) and runs each one.
 #   scripts/fuzz.sh --ci          every target for a bounded time (CI)
-#   scripts/fuzz.sh TARGET [N]    one target for N executions (default 10,000,000), for long local runs
+#   scripts/fuzz.sh TARGET [N] [FLAGS...]   one target for N executions (default 10,000,000), for long local
+#                                           runs; FLAGS go to libFuzzer (e.g. -max_len=512)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset fuzz >/dev/null
@@ -14,7 +15,7 @@ if [ "${1:-}" = "--ci" ]; then
     seeds=$(corpus_of "$t"); [ -d "$seeds" ] || seeds=""
     echo "fuzz: $(basename "$t") for ${ORCHID_FUZZ_SECONDS:-30}s"
     log="build/fuzz/$(basename "$t").log"
-    if ! "$t" -max_total_time="${ORCHID_FUZZ_SECONDS:-30}" -print_final_stats=1 \
+    if ! "$t" -max_total_time="${ORCHID_FUZZ_SECONDS:-30}" -print_final_stats=1 -artifact_prefix=build/fuzz/ \
         "build/fuzz/corpus/$(basename "$t")" $seeds >"$log" 2>&1; then
       tail -n 60 "$log"; echo "fuzz: $(basename "$t") failed"; exit 1
     fi
@@ -26,5 +27,5 @@ else
   [ -n "$t" ] || { echo "fuzz.sh: no target $1" >&2; exit 2; }
   seeds=$(corpus_of "$t"); [ -d "$seeds" ] || seeds=""
   mkdir -p "build/fuzz/corpus/$1"
-  "$t" -runs="${2:-10000000}" -print_final_stats=1 "build/fuzz/corpus/$1" $seeds
+  "$t" -runs="${2:-10000000}" -print_final_stats=1 -artifact_prefix=build/fuzz/ "${@:3}" "build/fuzz/corpus/$1" $seeds
 fi

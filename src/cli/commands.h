@@ -12,5 +12,7 @@ void add_generate_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_layer_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);  // tokenize, detokenize
 
 }  // namespace orchid::cli

@@ -1,26 +1,27 @@
 // orchid generate MODEL --prompt-ids 1,2,3 --max-tokens N [--temperature T ...] [--print-ids]
+// Runs through the engine (continuous batching, paged KV cache), exactly as the server does.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <unordered_set>
 
 #include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/parse.h"
-#include "runtime/sequence_runner.h"
+#include "engine/engine.h"
 
 namespace orchid::cli {
 
 namespace {
 struct GenerateArgs {
   std::string model, prompt_ids, stop_ids;
-  int32_t max_tokens = 16;
-  bool print_ids = false, ignore_eos = false;
+  int32_t max_tokens = 16, min_tokens = 0;
+  bool print_ids = false, ignore_eos = false, no_prefix_caching = false;
   runtime::SamplingParams sampling;
   int64_t seed = 0;
-  BackendOptions backend;
+  BackendOptions backend;  // also --max-num-seqs, --max-num-batched-tokens, --max-model-len, --block-size
 };
 }  // namespace
 
@@ -32,50 +33,86 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
+  cmd->add_option("--min-tokens", args->min_tokens, "stop ids and eos are not drawn before this many tokens")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--temperature", args->sampling.temperature, "0: greedy")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--top-k", args->sampling.top_k, "0: off")->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--top-p", args->sampling.top_p, "1: off")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", args->sampling.min_p, "0: off")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "OpenAI semantics")
+      ->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "OpenAI semantics")
+      ->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--repetition-penalty", args->sampling.repetition_penalty, "1: off")
+      ->check(CLI::Range(0.01, 100.0));
   cmd->add_option("--seed", args->seed, "sampling seed")->check(CLI::Range(int64_t(0), INT64_MAX));
   cmd->add_option("--stop-ids", args->stop_ids,
                   "comma-separated ids that end generation (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at eos/stop ids");
   cmd->add_flag("--print-ids", args->print_ids, "print the generated ids as a JSON array on the last line");
+  cmd->add_flag("--no-enable-prefix-caching", args->no_prefix_caching,
+                "do not reuse cached KV pages of prefixes");
   args->backend.add_flags(cmd);
   cmd->callback([args] {
-    std::vector<int32_t> prompt;
+    engine::RequestSpec req;
     for (int64_t v : parse_int_list(args->prompt_ids, "--prompt-ids")) {
       if (v < 0 || v > INT32_MAX) fail("--prompt-ids: {} is not a valid token id", v);
-      prompt.push_back(int32_t(v));
+      req.prompt.push_back(int32_t(v));
     }
-    if (prompt.empty()) fail("--prompt-ids: the prompt is empty");
-    auto backend = args->backend.create(args->model);
-    std::unordered_set<int64_t> stops;
-    if (!args->stop_ids.empty()) {
-      for (int64_t v : parse_int_list(args->stop_ids, "--stop-ids")) stops.insert(v);
-    } else {
-      for (int64_t v : backend->model_config().eos_token_ids) stops.insert(v);
+    if (req.prompt.empty()) fail("--prompt-ids: the prompt is empty");
+    if (args->min_tokens > args->max_tokens)
+      fail("--min-tokens: {} is more than --max-tokens ({})", args->min_tokens, args->max_tokens);
+    std::shared_ptr<runtime::Backend> backend = args->backend.create(args->model);
+
+    engine::EngineConfig config;
+    config.max_num_seqs = args->backend.max_num_seqs;
+    config.max_num_batched_tokens = args->backend.max_num_batched_tokens;
+    config.enable_prefix_caching = !args->no_prefix_caching;
+    if (args->backend.max_model_len > 0) {  // else what the model and the KV pool allow
+      const runtime::KvCacheSpec kv = backend->kv_spec();
+      config.max_model_len =
+          int32_t(std::min<int64_t>({args->backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
+                                     backend->model_config().max_position_embeddings}));
     }
-    auto params = args->sampling;
-    params.seed = uint64_t(args->seed);
-    runtime::SequenceRunner runner(*backend, params);
-    std::vector<int32_t> out;
+    engine::Engine engine(backend, config);
+
+    req.sampling = args->sampling;
+    req.seed = uint64_t(args->seed);
+    req.max_tokens = args->max_tokens;
+    req.min_tokens = args->min_tokens;
+    req.ignore_eos = args->ignore_eos || !args->stop_ids.empty();  // explicit stop ids replace eos
+    if (!args->ignore_eos && !args->stop_ids.empty()) {
+      const int64_t vocab = backend->model_config().vocab_size;
+      for (int64_t v : parse_int_list(args->stop_ids, "--stop-ids")) {
+        if (v < 0 || v >= vocab) fail("--stop-ids: {} is outside the vocabulary [0, {})", v, vocab);
+        req.stop_token_ids.push_back(int32_t(v));
+      }
+    }
+    const size_t prompt_len = req.prompt.size();
+
+    engine.start();
     const auto t0 = std::chrono::steady_clock::now();
-    auto step = runner.feed(prompt, true);
-    const auto t1 = std::chrono::steady_clock::now();
-    for (;;) {
-      const int32_t id = step.samples.at(0).token;
-      out.push_back(id);
-      if (int32_t(out.size()) >= args->max_tokens || (!args->ignore_eos && stops.count(id))) break;
-      step = runner.feed({id}, true);
+    auto stream = engine.submit(std::move(req));
+    engine::RequestEvent all;
+    auto t1 = t0;
+    while (!all.finished()) {
+      auto ev = stream->next(std::chrono::seconds(1));
+      if (!ev) continue;
+      if (all.token_ids.empty() && !ev->token_ids.empty()) t1 = std::chrono::steady_clock::now();
+      engine::merge_event(all, std::move(*ev));
     }
     const auto t2 = std::chrono::steady_clock::now();
+    engine.stop();
+    if (all.finish == engine::FinishReason::kError) fail("generation failed: {}", all.error);
+
+    const std::vector<int32_t>& out = all.token_ids;
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-    spdlog::info("prefill {} tokens in {:.3f} s; {} tokens generated, {:.1f} tok/s decode", prompt.size(),
-                 prefill_s, out.size(), out.size() > 1 ? double(out.size() - 1) / decode_s : 0.0);
+    spdlog::info("prefill {} tokens in {:.3f} s; {} tokens generated ({}), {:.1f} tok/s decode", prompt_len,
+                 prefill_s, out.size(), engine::finish_reason_name(all.finish),
+                 out.size() > 1 ? double(out.size() - 1) / decode_s : 0.0);
     std::string json = "[";
     for (size_t i = 0; i < out.size(); ++i) json += (i ? "," : "") + std::to_string(out[i]);
     json += "]";

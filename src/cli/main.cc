@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   orchid::cli::add_inspect_command(app);
   orchid::cli::add_synth_command(app);
   orchid::cli::add_bench_command(app);
+  orchid::cli::add_layer_command(app);
+  orchid::cli::add_tokenize_command(app);
 
   auto is_command = [&](const std::string& name) {
     for (const auto* sub : app.get_subcommands({}))

@@ -43,6 +43,9 @@ struct StepSequence {
   // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens.
   int32_t prompt_history_begin = 0, prompt_history_len = 0;
   int32_t output_history_begin = 0, output_history_len = 0;
+  // Tokens the sampler must not draw (SampleInput::banned_tokens): the request's stop ids and EOS while
+  // min_tokens is not reached. A range of StepBatch::banned_tokens; empty for most sequences.
+  int32_t banned_begin = 0, num_banned = 0;
 };
 
 enum class LogitsMode : uint8_t { kNone, kSampled, kAll };
@@ -54,6 +57,7 @@ struct StepBatch {
   std::vector<int32_t> sliding_page_table;
   std::vector<SamplingParams> params;
   std::vector<int32_t> history_tokens;
+  std::vector<int32_t> banned_tokens;
   LogitsMode logits = LogitsMode::kNone;  // also return raw logits (tests, `orchid forward`)
 
   int32_t num_tokens() const { return int32_t(tokens.size()); }
@@ -85,6 +89,16 @@ class Backend {
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;
+
+  // Verification (teacher forcing): decoder layer `layer` alone on hidden states x [n, hidden] at positions
+  // 0..n-1 of a fresh sequence. Returns the layer's output residual stream [n, hidden]; fills `topk` with the
+  // experts each token chose [n, k] when given. Uses the KV cache's first pages.
+  virtual std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                                       std::vector<int32_t>* topk);
 };
+
+// A batch of one sequence of n new tokens at positions 0..n-1 with pages 0.. of each pool (sliding pages as
+// a ring over the sliding pool); tokens are zeros. For run_layer implementations and tests.
+StepBatch single_sequence_batch(const KvCacheSpec& spec, int32_t n);
 
 }  // namespace orchid::runtime

@@ -1,12 +1,13 @@
 // Host sampling: the reference semantics of every SamplingParams field, used by the CPU backend and as the
-// oracle for the GPU sampler. Order: penalties on the raw logits -> (greedy: argmax, lowest id on ties) ->
-// temperature -> top-k -> top-p -> min-p -> draw with a counter-based RNG keyed by (seed, sample_index), so a
-// request draws the same tokens whatever else shares its batch. Logprobs are the log-softmax of the raw
-// logits.
+// oracle for the GPU sampler. Order: penalties on the raw logits -> banned tokens (-inf) -> (greedy: argmax,
+// lowest id on ties) -> temperature -> top-k -> top-p -> min-p -> one uniform draw from a counter-based RNG
+// keyed by (seed, sample_index) (runtime/philox.h), so a request draws the same tokens whatever else shares
+// its batch. Logprobs are the log-softmax of the raw logits (before penalties and temperature).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -18,8 +19,24 @@ struct SampleInput {
   int32_t sample_index = 0;                // index of this token in the request's output
   std::span<const int32_t> prompt_tokens;  // for repetition_penalty
   std::span<const int32_t> output_tokens;  // for frequency/presence/repetition penalties
+  std::span<const int32_t> banned_tokens;  // never drawn (e.g. stop ids before min_tokens)
 };
 
 SampledToken sample_token(const SampleInput& in);
+
+// The SampleInput of one sequence of a step (params, sample_index, histories, banned tokens) over its
+// logits row; both backends sample through this so they read StepBatch identically.
+SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq, std::span<const float> logits);
+
+// The steps of sample_token, exposed for tests and as the specification of the GPU sampler.
+
+// In place on one row of logits; no-op when !params.uses_penalties().
+void apply_penalties(std::span<float> logits, const SamplingParams& params,
+                     std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens);
+
+// Ids that a non-greedy draw can return, ascending, given penalized (and banned) logits: temperature,
+// top-k, top-p, min-p. `weights` receives exp((l - max) / T) for each of them, in the same order.
+std::vector<int32_t> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
+                                         std::vector<double>* weights = nullptr);
 
 }  // namespace orchid::runtime

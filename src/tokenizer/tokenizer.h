@@ -38,6 +38,10 @@ class Tokenizer {
   virtual std::optional<int32_t> special_id(std::string_view literal) const = 0;  // e.g. "<|start|>"
   virtual bool is_special(int32_t id) const = 0;
   virtual int32_t vocab_size() const = 0;  // 201088 for o200k_harmony
+
+  // Every literal that special_id() knows (for "allow all specials"). The default lists the decoded names of
+  // the special ids; implementations with extra names for an id add them.
+  virtual std::unordered_set<std::string> special_literals() const;
 };
 
 }  // namespace orchid::tokenizer

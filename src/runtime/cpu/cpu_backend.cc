@@ -76,7 +76,7 @@ struct PagedKv final : KvReader {
 }  // namespace
 
 void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
-                               std::vector<float>& x) {
+                               std::vector<float>& x, std::vector<int32_t>* topk) {
   const auto& c = model_.config;
   const auto& L = w_.layers[size_t(l)];
   const int64_t n = b.num_tokens(), H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
@@ -127,8 +127,22 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
   rms_norm(x.data(), n, H, L.post_norm.data(), eps, h.data());
-  moe(h.data(), n, c, L, o.data());
+  moe(h.data(), n, c, L, o.data(), topk);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
+std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                                         std::vector<int32_t>* topk) {
+  const auto& c = model_.config;
+  if (layer < 0 || layer >= c.num_layers) fail("layer {} is outside [0, {})", layer, c.num_layers);
+  ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
+  StepBatch b = single_sequence_batch(spec_, int32_t(n));
+  validate(b);
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = int32_t(t);
+  std::vector<float> y = x;
+  layer_forward(layer, b, positions, y, topk);
+  return y;
 }
 
 StepOutput CpuBackend::forward(const StepBatch& b) {
@@ -162,15 +176,8 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     ORCHID_CHECK(s.num_tokens > 0, "cannot sample a sequence with no new tokens");
     const int64_t row_token = s.token_begin + s.num_tokens - 1;
     const size_t r = size_t(std::find(rows.begin(), rows.end(), row_token) - rows.begin());
-    SampleInput in;
-    in.logits = std::span<const float>(logits.data() + r * size_t(V), size_t(V));
-    in.params = &b.params[size_t(s.params_index)];
-    in.sample_index = s.sample_index;
-    in.prompt_tokens = std::span<const int32_t>(b.history_tokens.data() + s.prompt_history_begin,
-                                                size_t(s.prompt_history_len));
-    in.output_tokens = std::span<const int32_t>(b.history_tokens.data() + s.output_history_begin,
-                                                size_t(s.output_history_len));
-    out.samples.push_back(sample_token(in));
+    const std::span<const float> row(logits.data() + r * size_t(V), size_t(V));
+    out.samples.push_back(sample_token(step_sample_input(b, s, row)));
   }
   if (b.logits == LogitsMode::kAll) {
     out.logits = std::move(logits);

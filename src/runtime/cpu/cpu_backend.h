@@ -29,11 +29,14 @@ class CpuBackend final : public Backend {
   const model::ModelConfig& model_config() const override { return model_.config; }
   KvCacheSpec kv_spec() const override { return spec_; }
   StepOutput forward(const StepBatch& batch) override;
+  std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                               std::vector<int32_t>* topk) override;
 
  private:
   void validate(const StepBatch& b) const;
   float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
-  void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions, std::vector<float>& x);
+  void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions, std::vector<float>& x,
+                     std::vector<int32_t>* topk = nullptr);
 
   model::LoadedModel model_;
   CpuWeights w_;

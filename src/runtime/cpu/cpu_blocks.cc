@@ -81,7 +81,8 @@ void clamped_swiglu(const float* gate_up, int64_t inter, float alpha, float limi
   }
 }
 
-void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeights& w, float* out) {
+void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeights& w, float* out,
+         std::vector<int32_t>* chosen_out) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, K = c.experts_per_token;
   std::vector<float> logits(size_t(n * E));
   linear(h, n, w.router, w.router_bias.data(), logits.data());
@@ -103,6 +104,8 @@ void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeig
       weight[size_t(t * K + k)] = float(std::exp(double(r[order[size_t(k)]]) - mx) / sum);
     }
   }
+
+  if (chosen_out) *chosen_out = chosen;
 
   // Each expert runs on the tokens that chose it; results land in per-(token, slot) rows and are summed in
   // slot order, so the result does not depend on threading.

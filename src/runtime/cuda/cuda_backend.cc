@@ -193,14 +193,8 @@ void CudaBackend::compute_logits(const int32_t* d_rows, int64_t rows) {
   gemm_->run(g, stream_);
 }
 
-StepOutput CudaBackend::forward(const StepBatch& b) {
-  validate(b);
+CudaBackend::StepMeta CudaBackend::upload_step(const StepBatch& b, const std::vector<int32_t>& rows) {
   const auto& c = config_;
-  const int64_t T = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
-  StepOutput out;
-  if (T == 0) return out;
-
-  // Plan and metadata, one upload.
   std::vector<attn::PlanSequence> ps(b.seqs.size());
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     ps[i].q_start = b.seqs[i].token_begin;
@@ -213,13 +207,7 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
   po.num_q_heads = int(c.num_heads);
   po.num_kv_heads = int(c.num_kv_heads);
   po.sm_count = kernels::device_info().sm_count;
-  plan_.build(ps, int32_t(T), po);
-  std::vector<int32_t> rows;  // token rows whose logits are needed: sampled positions first
-  for (const auto& s : b.seqs)
-    if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
-  const size_t n_sampled = rows.size();
-  if (b.logits == LogitsMode::kAll)
-    for (int32_t t = 0; t < T; ++t) rows.push_back(t);
+  plan_.build(ps, b.num_tokens(), po);
   size_t off = 0;
   auto put = [&](const void* src, size_t bytes) {
     ORCHID_CHECK(off + bytes <= meta_cap_, "step metadata exceeds its buffer");
@@ -234,66 +222,107 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
   const size_t sliding_at = put(b.sliding_page_table.data(), b.sliding_page_table.size() * 4);
   const size_t rows_at = put(rows.data(), rows.size() * 4);
   ORCHID_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, off, cudaMemcpyHostToDevice, stream_));
-  const auto* d_tokens = reinterpret_cast<const int32_t*>(d_meta_ + tokens_at);
-  const auto* d_full = reinterpret_cast<const int32_t*>(d_meta_ + full_at);
-  const auto* d_sliding = reinterpret_cast<const int32_t*>(d_meta_ + sliding_at);
-  const auto* d_rows = reinterpret_cast<const int32_t*>(d_meta_ + rows_at);
-  const attn::AttentionPlan plan = plan_.device_view(d_meta_ + blob_at);
+  StepMeta m;
+  m.tokens = reinterpret_cast<const int32_t*>(d_meta_ + tokens_at);
+  m.full = reinterpret_cast<const int32_t*>(d_meta_ + full_at);
+  m.sliding = reinterpret_cast<const int32_t*>(d_meta_ + sliding_at);
+  m.rows = reinterpret_cast<const int32_t*>(d_meta_ + rows_at);
+  m.plan = plan_.device_view(d_meta_ + blob_at);
+  return m;
+}
 
-  kernels::ops::embedding_gather(weights_.embedding, d_tokens, x_, T, H, stream_);
+void CudaBackend::layer(int64_t l, const StepMeta& m, int64_t T) {
+  const auto& c = config_;
+  const int64_t H = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
-  const int64_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const DeviceLayer& L = weights_.layers[size_t(l)];
-    const bool sliding = c.is_sliding(l);
-    kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
-    kernels::DenseGemmArgs g;
-    g.m = int(T);
-    g.n = int(qkv_dim);
-    g.k = int(H);
-    g.x = h_;
-    g.w = L.qkv_w;
-    g.y = qkv_;
-    gemm_->run(g, stream_);
+  const DeviceLayer& L = weights_.layers[size_t(l)];
+  const bool sliding = c.is_sliding(l);
+  kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
+  kernels::DenseGemmArgs g;
+  g.m = int(T);
+  g.n = int(c.q_dim() + 2 * c.kv_dim());
+  g.k = int(H);
+  g.x = h_;
+  g.w = L.qkv_w;
+  g.y = qkv_;
+  gemm_->run(g, stream_);
 
-    attn::RopeKvWriteArgs r;
-    r.qkv = qkv_;
-    r.bias = L.qkv_b;
-    r.bias_fp32 = true;
-    r.rope = rope_;
-    r.q_out = q_;
-    r.k_pool = k_pool_[size_t(l)];
-    r.v_pool = v_pool_[size_t(l)];
-    r.page_table = sliding ? d_sliding : d_full;
-    r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
-    r.page_size = spec_.page_size;
-    attn::rope_kv_write(r, plan, stream_);
+  attn::RopeKvWriteArgs r;
+  r.qkv = qkv_;
+  r.bias = L.qkv_b;
+  r.bias_fp32 = true;
+  r.rope = rope_;
+  r.q_out = q_;
+  r.k_pool = k_pool_[size_t(l)];
+  r.v_pool = v_pool_[size_t(l)];
+  r.page_table = sliding ? m.sliding : m.full;
+  r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
+  r.page_size = spec_.page_size;
+  attn::rope_kv_write(r, m.plan, stream_);
 
-    attn::SinkAttentionArgs a;
-    a.q = q_;
-    a.k_pool = k_pool_[size_t(l)];
-    a.v_pool = v_pool_[size_t(l)];
-    a.page_table = r.page_table;
-    a.table_kind = r.table_kind;
-    a.page_size = spec_.page_size;
-    a.sinks = L.sinks;
-    a.window = sliding ? int(c.sliding_window) : 0;
-    a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
-    a.out = attn_;
-    attn::sink_attention(a, plan, decode_ws_, stream_);
+  attn::SinkAttentionArgs a;
+  a.q = q_;
+  a.k_pool = k_pool_[size_t(l)];
+  a.v_pool = v_pool_[size_t(l)];
+  a.page_table = r.page_table;
+  a.table_kind = r.table_kind;
+  a.page_size = spec_.page_size;
+  a.sinks = L.sinks;
+  a.window = sliding ? int(c.sliding_window) : 0;
+  a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
+  a.out = attn_;
+  attn::sink_attention(a, m.plan, decode_ws_, stream_);
 
-    g = {};
-    g.m = int(T);
-    g.n = int(H);
-    g.k = int(c.q_dim());
-    g.x = attn_;
-    g.w = L.o_w;
-    g.bias = L.o_b;
-    g.y = o_;
-    gemm_->run(g, stream_);
-    kernels::norm::rmsnorm_residual(x_, o_, L.post_norm, h_, T, H, eps, stream_);
-    kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_);
+  g = {};
+  g.m = int(T);
+  g.n = int(H);
+  g.k = int(c.q_dim());
+  g.x = attn_;
+  g.w = L.o_w;
+  g.bias = L.o_b;
+  g.y = o_;
+  gemm_->run(g, stream_);
+  kernels::norm::rmsnorm_residual(x_, o_, L.post_norm, h_, T, H, eps, stream_);
+  kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_);
+}
+
+std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x, int64_t n,
+                                          std::vector<int32_t>* topk) {
+  const auto& c = config_;
+  if (l < 0 || l >= c.num_layers) fail("layer {} is outside [0, {})", l, c.num_layers);
+  ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
+  const StepBatch b = single_sequence_batch(spec_, int32_t(n));
+  validate(b);
+  const StepMeta m = upload_step(b, {});
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(x_, x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream_));
+  layer(l, m, n);
+  std::vector<float> y(x.size());
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(y.data(), x_, y.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  if (topk) {
+    topk->resize(size_t(n * c.experts_per_token));
+    const kernels::MoeBuffers mb = kernels::moe_buffers(moe_cfg_, moe_ws_);
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(topk->data(), mb.topk_idx, topk->size() * 4, cudaMemcpyDeviceToHost, stream_));
   }
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return y;
+}
+
+StepOutput CudaBackend::forward(const StepBatch& b) {
+  validate(b);
+  const auto& c = config_;
+  const int64_t T = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
+  StepOutput out;
+  if (T == 0) return out;
+  std::vector<int32_t> rows;  // token rows whose logits are needed: sampled positions first
+  for (const auto& s : b.seqs)
+    if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
+  const size_t n_sampled = rows.size();
+  if (b.logits == LogitsMode::kAll)
+    for (int32_t t = 0; t < T; ++t) rows.push_back(t);
+  const StepMeta m = upload_step(b, rows);
+  const int32_t* d_rows = m.rows;
+  kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
+  for (int64_t l = 0; l < c.num_layers; ++l) layer(l, m, T);
 
   // Sampled rows: greedy on the GPU when every sampled request is greedy; otherwise the host sampler on the
   // copied logits (exact semantics; a GPU sampler replaces it later).
@@ -303,7 +332,7 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
     for (const auto& s : b.seqs)
       if (s.sample) all_greedy &= b.params[size_t(s.params_index)].is_greedy() &&
                                   b.params[size_t(s.params_index)].num_logprobs <= 0 &&
-                                  !b.params[size_t(s.params_index)].uses_penalties();
+                                  !b.params[size_t(s.params_index)].uses_penalties() && s.num_banned == 0;
     std::vector<float> host_logits;
     if (all_greedy) {
       kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
@@ -325,15 +354,8 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
         st.logprob = h_logprobs_[k];
         out.samples.push_back(st);
       } else {
-        SampleInput in;
-        in.logits = std::span<const float>(host_logits.data() + k * size_t(V), size_t(V));
-        in.params = &b.params[size_t(s.params_index)];
-        in.sample_index = s.sample_index;
-        in.prompt_tokens = std::span<const int32_t>(b.history_tokens.data() + s.prompt_history_begin,
-                                                    size_t(s.prompt_history_len));
-        in.output_tokens = std::span<const int32_t>(b.history_tokens.data() + s.output_history_begin,
-                                                    size_t(s.output_history_len));
-        out.samples.push_back(sample_token(in));
+        const std::span<const float> row(host_logits.data() + k * size_t(V), size_t(V));
+        out.samples.push_back(sample_token(step_sample_input(b, s, row)));
       }
       ++k;
     }

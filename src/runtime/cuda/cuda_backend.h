@@ -49,10 +49,19 @@ class CudaBackend final : public Backend {
   int32_t max_step_tokens() const override { return opts_.max_step_tokens; }
   int32_t max_step_seqs() const override { return opts_.max_step_seqs; }
   StepOutput forward(const StepBatch& batch) override;
+  std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                               std::vector<int32_t>* topk) override;
 
  private:
+  // A step's metadata on the device (one upload): token ids, page tables, logits rows and the attention plan.
+  struct StepMeta {
+    const int32_t *tokens = nullptr, *full = nullptr, *sliding = nullptr, *rows = nullptr;
+    kernels::attention::AttentionPlan plan;
+  };
   void plan_memory();
   void validate(const StepBatch& b) const;
+  StepMeta upload_step(const StepBatch& b, const std::vector<int32_t>& rows);
+  void layer(int64_t l, const StepMeta& m, int64_t T);
   void compute_logits(const int32_t* d_rows, int64_t rows);
 
   CudaBackendOptions opts_;

@@ -54,6 +54,7 @@ struct Case {
   const char* name;
   MoeWeights weights;
   int tokens, experts;
+  int hidden = 2880, inter = 2880;  // the golden tiny checkpoint's 128 / 96 too: K not a multiple of a tile
 };
 
 class MoeLayerTest : public ::testing::TestWithParam<Case> {};
@@ -63,6 +64,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   const Case c = GetParam();
   MoeConfig cfg;
   cfg.experts = c.experts;
+  cfg.hidden = c.hidden;
+  cfg.inter = c.inter;
   cfg.weights = c.weights;
   cfg.max_tokens = c.tokens;
   cfg.mxfp4_direct_max_tokens = 64;
@@ -363,7 +366,11 @@ INSTANTIATE_TEST_SUITE_P(Formats, MoeLayerTest,
                                            Case{"mxfp4_t1", MoeWeights::kMxfp4, 1, 32},
                                            Case{"mxfp4_t5", MoeWeights::kMxfp4, 5, 32},
                                            Case{"mxfp4_t67_via_fp8", MoeWeights::kMxfp4, 67, 32},
-                                           Case{"mxfp4_e128_t3", MoeWeights::kMxfp4, 3, 128}),
+                                           Case{"mxfp4_e128_t3", MoeWeights::kMxfp4, 3, 128},
+                                           Case{"bf16_h128_i96_t55", MoeWeights::kBf16, 55, 8, 128, 96},
+                                           Case{"fp8_h128_i96_t55", MoeWeights::kFp8, 55, 8, 128, 96},
+                                           Case{"mxfp4_h128_i96_t55", MoeWeights::kMxfp4, 55, 8, 128, 96},
+                                           Case{"mxfp4_h128_i96_t70", MoeWeights::kMxfp4, 70, 8, 128, 96}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

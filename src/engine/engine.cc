@@ -1,0 +1,353 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace orchid::engine {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+const runtime::KvCacheSpec& checked_spec(const runtime::KvCacheSpec& spec) {
+  if (spec.page_size <= 0) fail("KV cache: page size {} (--block-size must be >= 1)", spec.page_size);
+  if (spec.num_full_pages <= 0) fail("KV cache: no full-attention pages (--kv-pages)");
+  if (spec.sliding_window > 0) {
+    const int32_t need = (spec.sliding_window + spec.page_size - 1) / spec.page_size + 1;
+    if (spec.num_sliding_pages < need)
+      fail("KV cache: {} sliding-window pages, but one sequence needs {} (window {}, page {})",
+           spec.num_sliding_pages, need, spec.sliding_window, spec.page_size);
+  }
+  return spec;
+}
+
+SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSpec& spec) {
+  if (c.max_num_seqs < 1) fail("--max-num-seqs: {} (must be >= 1)", c.max_num_seqs);
+  if (c.max_num_batched_tokens < c.max_num_seqs)
+    fail("--max-num-batched-tokens: {} (must be >= --max-num-seqs, {})", c.max_num_batched_tokens,
+         c.max_num_seqs);
+  SchedulerConfig s;
+  s.max_num_seqs = c.max_num_seqs;
+  s.max_num_batched_tokens = c.max_num_batched_tokens;
+  s.logits = c.logits;
+  if (spec.sliding_window > 0) {
+    // A chunk of n tokens from position q touches sliding pages from the one holding q-W+1 to the one
+    // holding q+n-1: at most floor((W+n-2)/P)+2 pages. Keep that within the pool so one sequence alone
+    // always fits.
+    s.max_chunk_tokens = (spec.num_sliding_pages - 1) * spec.page_size - spec.sliding_window + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
+    : backend_(std::move(backend)),
+      config_(config),
+      blocks_(checked_spec(backend_->kv_spec()), config.enable_prefix_caching),
+      scheduler_(scheduler_config(config, backend_->kv_spec()), &blocks_) {
+  const auto& model = backend_->model_config();
+  const auto& spec = blocks_.spec();
+  vocab_size_ = int32_t(model.vocab_size);
+  for (int64_t id : model.eos_token_ids) eos_ids_.push_back(int32_t(id));
+  const int64_t pool_len = int64_t(spec.num_full_pages) * spec.page_size;
+  const int64_t limit =
+      std::min<int64_t>({model.max_position_embeddings, pool_len, std::numeric_limits<int32_t>::max()});
+  if (config_.max_model_len > limit)
+    fail("--max-model-len: {} is more than the model ({}) and the KV pool ({} tokens) allow",
+         config_.max_model_len, model.max_position_embeddings, pool_len);
+  if (config_.max_model_len < 0) fail("--max-model-len: {} (must be >= 1)", config_.max_model_len);
+  max_model_len_ = int32_t(config_.max_model_len > 0 ? config_.max_model_len : limit);
+  if (max_model_len_ < 2) fail("KV cache: {} tokens of context is too small", max_model_len_);
+  seed_state_ =
+      config_.seed ? *config_.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+}
+
+Engine::~Engine() {
+  try {
+    stop();
+  } catch (const std::exception& e) {
+    spdlog::error("engine: while stopping: {}", e.what());
+  }
+}
+
+std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
+  validate_request(spec, vocab_size_, max_model_len_);
+  StopConfig stop;
+  stop.stop_ids = spec.stop_token_ids;
+  if (!spec.ignore_eos) stop.stop_ids.insert(stop.stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
+  std::sort(stop.stop_ids.begin(), stop.stop_ids.end());
+  stop.stop_ids.erase(std::unique(stop.stop_ids.begin(), stop.stop_ids.end()), stop.stop_ids.end());
+  stop.stop_strings = std::move(spec.stop_strings);
+  stop.include_stop_str_in_output = spec.include_stop_str_in_output;
+  stop.min_tokens = spec.min_tokens;
+  stop.max_tokens = spec.max_tokens > 0 ? spec.max_tokens : std::numeric_limits<int32_t>::max();
+
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (!failure_.empty()) fail("engine stopped after an internal error: {}", failure_);
+    if (stopping_) fail("engine is stopped");
+    const int64_t id = next_id_++;
+    auto seq = std::make_unique<Sequence>(id, StopChecker(std::move(stop), std::move(spec.decoder)));
+    seq->arrival = uint64_t(id);
+    seq->priority = spec.priority;
+    seq->prompt_len = int32_t(spec.prompt.size());
+    seq->tokens = std::move(spec.prompt);
+    seq->params = spec.sampling;
+    seq->params.seed = spec.seed ? *spec.seed : splitmix64(seed_state_);
+    seq->stream = stream = std::make_shared<RequestStream>(id);
+    seq->arrival_time = seq->last_token_time = Sequence::Clock::now();
+    inbox_.added.push_back(std::move(seq));
+    ++submitted_;
+  }
+  inbox_cv_.notify_one();
+  return stream;
+}
+
+void Engine::abort(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    inbox_.aborted.push_back(id);
+  }
+  inbox_cv_.notify_one();
+}
+
+void Engine::take_inbox() {
+  Inbox in;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    std::swap(in, inbox_);
+  }
+  for (auto& seq : in.added) scheduler_.add(std::move(seq));
+  for (int64_t id : in.aborted)
+    if (Sequence* s = scheduler_.find(id)) finish(s, FinishReason::kAbort, {});
+}
+
+void Engine::finish(Sequence* s, FinishReason reason, RequestEvent ev) {
+  if (reason == FinishReason::kAbort || reason == FinishReason::kError) ev.text += s->stop.release_text();
+  ev.finish = reason;
+  ev.usage.prompt_tokens = s->prompt_len;
+  ev.usage.completion_tokens = s->num_outputs();
+  ev.usage.cached_tokens = s->cached_tokens;
+  ev.usage.num_preemptions = s->num_preemptions;
+  scheduler_.finish(s);
+  s->stream->push(std::move(ev));
+  switch (reason) {
+    case FinishReason::kAbort:
+      ++aborted_;
+      break;
+    case FinishReason::kError:
+      ++failed_;
+      break;
+    default:
+      ++finished_;
+      break;
+  }
+}
+
+bool Engine::step() {
+  ORCHID_CHECK(!running_thread_, "Engine::step() while the loop thread runs");
+  return step_once();
+}
+
+bool Engine::step_once() {
+  take_inbox();
+  const auto t0 = Sequence::Clock::now();
+  if (!scheduler_.schedule(plan_)) {
+    ORCHID_CHECK(scheduler_.num_running() == 0 && scheduler_.num_waiting() == 0,
+                 "nothing scheduled with {} running and {} waiting", scheduler_.num_running(),
+                 scheduler_.num_waiting());
+    update_metrics(t0, 0.0);
+    return false;
+  }
+  try {
+    output_ = backend_->forward(scheduler_.batch());
+  } catch (const Error& e) {
+    // The backend refused this batch; its requests fail, the others carry on.
+    spdlog::error("engine: step failed: {}", e.what());
+    for (const ScheduledSeq& entry : plan_) {
+      RequestEvent ev;
+      ev.error = e.what();
+      finish(entry.seq, FinishReason::kError, std::move(ev));
+    }
+    update_metrics(Sequence::Clock::now(), 0.0);
+    return true;
+  }
+  process_outputs(output_);
+  const auto t1 = Sequence::Clock::now();
+  update_metrics(t1, std::chrono::duration<double>(t1 - t0).count());
+  return true;
+}
+
+void Engine::process_outputs(const runtime::StepOutput& out) {
+  const auto now = Sequence::Clock::now();
+  size_t next_sample = 0;
+  for (const ScheduledSeq& entry : plan_) {
+    Sequence* s = entry.seq;
+    const int32_t start = s->num_computed;
+    scheduler_.complete(entry);
+    step_prompt_tokens_ += std::max(0, std::min(s->num_computed, s->prompt_len) - start);
+    if (!entry.sample) continue;
+    ORCHID_CHECK(next_sample < out.samples.size(), "backend returned {} samples, more were asked",
+                 out.samples.size());
+    const runtime::SampledToken& st = out.samples[next_sample++];
+    ORCHID_CHECK(st.token >= 0 && st.token < vocab_size_, "backend sampled token {}", st.token);
+    s->tokens.push_back(st.token);
+    ++step_generated_tokens_;
+    const int32_t n_out = s->num_outputs();
+    StopOutcome so = s->stop.on_token(st.token, n_out, int32_t(s->tokens.size()) >= max_model_len_);
+
+    (n_out == 1 ? step_ttft_ : step_itl_)
+        .push_back(
+            std::chrono::duration<double>(now - (n_out == 1 ? s->arrival_time : s->last_token_time)).count());
+    s->last_token_time = now;
+
+    const runtime::SampledToken* logprob = s->params.num_logprobs >= 0 ? &st : nullptr;
+    if (so.finish == FinishReason::kNone) {
+      s->stream->push_token(st.token, logprob, std::move(so.text));
+      continue;
+    }
+    RequestEvent ev;
+    ev.token_ids.push_back(st.token);
+    if (logprob) ev.logprobs.push_back(st);
+    ev.text = std::move(so.text);
+    ev.stop_token = so.stop_token;
+    ev.stop_string = std::move(so.stop_string);
+    finish(s, so.finish, std::move(ev));
+  }
+  ORCHID_CHECK(next_sample == out.samples.size(), "backend returned {} samples for {} requested",
+               out.samples.size(), next_sample);
+}
+
+void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  EngineMetrics& m = metrics_;
+  m.num_waiting = int64_t(scheduler_.num_waiting());
+  m.num_running = int64_t(scheduler_.num_running());
+  const PagePool& full = blocks_.full_pool();
+  const PagePool& sliding = blocks_.sliding_pool();
+  m.kv_full_pages_total = full.size();
+  m.kv_full_pages_used = full.num_used();
+  m.kv_full_pages_cached = full.num_idle_cached();
+  m.kv_sliding_pages_total = sliding.size();
+  m.kv_sliding_pages_used = sliding.num_used();
+  m.kv_sliding_pages_cached = sliding.num_idle_cached();
+  m.kv_evictions = full.num_evictions() + sliding.num_evictions();
+  const SchedulerCounters& c = scheduler_.counters();
+  m.preemptions = c.preemptions;
+  m.prefix_query_tokens = c.prefix_query_tokens;
+  m.prefix_hit_tokens = c.prefix_hit_tokens;
+  m.requests_finished = finished_;
+  m.requests_aborted = aborted_;
+  m.requests_failed = failed_;
+  if (step_seconds > 0) {
+    ++m.steps;
+    m.step_time.observe(step_seconds);
+  }
+  m.prompt_tokens += step_prompt_tokens_;
+  m.generation_tokens += step_generated_tokens_;
+  prompt_rate_.add(now, step_prompt_tokens_);
+  generation_rate_.add(now, step_generated_tokens_);
+  m.prompt_tokens_per_s = prompt_rate_.rate(now);
+  m.generation_tokens_per_s = generation_rate_.rate(now);
+  for (double v : step_ttft_) m.time_to_first_token.observe(v);
+  for (double v : step_itl_) m.inter_token_latency.observe(v);
+  step_prompt_tokens_ = step_generated_tokens_ = 0;
+  step_ttft_.clear();
+  step_itl_.clear();
+}
+
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    m = metrics_;
+  }
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  m.num_waiting += int64_t(inbox_.added.size());
+  m.requests_submitted = submitted_;
+  return m;
+}
+
+void Engine::run_until_idle() {
+  while (step()) {
+  }
+}
+
+void Engine::check_invariants() const {
+  scheduler_.check_invariants();
+}
+
+void Engine::start() {
+  ORCHID_CHECK(!thread_.joinable(), "engine started twice");
+  if (stopping_) fail("engine is stopped");
+  running_thread_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::loop() {
+  while (!stopping_) {
+    bool worked = false;
+    try {
+      worked = step_once();
+    } catch (const std::exception& e) {
+      // A broken invariant: the engine state cannot be trusted any more. Fail everything and refuse work.
+      spdlog::critical("engine: {}", e.what());
+      fail_all(e.what());
+      return;
+    }
+    if (!worked) {
+      std::unique_lock<std::mutex> lock(inbox_mu_);
+      inbox_cv_.wait(lock, [&] { return stopping_ || !inbox_.added.empty() || !inbox_.aborted.empty(); });
+    }
+  }
+}
+
+void Engine::fail_all(const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    failure_ = message;
+  }
+  take_inbox();
+  for (Sequence* s : scheduler_.sequences()) {
+    RequestEvent ev;
+    ev.error = message;
+    try {
+      finish(s, FinishReason::kError, std::move(ev));
+    } catch (const std::exception&) {
+      // The pages cannot be released cleanly; the consumer must still hear the end.
+      if (!s->stream->finished()) {
+        RequestEvent last;
+        last.finish = FinishReason::kError;
+        last.error = message;
+        s->stream->push(std::move(last));
+      }
+    }
+  }
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  inbox_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  running_thread_ = false;
+  if (!failure_.empty()) return;
+  take_inbox();
+  for (Sequence* s : scheduler_.sequences()) finish(s, FinishReason::kAbort, {});
+}
+
+}  // namespace orchid::engine

@@ -1,0 +1,113 @@
+// The engine: accepts requests from any thread, runs continuous batching on one loop thread (or step by
+// step on the caller's thread, for tests), and streams each request's tokens back through its own stream.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "engine/request_stream.h"
+#include "engine/scheduler.h"
+#include "runtime/backend.h"
+
+namespace orchid::engine {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 256;             // --max-num-seqs
+  int32_t max_num_batched_tokens = 8192;  // --max-num-batched-tokens
+  int32_t max_model_len = 0;              // --max-model-len; 0: what the model and the KV pool allow
+  bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
+  std::optional<uint64_t> seed;           // seeds requests that bring none; none: nondeterministic
+  runtime::LogitsMode logits = runtime::LogitsMode::kNone;
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Any thread. Throws orchid::Error for an invalid request or a stopped engine.
+  std::shared_ptr<RequestStream> submit(RequestSpec spec);
+  // Any thread. The request ends with FinishReason::kAbort at the next step; unknown or finished ids are
+  // ignored.
+  void abort(int64_t id);
+
+  // Runs steps on a background thread until stop().
+  void start();
+  // Stops the loop thread; requests still in flight finish with kAbort.
+  void stop();
+  // One step on the caller's thread (only while the loop thread is not running). False when there was
+  // nothing to do.
+  bool step();
+  // Steps until no request is left (caller's thread).
+  void run_until_idle();
+
+  EngineMetrics metrics() const;
+  const EngineConfig& config() const { return config_; }
+  int32_t max_model_len() const { return max_model_len_; }
+  const runtime::KvCacheSpec& kv_spec() const { return blocks_.spec(); }
+  runtime::Backend& backend() { return *backend_; }
+  // The logits of the last step (when config.logits asks for them).
+  const runtime::StepOutput& last_output() const { return output_; }
+
+  // Tests, between steps on the caller's thread: all scheduler and block-manager invariants.
+  void check_invariants() const;
+  size_t num_live_requests() const { return scheduler_.num_sequences(); }
+
+ private:
+  struct Inbox {
+    std::vector<std::unique_ptr<Sequence>> added;
+    std::vector<int64_t> aborted;
+  };
+
+  void loop();
+  bool step_once();
+  void take_inbox();
+  void finish(Sequence* seq, FinishReason reason, RequestEvent event);
+  void process_outputs(const runtime::StepOutput& out);
+  void fail_all(const std::string& message);
+  void update_metrics(Sequence::Clock::time_point now, double step_seconds);
+
+  std::shared_ptr<runtime::Backend> backend_;
+  EngineConfig config_;
+  int32_t max_model_len_ = 0;
+  int32_t vocab_size_ = 0;
+  std::vector<int32_t> eos_ids_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+
+  mutable std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  Inbox inbox_;
+  int64_t next_id_ = 1;
+  uint64_t seed_state_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::string failure_;  // set when the loop died; submit() refuses new work
+
+  std::thread thread_;
+  std::atomic<bool> running_thread_{false};
+
+  // Engine-thread state.
+  std::vector<ScheduledSeq> plan_;
+  runtime::StepOutput output_;
+  int64_t step_prompt_tokens_ = 0, step_generated_tokens_ = 0;
+  std::vector<double> step_ttft_, step_itl_;
+  int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0;
+
+  mutable std::mutex metrics_mu_;
+  EngineMetrics metrics_;
+  RateMeter generation_rate_, prompt_rate_;
+};
+
+}  // namespace orchid::engine

@@ -1,0 +1,58 @@
+// A generation request as submitted to the engine, and the events its stream delivers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/text_decoder.h"
+#include "runtime/backend.h"
+
+namespace orchid::engine {
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;
+  runtime::SamplingParams sampling;  // sampling.seed is ignored: see `seed`
+  std::optional<uint64_t> seed;      // none: the engine draws one
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop_strings;  // need `decoder`
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;               // the model's EOS ids do not stop the request
+  int32_t max_tokens = -1;               // -1: until the context is full
+  int32_t min_tokens = 0;                // stop ids and EOS are never drawn before this many tokens
+  int32_t priority = 0;                  // lower runs first; equal priorities run in arrival order
+  std::unique_ptr<TextDecoder> decoder;  // optional; gives events their text and enables stop strings
+};
+
+// Checks a request against the model and the engine's limits; throws orchid::Error naming the field.
+void validate_request(const RequestSpec& spec, int32_t vocab_size, int32_t max_model_len);
+
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kAbort, kError };
+std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
+  int32_t num_preemptions = 0;
+};
+
+// One delivery on a request's stream. Token ids are the raw generation, delivered as soon as sampled; the
+// text (with a decoder) is held back while its tail could begin a stop string and never goes past a stop.
+struct RequestEvent {
+  std::vector<int32_t> token_ids;
+  std::vector<runtime::SampledToken> logprobs;  // one per id when the request asked for logprobs
+  std::string text;
+  FinishReason finish = FinishReason::kNone;  // set on the last event of the stream only
+  int32_t stop_token = -1;                    // kStop by a stop id or EOS
+  std::string stop_string;                    // kStop by a stop string
+  std::string error;                          // kError
+  Usage usage;                                // set on the last event
+
+  bool finished() const { return finish != FinishReason::kNone; }
+};
+
+}  // namespace orchid::engine

@@ -1,0 +1,187 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace orchid::engine {
+
+namespace {
+bool before(const Sequence* a, const Sequence* b) {
+  return a->precedence() < b->precedence();
+}
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config, BlockManager* blocks)
+    : config_(config), blocks_(blocks), builder_(blocks->has_sliding(), config.logits) {
+  ORCHID_CHECK(config_.max_num_seqs > 0 && config_.max_num_batched_tokens > 0 &&
+               config_.max_chunk_tokens > 0);
+}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  ORCHID_CHECK(seq->tokens.size() == size_t(seq->prompt_len) && seq->prompt_len > 0);
+  Sequence* s = seq.get();
+  ORCHID_CHECK(seqs_.emplace(s->id, std::move(seq)).second, "sequence {} added twice", s->id);
+  s->state = SeqState::kWaiting;
+  insert_waiting(s);
+}
+
+Sequence* Scheduler::find(int64_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() || it->second->state == SeqState::kFinished ? nullptr : it->second.get();
+}
+
+std::vector<Sequence*> Scheduler::sequences() const {
+  std::vector<Sequence*> out;
+  for (const auto& [id, s] : seqs_)
+    if (s->state != SeqState::kFinished) out.push_back(s.get());
+  return out;
+}
+
+void Scheduler::insert_waiting(Sequence* s) {
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), s, before), s);
+}
+
+void Scheduler::insert_running(Sequence* s) {
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), s, before), s);
+}
+
+void Scheduler::finish(Sequence* s) {
+  ORCHID_CHECK(s->state != SeqState::kFinished, "sequence {} finished twice", s->id);
+  blocks_->release(s->pages);
+  builder_.drop(s);
+  s->state = SeqState::kFinished;  // dropped from the queues at the next schedule()
+  ++finished_unreaped_;
+}
+
+void Scheduler::preempt(Sequence* s, std::vector<ScheduledSeq>& plan, int32_t& budget) {
+  if (s->plan_slot >= 0) {  // scheduled earlier in this step: give its tokens back
+    budget += plan[size_t(s->plan_slot)].num_tokens;
+    plan[size_t(s->plan_slot)].seq = nullptr;
+    s->plan_slot = -1;
+  }
+  blocks_->release(s->pages);
+  builder_.drop(s);
+  s->num_computed = 0;
+  s->state = SeqState::kPreempted;
+  ++s->num_preemptions;
+  ++counters_.preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  insert_waiting(s);
+  preempted_this_step_ = true;
+}
+
+bool Scheduler::reserve(Sequence* s, int32_t n, std::vector<ScheduledSeq>& plan, int32_t& budget) {
+  blocks_->release_out_of_window(s->pages, s->num_computed);
+  const int32_t end = s->num_computed + n;
+  while (!blocks_->can_allocate(blocks_->need(s->pages, s->num_computed, end))) {
+    Sequence* victim = running_.back();  // lowest precedence
+    preempt(victim, plan, budget);
+    if (victim == s) return false;
+  }
+  blocks_->allocate(s->pages, s->num_computed, end);
+  s->plan_slot = int32_t(plan.size());
+  plan.push_back({s, n, end == int32_t(s->tokens.size())});
+  budget -= n;
+  return true;
+}
+
+bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
+  if (finished_unreaped_ > 0) {
+    auto done = [](const Sequence* s) { return s->state == SeqState::kFinished; };
+    std::erase_if(running_, done);
+    std::erase_if(waiting_, done);
+    std::erase_if(seqs_, [](const auto& kv) { return kv.second->state == SeqState::kFinished; });
+    finished_unreaped_ = 0;
+  }
+
+  plan.clear();
+  preempted_this_step_ = false;
+  int32_t budget = config_.max_num_batched_tokens;
+
+  // 1. Decodes of running sequences, in precedence order.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    if (s->remaining() == 1) reserve(s, 1, plan, budget);
+  }
+  // 2. The next prefill chunk of running sequences (long prompts, resumed sequences).
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    if (s->plan_slot >= 0) continue;
+    reserve(s, std::min({s->remaining(), budget, config_.max_chunk_tokens}), plan, budget);
+  }
+  // 3. Waiting requests, head of the queue first; none while running ones had to give way this step.
+  while (!preempted_this_step_ && !waiting_.empty() && budget > 0 &&
+         running_.size() < size_t(config_.max_num_seqs)) {
+    Sequence* s = waiting_.front();
+    const int32_t len = int32_t(s->tokens.size());
+    // At least the last token is computed, to have logits to sample from.
+    const int32_t hit = blocks_->find_cached_prefix(s->pages, s->tokens, len - 1);
+    const int32_t n = std::min({len - hit, budget, config_.max_chunk_tokens});
+    if (!blocks_->can_allocate(blocks_->need(s->pages, hit, hit + n))) break;
+    blocks_->allocate(s->pages, hit, hit + n);
+    s->num_computed = hit;
+    if (!s->admitted_once) {
+      s->admitted_once = true;
+      s->cached_tokens = hit;
+      counters_.prefix_query_tokens += s->prompt_len;
+      counters_.prefix_hit_tokens += hit;
+    }
+    waiting_.pop_front();
+    s->state = SeqState::kRunning;
+    insert_running(s);
+    s->plan_slot = int32_t(plan.size());
+    plan.push_back({s, n, hit + n == len});
+    budget -= n;
+  }
+
+  std::erase_if(plan, [](const ScheduledSeq& e) { return e.seq == nullptr; });
+  for (size_t i = 0; i < plan.size(); ++i) plan[i].seq->plan_slot = -1;
+  builder_.build(plan, running_);
+  return !plan.empty();
+}
+
+void Scheduler::complete(const ScheduledSeq& e) {
+  Sequence* s = e.seq;
+  s->num_computed += e.num_tokens;
+  ORCHID_CHECK(s->num_computed <= int32_t(s->tokens.size()));
+  blocks_->commit(s->pages, s->tokens, s->num_computed);
+}
+
+void Scheduler::check_invariants() const {
+  std::vector<const SeqPages*> held;
+  size_t live = 0;
+  for (const auto& [id, s] : seqs_) {
+    if (s->state == SeqState::kFinished) {
+      ORCHID_CHECK(!s->pages.holds_pages(), "finished sequence {} holds pages", id);
+      continue;
+    }
+    ++live;
+    ORCHID_CHECK(s->num_computed < int32_t(s->tokens.size()), "sequence {}: nothing left to compute", id);
+  }
+  auto unfinished = [](const auto& list) {
+    return size_t(
+        std::count_if(list.begin(), list.end(), [](auto* s) { return s->state != SeqState::kFinished; }));
+  };
+  ORCHID_CHECK(live == unfinished(running_) + unfinished(waiting_), "a sequence is lost or queued twice");
+  ORCHID_CHECK(running_.size() <= size_t(config_.max_num_seqs));
+  ORCHID_CHECK(std::is_sorted(running_.begin(), running_.end(), before));
+  ORCHID_CHECK(std::is_sorted(waiting_.begin(), waiting_.end(), before));
+  const int32_t p = blocks_->page_size();
+  for (const Sequence* s : running_) {
+    if (s->state == SeqState::kFinished) continue;
+    ORCHID_CHECK(s->state == SeqState::kRunning, "sequence {} in the running list", s->id);
+    ORCHID_CHECK(int32_t(s->pages.full.size()) == (s->num_computed + p - 1) / p,
+                 "sequence {}: {} pages for {} computed tokens", s->id, s->pages.full.size(),
+                 s->num_computed);
+    held.push_back(&s->pages);
+  }
+  for (const Sequence* s : waiting_) {
+    if (s->state == SeqState::kFinished) continue;
+    ORCHID_CHECK(s->state == SeqState::kWaiting || s->state == SeqState::kPreempted);
+    ORCHID_CHECK(!s->pages.holds_pages() && s->num_computed == 0, "waiting sequence {} holds pages", s->id);
+  }
+  blocks_->check_invariants(held);
+}
+
+}  // namespace orchid::engine

@@ -1,0 +1,75 @@
+// The scheduler: which tokens of which sequences run in the next step, under a token budget
+// (max_num_batched_tokens) and a cap on running sequences (max_num_seqs). Policy (docs/design.md, "Engine"):
+// decodes of running sequences first, then their unfinished prefill chunks, then waiting requests in
+// precedence order (priority, then arrival) with chunked prefill; when pages run out the lowest-precedence
+// running sequence is preempted (its pages dropped, recomputed later from its tokens).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+#include "runtime/backend.h"
+
+namespace orchid::engine {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 8192;
+  int32_t max_chunk_tokens = 1 << 30;  // per sequence and step (the sliding pool's limit for one sequence)
+  runtime::LogitsMode logits = runtime::LogitsMode::kNone;
+};
+
+struct SchedulerCounters {
+  int64_t preemptions = 0;
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up at first admission
+  int64_t prefix_hit_tokens = 0;    // of which served from the cache
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, BlockManager* blocks);
+
+  void add(std::unique_ptr<Sequence> seq);
+  Sequence* find(int64_t id) const;
+
+  // Plans the next step and builds its batch (batch()). Returns false when there is nothing to run.
+  bool schedule(std::vector<ScheduledSeq>& plan);
+  const runtime::StepBatch& batch() const { return builder_.batch(); }
+  // The step ran: the planned tokens are in the cache now.
+  void complete(const ScheduledSeq& entry);
+  // Ends a sequence: drops its pages and forgets it. The caller has sent its final event.
+  void finish(Sequence* seq);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  size_t num_sequences() const { return seqs_.size(); }
+  const SchedulerCounters& counters() const { return counters_; }
+  std::vector<Sequence*> sequences() const;
+
+  // Scheduler and block-manager invariants; throws InternalError on the first violation.
+  void check_invariants() const;
+
+ private:
+  bool reserve(Sequence* seq, int32_t n, std::vector<ScheduledSeq>& plan, int32_t& budget);
+  void preempt(Sequence* seq, std::vector<ScheduledSeq>& plan, int32_t& budget);
+  void insert_waiting(Sequence* seq);
+  void insert_running(Sequence* seq);
+
+  SchedulerConfig config_;
+  BlockManager* blocks_;
+  BatchBuilder builder_;
+  std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
+  std::deque<Sequence*> waiting_;   // precedence order
+  std::vector<Sequence*> running_;  // precedence order
+  bool preempted_this_step_ = false;
+  int32_t finished_unreaped_ = 0;  // finished sequences still in the queues
+  SchedulerCounters counters_;
+};
+
+}  // namespace orchid::engine

@@ -1,0 +1,64 @@
+// A stand-in model for engine tests and benchmarks. It keeps a paged "K/V" of its own: the value written at
+// position p is a hash of every token up to p, read back through the page tables of the batch, and the
+// logits of a position are a hash of everything readable from its context (all full-layer slots, the
+// sliding window). So its outputs depend on exactly the context a real model would see through the pages:
+// a wrong page, a stale cached page or a lost token changes them. It also checks every batch it receives
+// (layout, page ownership, positions, sample indices) and throws InternalError on the first violation.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "model/config.h"
+#include "runtime/backend.h"
+
+namespace orchid::engine::testing {
+
+struct FakeBackendOptions {
+  int32_t vocab_size = 64;
+  runtime::KvCacheSpec kv{
+      .page_size = 4, .num_full_pages = 512, .num_sliding_pages = 128, .sliding_window = 8};
+  std::vector<int64_t> eos_token_ids{0};
+  int64_t max_position = 4096;
+  uint64_t salt = 0;                    // another "model"
+  float logit_scale = 6.0f;             // logits are uniform-ish in [0, scale)
+  float eos_bonus = 0.0f;               // added to the EOS logits
+  bool simulate = true;                 // false: no K/V, no checks, instant answers (benchmarks)
+  std::optional<int32_t> reject_token;  // a batch holding this id is refused with orchid::Error
+};
+
+class FakeBackend : public runtime::Backend {
+ public:
+  explicit FakeBackend(FakeBackendOptions options = {});
+
+  std::string name() const override { return "fake"; }
+  const model::ModelConfig& model_config() const override { return config_; }
+  runtime::KvCacheSpec kv_spec() const override { return options_.kv; }
+  runtime::StepOutput forward(const runtime::StepBatch& batch) override;
+
+  // Largest batch seen, for limit checks.
+  int32_t max_batch_tokens() const { return max_batch_tokens_; }
+  int32_t max_batch_seqs() const { return max_batch_seqs_; }
+  int64_t num_steps() const { return num_steps_; }
+
+ private:
+  struct Slot {
+    uint64_t value = 0;
+    int32_t pos = -1;
+  };
+  void validate(const runtime::StepBatch& batch);
+  Slot& slot(std::vector<Slot>& pool, const std::vector<int32_t>& table, int32_t begin, int32_t pos);
+  uint64_t read(std::vector<Slot>& pool, const std::vector<int32_t>& table, int32_t begin, int32_t pos);
+  void logits_row(const runtime::StepBatch& batch, const runtime::StepSequence& s, int32_t pos, float* out);
+
+  FakeBackendOptions options_;
+  model::ModelConfig config_;
+  std::vector<Slot> full_kv_, sliding_kv_;  // [page * page_size + offset]
+  std::unordered_map<int64_t, int32_t> next_sample_index_;
+  int32_t max_batch_tokens_ = 0, max_batch_seqs_ = 0;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace orchid::engine::testing
