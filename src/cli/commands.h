@@ -14,5 +14,6 @@ void add_synth_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);  // tokenize, detokenize
+void add_render_command(CLI::App& app);
 
 }  // namespace orchid::cli

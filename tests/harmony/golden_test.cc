@@ -13,12 +13,11 @@
 #include "harmony/message_json.h"
 #include "harmony/render.h"
 #include "harmony/stream_parser.h"
-#include "test_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace orchid::harmony {
 namespace {
 
-using testing::test_tokenizer;
 using Json = nlohmann::ordered_json;
 
 using testing::read_golden_jsonl;
@@ -52,7 +51,7 @@ Pieces render_case(const Json& c) {
 }
 
 TEST(HarmonyGolden, RendersLikeOpenAiHarmony) {
-  auto tok = test_tokenizer();
+  auto tok = tokenizer::Tokenizer::builtin();
   ASSERT_GE(render_cases().size(), 1000u);
   int checked = 0, rejected = 0, failures = 0;
   for (const Json& c : render_cases()) {
@@ -68,16 +67,15 @@ TEST(HarmonyGolden, RendersLikeOpenAiHarmony) {
     const std::string got = pieces_text(pieces);
     if (got != want && ++failures <= 5)
       ADD_FAILURE() << name << "\n--- expected\n" << want << "\n--- got\n" << got;
-    if (testing::test_tokenizer_encodes()) {
-      const std::vector<int32_t> ids = pieces_ids(pieces, *tok);
-      if (ids != expected && ++failures <= 5)
-        ADD_FAILURE() << name << ": ids differ (text equal: " << (got == want) << ")";
-    }
+    const std::vector<int32_t> ids = pieces_ids(pieces, *tok);
+    if (ids != expected && ++failures <= 5)
+      ADD_FAILURE() << name << ": ids differ (text equal: " << (got == want) << ")";
     ++checked;
   }
   EXPECT_EQ(failures, 0);
   EXPECT_GE(rejected, 5);
-  std::printf("render cases: %d compared, %d rejected as by openai-harmony\n", checked, rejected);
+  std::printf("render cases: %d equal in text and ids, %d rejected as by openai-harmony\n", checked,
+              rejected);
 }
 
 Json optional_json(const std::optional<std::string>& s) {
@@ -125,7 +123,7 @@ std::string run_parse_case(const Json& c, bool strict) {
   const size_t error_at =
       strict && !want.at("error").is_null() ? want.at("error").at("at").get<size_t>() : SIZE_MAX;
 
-  StreamParser parser(test_tokenizer(), role, strict);
+  StreamParser parser(tokenizer::Tokenizer::builtin(), role, strict);
   auto messages_match = [&]() -> std::string {
     Json got = Json::array();
     for (const Message& m : parser.messages()) got.push_back(message_row(m));

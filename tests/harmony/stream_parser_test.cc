@@ -6,13 +6,13 @@
 #include "core/error.h"
 #include "golden_files.h"
 #include "harmony/tokens.h"
-#include "test_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace orchid::harmony {
 namespace {
 
 TEST(HarmonyTokens, StructuralIdsAreTheVocabularysSpecialTokens) {
-  auto tok = testing::test_tokenizer();
+  auto tok = tokenizer::Tokenizer::builtin();
   for (int32_t id : {kReturnId, kConstrainId, kChannelId, kStartId, kEndId, kMessageId, kCallId}) {
     const std::string literal(*structural_literal(id));
     EXPECT_EQ(tok->special_id(literal), id) << literal;
@@ -30,18 +30,20 @@ TEST(HarmonyStreamParser, ParseCompletionEqualsFeedingTheParser) {
       ids.push_back(static_cast<int32_t>(static_cast<uint32_t>(v.get<int64_t>())));
     std::optional<Role> role;
     if (!c.at("role").is_null()) role = role_from_name(c.at("role").get<std::string>());
-    StreamParser parser(testing::test_tokenizer(), role, /*strict=*/false);
+    StreamParser parser(tokenizer::Tokenizer::builtin(), role, /*strict=*/false);
     for (int32_t id : ids) parser.process(id);
     parser.process_eos();
-    const ParseResult lenient = parse_completion(testing::test_tokenizer(), ids, role, /*strict=*/false);
+    const ParseResult lenient =
+        parse_completion(tokenizer::Tokenizer::builtin(), ids, role, /*strict=*/false);
     EXPECT_EQ(lenient.messages, parser.messages()) << c.at("name");
     EXPECT_EQ(lenient.recovered.size(), parser.recoveries().size()) << c.at("name");
     if (c.at("strict").at("error").is_null()) {
-      const ParseResult strict = parse_completion(testing::test_tokenizer(), ids, role, /*strict=*/true);
+      const ParseResult strict =
+          parse_completion(tokenizer::Tokenizer::builtin(), ids, role, /*strict=*/true);
       EXPECT_TRUE(strict.recovered.empty());
       EXPECT_EQ(strict.messages.size(), c.at("strict").at("messages").size()) << c.at("name");
     } else {
-      EXPECT_THROW(parse_completion(testing::test_tokenizer(), ids, role, /*strict=*/true), Error)
+      EXPECT_THROW(parse_completion(tokenizer::Tokenizer::builtin(), ids, role, /*strict=*/true), Error)
           << c.at("name");
     }
   }

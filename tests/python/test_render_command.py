@@ -4,13 +4,13 @@ requests"), rendered by openai-harmony, and compared with orchid's printed text 
 
 import functools
 import json
-import os
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import orchid_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools" / "golden"))
@@ -20,7 +20,6 @@ import harmony_random as hr  # noqa: E402
 from openai_harmony import (Author, Conversation, DeveloperContent, Message, ReasoningEffort, Role,  # noqa: E402
                             SystemContent, ToolDescription)
 
-ORCHID = Path(os.environ.get("ORCHID_BIN", ROOT / "build" / "cpu" / "src" / "cli" / "orchid"))
 DATE = "2025-06-28"
 EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
 
@@ -187,24 +186,24 @@ def encoding():
     return hc.encoding()
 
 
-@pytest.mark.skipif(not ORCHID.exists(), reason="build orchid first (cmake --build --preset cpu)")
 @pytest.mark.parametrize("index", range(120))
-def test_render_matches_openai_harmony(encoding, tmp_path, index):
+def test_render_matches_openai_harmony(orchid, encoding, tmp_path, index):
     shape, req = cases()[index]
     conv = expected_from_chat(req) if shape == "chat" else expected_from_responses(req)
     want_ids = encoding.render_conversation_for_completion(conv, Role.ASSISTANT)
     path = tmp_path / "request.json"
     path.write_text(json.dumps(req, ensure_ascii=False), encoding="utf-8")
-    out = subprocess.run([str(ORCHID), "render", str(path), "--date", DATE], capture_output=True, check=True).stdout
+    orchid("version")  # fails with a clear message when the binary is missing
+    # Bytes, not text mode: universal newlines would turn the prompt's "\r\n" into "\n".
+    out = subprocess.run([orchid_bin(), "render", str(path), "--date", DATE], capture_output=True, check=True).stdout
     text, _, ids_line = out.decode("utf-8").rstrip("\n").rpartition("\n")
     assert json.loads(ids_line) == want_ids
     assert text == encoding.decode_utf8(want_ids)
 
 
-@pytest.mark.skipif(not ORCHID.exists(), reason="build orchid first (cmake --build --preset cpu)")
-def test_render_names_the_bad_field(tmp_path):
+def test_render_names_the_bad_field(orchid, tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}))
-    run = subprocess.run([str(ORCHID), "render", str(path)], capture_output=True)
+    run = orchid("render", path, check=False)
     assert run.returncode == 2
-    assert b"request.messages[0].content[0].type" in run.stderr
+    assert "request.messages[0].content[0].type" in run.stderr
