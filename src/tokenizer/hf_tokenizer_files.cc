@@ -173,8 +173,9 @@ std::vector<Merge> bpe_merges(const Vocabulary& vocab) {
   // Every split, not only the one tiktoken's BPE happens to build a token from: Hugging Face's BPE merges the
   // adjacent pair whose rule comes first, tiktoken the adjacent pair whose concatenation has the lowest rank,
   // whichever two parts make it. With a rule for every split at the token's rank, each adjacent pair of parts
-  // gets the priority of its concatenation and the two agree. (A piece that is a token itself is taken whole
-  // by both: tokenizer.json sets ignore_merges.)
+  // gets the priority of its concatenation, as in tiktoken (only two different splits of one token present at
+  // once are ordered by left rank instead of position). A piece that is a token itself is taken whole by
+  // both: tokenizer.json sets ignore_merges. The published gpt-oss file has exactly this list, in this order.
   std::vector<Merge> merges;
   std::vector<Merge> local;
   for (int32_t r = 0; r < vocab.rank_count(); ++r) {
