@@ -37,7 +37,8 @@ def reference(args, layers, work):
     layer again in BF16 on the same input."""
     dev = torch.device(args.device)
     model = GptOssForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32, attn_implementation="eager",
-                                              quantization_config=transformers.Mxfp4Config(dequantize=True))
+                                              quantization_config=transformers.Mxfp4Config(dequantize=True),
+                                              **({"device_map": str(dev)} if dev.type == "cuda" else {}))
     model = model.float().to(dev).eval()
     k = model.config.num_experts_per_tok
     captured = {}
@@ -77,13 +78,21 @@ def reference(args, layers, work):
         with open(os.path.join(work, f"in.npy{suffix}"), "wb") as f:
             np.save(f, x_in.astype(np.float32))
         layer16 = copy.deepcopy(model.model.layers[i]).to(torch.bfloat16)
+        hf_topk = {}
+
+        def hf_router_hook(mod, a, out):
+            x = a[0].reshape(-1, a[0].shape[-1]).float()
+            hf_topk["idx"] = torch.topk(x @ mod.weight.float().T + mod.bias.float(), k, dim=-1).indices.cpu().numpy()
+
+        layer16.mlp.router.register_forward_hook(hf_router_hook)
         kw = {n: (tuple(t.to(torch.bfloat16) for t in v) if isinstance(v, tuple) else
                   v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() else v)
               for n, v in c["kwargs"].items()}
         out16 = layer16(c["in"].to(torch.bfloat16), **kw)
         out16 = (out16[0] if isinstance(out16, tuple) else out16)[0].float().cpu().numpy()
         del layer16
-        result[i] = {"ref": y_ref, "hf_bf16": rel_l2(out16, y_ref), "topk": c["topk"], "gap": c["gap"]}
+        result[i] = {"ref": y_ref, "hf_bf16": rel_l2(out16, y_ref), "topk": c["topk"], "gap": c["gap"],
+                     "hf_topk": hf_topk["idx"]}
     del model
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -106,7 +115,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         ref = reference(args, layers, work)
         print(f"{'layer':>5} {'weights':>7} {'orchid rel L2':>14} {'hf bf16 rel L2':>15} {'bound':>10} "
-              f"{'routing (decided)':>18}  verdict")
+              f"{'routing (decided)':>18} {'hf bf16 routing':>16}  verdict")
         for w in args.weights.split(","):
             cmd = [args.orchid, "layer", args.checkpoint, "--backend", args.backend, "--weights", w, "--input",
                    os.path.join(work, "in.npy"), "--output", os.path.join(work, f"out_{w}.npy"), "--topk-out",
@@ -128,10 +137,13 @@ def main():
                 decided = rr["gap"] > 1e-2
                 same = (np.sort(topk, axis=1) == np.sort(rr["topk"], axis=1)).all(axis=1)
                 agree = float(same[decided].mean()) if decided.any() else 1.0
+                hf_same = (np.sort(rr["hf_topk"], axis=1) == np.sort(rr["topk"], axis=1)).all(axis=1)
+                hf_agree = float(hf_same[decided].mean()) if decided.any() else 1.0
                 passed = err <= bound and agree == 1.0
                 ok &= passed
                 print(f"{i:5d} {w:>7} {err:14.3e} {rr['hf_bf16']:15.3e} {bound:10.3e} "
-                      f"{agree * 100:11.2f}% of {int(decided.sum())}  {'PASS' if passed else 'FAIL'}")
+                      f"{agree * 100:11.2f}% of {int(decided.sum())} {hf_agree * 100:15.2f}%  "
+                      f"{'PASS' if passed else 'FAIL'}")
     sys.exit(0 if ok else 1)
 
 
