@@ -15,5 +15,6 @@ void add_bench_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);  // tokenize, detokenize
 void add_serve_command(CLI::App& app);
+void add_render_command(CLI::App& app);
 
 }  // namespace orchid::cli

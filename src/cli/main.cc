@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   orchid::cli::add_layer_command(app);
   orchid::cli::add_tokenize_command(app);
   orchid::cli::add_serve_command(app);
+  orchid::cli::add_render_command(app);
 
   auto is_command = [&](const std::string& name) {
     for (const auto* sub : app.get_subcommands({}))
