@@ -28,6 +28,10 @@ void EngineResponse::start(std::function<void()> wake) {
 
 ResponseStream::Pull EngineResponse::pull(std::string* body, HttpResponse* response) {
   if (completed_) return Pull::kDone;
+  if (!started_) {
+    started_ = true;
+    on_start(body);
+  }
   bool all_done = true;
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];

@@ -28,6 +28,8 @@ class EngineResponse : public ResponseStream {
   void cancel() override;
 
  protected:
+  // Before the first event: what a streamed response sends at once (the Responses API's response.created).
+  virtual void on_start(std::string* body) {}
   // One event of choice `index` (merged: everything since the last one). Streamed responses append to body.
   virtual void on_event(size_t index, engine::RequestEvent& event, std::string* body) = 0;
   // All choices are complete: a streamed response appends its tail, an unstreamed one fills `response`.
@@ -48,6 +50,7 @@ class EngineResponse : public ResponseStream {
   const bool streamed_;
   Admission admission_;
   std::vector<Choice> choices_;
+  bool started_ = false;
   bool completed_ = false;
 };
 

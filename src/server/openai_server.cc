@@ -4,9 +4,11 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/chat_api.h"
 #include "server/completions_api.h"
 #include "server/json_body.h"
 #include "server/prometheus.h"
+#include "server/responses_api.h"
 
 namespace orchid::server {
 
@@ -128,6 +130,14 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
       const std::string id = path.substr(std::string_view("/v1/models/").size());
       ctx_.check_model(&id);
       return json_response(card);
+    }
+    if (path == "/v1/chat/completions") {
+      require_method(r, "POST");
+      return handle_chat_completions(ctx_, r);
+    }
+    if (path == "/v1/responses") {
+      require_method(r, "POST");
+      return handle_responses(ctx_, r);
     }
     if (path == "/v1/completions") {
       require_method(r, "POST");

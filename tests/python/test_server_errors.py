@@ -49,7 +49,7 @@ CASES = [
     ("NaN literal", P, b'{"prompt": "x", "temperature": NaN}', 400),
     ("bad UTF-8 in a string", C, b'{"messages": [{"role": "user", "content": "\xff\xfe\xc0"}]}', 400),
     ("lone surrogate escape", C, b'{"messages": [{"role": "user", "content": "\\ud800"}]}', 400),
-    ("deep nesting", C, b"[" * 100000, 400),
+    ("deep nesting", C, b"[" * 20000, 400),
     ("number overflow", P, b'{"prompt": "x", "max_tokens": 1e999}', 400),
     # Wrong types and out-of-range values.
     ("max_tokens as string", C, chat(max_tokens="10"), 400),
