@@ -31,6 +31,7 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--max-num-batched-tokens", max_num_batched_tokens, "most tokens in one step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_flag("--enforce-eager", enforce_eager, "never replay CUDA graphs (every decode step launches its kernels)");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -57,6 +58,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
     o.gpu_memory_utilization = gpu_memory_utilization;
     o.kv_pages = kv_pages;
+    o.cuda_graphs = !enforce_eager;
     return std::make_unique<runtime::cuda::CudaBackend>(model, o);
   }
 #else

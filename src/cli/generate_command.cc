@@ -1,35 +1,74 @@
-// orchid generate MODEL --prompt-ids 1,2,3 --max-tokens N [--temperature T ...] [--print-ids]
-// Runs through the engine (continuous batching, paged KV cache), exactly as the server does.
+// orchid generate MODEL (--prompt TEXT | --prompt-file F | --prompt-ids 1,2,3) [--allow-special S]
+//                 --max-tokens N [--temperature T ...] [--stop TEXT ...] [--print-ids]
+// Runs through the engine (continuous batching, paged KV cache), exactly as the server does. A text prompt is
+// encoded with the model's tokenizer; the generated text is printed as it is generated, or the ids with
+// --print-ids.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "cli/allowed_specials.h"
 #include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/parse.h"
 #include "engine/engine.h"
+#include "tokenizer/engine_text_decoder.h"
+#include "tokenizer/tokenizer.h"
 
 namespace orchid::cli {
 
 namespace {
 struct GenerateArgs {
-  std::string model, prompt_ids, stop_ids;
+  std::string model, prompt, prompt_file, prompt_ids, allow_special, stop_ids;
+  std::vector<std::string> stop;
   int32_t max_tokens = 16, min_tokens = 0;
   bool print_ids = false, ignore_eos = false, no_prefix_caching = false;
   runtime::SamplingParams sampling;
   int64_t seed = 0;
   BackendOptions backend;  // also --max-num-seqs, --max-num-batched-tokens, --max-model-len, --block-size
 };
+
+void write(std::string_view s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+// The prompt ids from whichever of --prompt, --prompt-file and --prompt-ids was given (exactly one).
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const CLI::App& cmd,
+                                const std::shared_ptr<const tokenizer::Tokenizer>& tok) {
+  const size_t given = cmd.count("--prompt") + cmd.count("--prompt-file") + cmd.count("--prompt-ids");
+  if (given != 1) fail("generate: give exactly one of --prompt, --prompt-file or --prompt-ids");
+  if (cmd.count("--prompt-ids")) {
+    if (cmd.count("--allow-special")) fail("--allow-special applies to --prompt and --prompt-file, not ids");
+    std::vector<int32_t> ids;
+    for (int64_t v : parse_int_list(a.prompt_ids, "--prompt-ids")) {
+      if (v < 0 || v > INT32_MAX) fail("--prompt-ids: {} is not a valid token id", v);
+      ids.push_back(int32_t(v));
+    }
+    if (ids.empty()) fail("--prompt-ids: the prompt is empty");
+    return ids;
+  }
+  const bool from_file = cmd.count("--prompt-file") > 0;
+  const std::string text = from_file ? read_text_file(a.prompt_file, "--prompt-file") : a.prompt;
+  const auto allowed = allowed_specials(*tok, a.allow_special);
+  std::vector<int32_t> ids = allowed.empty() ? tok->encode_ordinary(text) : tok->encode(text, allowed);
+  if (ids.empty()) fail("{}: the prompt is empty", from_file ? "--prompt-file" : "--prompt");
+  return ids;
+}
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate tokens from a prompt");
   cmd->add_option("MODEL", args->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
-  cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated prompt token ids")->required();
+  cmd->add_option("--prompt", args->prompt, "prompt text, encoded with the model's tokenizer");
+  cmd->add_option("--prompt-file", args->prompt_file,
+                  "read the prompt text from this file (bytes as they are)");
+  cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated prompt token ids");
+  cmd->add_option("--allow-special", args->allow_special, kAllowSpecialHelp);
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
@@ -50,18 +89,19 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "sampling seed")->check(CLI::Range(int64_t(0), INT64_MAX));
   cmd->add_option("--stop-ids", args->stop_ids,
                   "comma-separated ids that end generation (default: the model's eos ids)");
+  cmd->add_option("--stop", args->stop,
+                  "a string that ends generation; the text is cut before it (repeatable)")
+      ->check([](const std::string& s) { return s.empty() ? "a stop string may not be empty" : ""; });
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at eos/stop ids");
-  cmd->add_flag("--print-ids", args->print_ids, "print the generated ids as a JSON array on the last line");
+  cmd->add_flag("--print-ids", args->print_ids,
+                "print the generated ids as a JSON array instead of the generated text");
   cmd->add_flag("--no-enable-prefix-caching", args->no_prefix_caching,
                 "do not reuse cached KV pages of prefixes");
   args->backend.add_flags(cmd);
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
     engine::RequestSpec req;
-    for (int64_t v : parse_int_list(args->prompt_ids, "--prompt-ids")) {
-      if (v < 0 || v > INT32_MAX) fail("--prompt-ids: {} is not a valid token id", v);
-      req.prompt.push_back(int32_t(v));
-    }
-    if (req.prompt.empty()) fail("--prompt-ids: the prompt is empty");
+    auto tok = tokenizer::Tokenizer::for_model(args->model);
+    req.prompt = prompt_ids(*args, *cmd, tok);
     if (args->min_tokens > args->max_tokens)
       fail("--min-tokens: {} is more than --max-tokens ({})", args->min_tokens, args->max_tokens);
     std::shared_ptr<runtime::Backend> backend = args->backend.create(args->model);
@@ -90,6 +130,10 @@ void add_generate_command(CLI::App& app) {
         req.stop_token_ids.push_back(int32_t(v));
       }
     }
+    req.stop_strings = args->stop;
+    // The decoder gives events their text (printed as it comes) and is what stop strings are matched on.
+    if (!args->print_ids || !req.stop_strings.empty())
+      req.decoder = std::make_unique<tokenizer::EngineTextDecoder>(tok);
     const size_t prompt_len = req.prompt.size();
 
     engine.start();
@@ -101,10 +145,12 @@ void add_generate_command(CLI::App& app) {
       auto ev = stream->next(std::chrono::seconds(1));
       if (!ev) continue;
       if (all.token_ids.empty() && !ev->token_ids.empty()) t1 = std::chrono::steady_clock::now();
+      if (!args->print_ids) write(ev->text);
       engine::merge_event(all, std::move(*ev));
     }
     const auto t2 = std::chrono::steady_clock::now();
     engine.stop();
+    if (!args->print_ids) write("\n");
     if (all.finish == engine::FinishReason::kError) fail("generation failed: {}", all.error);
 
     const std::vector<int32_t>& out = all.token_ids;
@@ -113,11 +159,11 @@ void add_generate_command(CLI::App& app) {
     spdlog::info("prefill {} tokens in {:.3f} s; {} tokens generated ({}), {:.1f} tok/s decode", prompt_len,
                  prefill_s, out.size(), engine::finish_reason_name(all.finish),
                  out.size() > 1 ? double(out.size() - 1) / decode_s : 0.0);
+    if (!args->print_ids) return;
     std::string json = "[";
     for (size_t i = 0; i < out.size(); ++i) json += (i ? "," : "") + std::to_string(out[i]);
-    json += "]";
-    if (!args->print_ids) std::printf("generated %zu tokens\n", out.size());
-    std::printf("%s\n", json.c_str());
+    json += "]\n";
+    write(json);
   });
 }
 

@@ -1,9 +1,12 @@
 // orchid synth DIR --preset tiny|20b|120b [--seed N]: writes a Hugging Face-layout gpt-oss checkpoint with
-// deterministic random weights (the same as `synthetic:PRESET@N`), MXFP4 experts, sharded with an index.
+// deterministic random weights (the same as `synthetic:PRESET@N`), MXFP4 experts, sharded with an index, and
+// the tokenizer files of the built-in vocabulary, so that the directory is a complete model.
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 #include "model/synthetic_writer.h"
+#include "tokenizer/hf_tokenizer_files.h"
+#include "tokenizer/vocabulary.h"
 
 namespace orchid::cli {
 
@@ -36,6 +39,7 @@ void add_synth_command(CLI::App& app) {
     o.style = a->style == "5" ? model::ConfigStyle::kTransformers5 : model::ConfigStyle::kTransformers4;
     o.max_shard_bytes = uint64_t(a->shard_gb * 1e9);
     const uint64_t total = model::write_synthetic_checkpoint(a->dir, model::preset_config(a->preset), o);
+    tokenizer::write_hf_tokenizer_files(a->dir, tokenizer::builtin_vocabulary());
     spdlog::info("synthetic {} (seed {}) written to {}: {:.2f} GB", a->preset, o.seed, a->dir,
                  double(total) / 1e9);
   });

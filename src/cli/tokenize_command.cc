@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/allowed_specials.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -53,22 +54,6 @@ std::string ids_json(const std::vector<int32_t>& ids) {
     out += std::to_string(ids[i]);
   }
   out += "]\n";
-  return out;
-}
-
-std::unordered_set<std::string> allowed_specials(const Tokenizer& tok, const std::string& spec) {
-  if (spec.empty() || spec == "none") return {};
-  if (spec == "all") return tok.special_literals();
-  std::unordered_set<std::string> out;
-  for (size_t pos = 0; pos <= spec.size();) {
-    size_t comma = spec.find(',', pos);
-    if (comma == std::string::npos) comma = spec.size();
-    std::string literal = spec.substr(pos, comma - pos);
-    if (!tok.special_id(literal))
-      fail("--allow-special: '{}' is not a special token of this tokenizer", literal);
-    out.insert(std::move(literal));
-    pos = comma + 1;
-  }
   return out;
 }
 
@@ -149,8 +134,7 @@ void add_tokenize_command(CLI::App& app) {
   auto* file = tc->add_option("--file", t->file, "Read the text from this file (bytes as they are)");
   text->excludes(file);
   tc->add_flag("--jsonl", t->jsonl, "The input is JSON Lines of strings; print one id array per line");
-  tc->add_option("--allow-special", t->allow_special,
-                 "Special-token literals to encode as special ids: none (default), all, or a comma list");
+  tc->add_option("--allow-special", t->allow_special, kAllowSpecialHelp);
   tc->callback([t, text, file] {
     if (text->count() == 0 && file->count() == 0) fail("tokenize: give --text or --file");
     run_tokenize(*t);

@@ -1,10 +1,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <array>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocabulary.h"
@@ -16,19 +16,6 @@ using nlohmann::json;
 
 // Ids index dense tables, so a stray huge id in a file must not size them.
 constexpr int64_t kMaxTokenId = int64_t{1} << 24;
-
-// GPT-2's byte-level alphabet: printable bytes stand for themselves, the other 68 map to U+0100.. in order.
-// Returns code point -> byte (-1 for code points outside the alphabet).
-std::array<int16_t, 324> byte_level_decoder() {
-  std::array<int16_t, 324> to_byte;
-  to_byte.fill(-1);
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    to_byte[printable ? b : next++] = static_cast<int16_t>(b);
-  }
-  return to_byte;
-}
 
 // Finds the Split pre-tokenizer's regex anywhere under `node`.
 void collect_patterns(const json& node, std::vector<std::string>* out) {
@@ -70,7 +57,7 @@ Vocabulary parse_hf_tokenizer_json(std::string_view json_text, const std::string
   }
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail("{}: no model.vocab object", source);
 
-  static const std::array<int16_t, 324> to_byte = byte_level_decoder();
+  const auto& to_byte = byte_level_bytes();
   const json& vocab = model["vocab"];
   std::vector<std::pair<int64_t, std::string>> entries;
   entries.reserve(vocab.size());

@@ -52,4 +52,14 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   return utf8_.push(bytes_);
 }
 
+std::string IncrementalDetokenizer::push_lossy(int32_t id) {
+  bytes_.clear();
+  if (!tokenizer_.decode_append(id, &bytes_)) {
+    std::string out = utf8_.flush();
+    out.append(kReplacementChar);
+    return out;
+  }
+  return utf8_.push(bytes_);
+}
+
 }  // namespace orchid::tokenizer

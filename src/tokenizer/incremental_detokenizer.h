@@ -34,6 +34,8 @@ class IncrementalDetokenizer {
 
   // The text delta completed by `id`. Throws orchid::Error for an id outside the vocabulary.
   std::string push(int32_t id);
+  // As push(), but an unknown id ends any pending character and gives U+FFFD instead of throwing.
+  std::string push_lossy(int32_t id);
   std::string flush() { return utf8_.flush(); }
   bool has_pending() const { return utf8_.pending() > 0; }
 

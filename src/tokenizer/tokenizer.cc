@@ -6,17 +6,13 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "tokenizer/bpe_tokenizer.h"
-#include "tokenizer/embedded_vocab.h"
 #include "tokenizer/vocabulary.h"
 
 namespace orchid::tokenizer {
 
 std::shared_ptr<const Tokenizer> Tokenizer::builtin() {
-  static const std::shared_ptr<const Tokenizer> tokenizer = [] {
-    Vocabulary v = parse_tiktoken_ranks(embedded_o200k_base(), "built-in o200k_base.tiktoken");
-    add_harmony_specials(&v);
-    return std::make_shared<const BpeTokenizer>(std::move(v));
-  }();
+  static const std::shared_ptr<const Tokenizer> tokenizer =
+      std::make_shared<const BpeTokenizer>(builtin_vocabulary());
   return tokenizer;
 }
 

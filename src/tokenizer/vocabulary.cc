@@ -3,7 +3,15 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "tokenizer/embedded_vocab.h"
+
 namespace orchid::tokenizer {
+
+Vocabulary builtin_vocabulary() {
+  Vocabulary v = parse_tiktoken_ranks(embedded_o200k_base(), "built-in o200k_base.tiktoken");
+  add_harmony_specials(&v);
+  return v;
+}
 
 void add_harmony_specials(Vocabulary* vocab) {
   std::unordered_set<int32_t> ids;

@@ -31,6 +31,9 @@ Vocabulary parse_tiktoken_ranks(std::string_view text, const std::string& source
 // (merges are implied by them), added_tokens the special tokens.
 Vocabulary parse_hf_tokenizer_json(std::string_view json_text, const std::string& source);
 
+// The vocabulary shipped with orchid: the embedded o200k_base ranks plus the o200k_harmony specials.
+Vocabulary builtin_vocabulary();
+
 // Adds the o200k_harmony special tokens whose id and literal are both still free, so that a vocabulary from
 // either file format ends with the same 201088 ids.
 void add_harmony_specials(Vocabulary* vocab);

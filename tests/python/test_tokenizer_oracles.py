@@ -7,22 +7,16 @@ point, and over random id lists for decoding and the incremental detokenizer.
 """
 import codecs
 import json
-import os
-import pathlib
 import random
 import subprocess
-from unittest import mock
 
 import pytest
-import tiktoken
 import tokenizers
-from tiktoken.load import load_tiktoken_bpe
-from tiktoken_ext import openai_public
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from conftest import ROOT, find_fixture_dir
+
 ORCHID = ROOT / "build" / "cpu" / "src" / "cli" / "orchid"
 CORPUS = ROOT / "tests" / "data" / "tokenizer_corpus.jsonl"
-VOCAB = ROOT / "assets" / "tokenizer" / "o200k_base.tiktoken"
 MODEL = "synthetic:tiny"  # the built-in vocabulary
 
 # Documents of the corpus on which tiktoken and Hugging Face tokenizers give different ids (tiktoken decides).
@@ -31,25 +25,10 @@ KNOWN_ORACLE_DISAGREEMENTS = []
 
 
 def fixture_dir():
-    candidates = [os.environ.get("ORCHID_FIXTURES_DIR", ""), ROOT.parent / "shared" / "fixtures" / "gpt-oss-tokenizer",
-                  ROOT.parent.parent / "shared" / "fixtures" / "gpt-oss-tokenizer"]
-    for c in candidates:
-        if c and (pathlib.Path(c) / "tokenizer.json").exists():
-            return pathlib.Path(c)
-    pytest.fail("gpt-oss tokenizer fixtures (shared/fixtures/gpt-oss-tokenizer) not found beside the repository")
-
-
-@pytest.fixture(scope="module")
-def tik():
-    """tiktoken's own o200k_harmony definition (regex, specials), reading the committed ranks instead of
-    downloading them; tiktoken checks the file's sha256."""
-    def local_ranks(_url, expected_hash=None):
-        return load_tiktoken_bpe(str(VOCAB), expected_hash=expected_hash)
-    with mock.patch.object(openai_public, "load_tiktoken_bpe", local_ranks):
-        params = openai_public.o200k_harmony()
-    enc = tiktoken.Encoding(**params)
-    assert enc.n_vocab == 201088
-    return enc
+    d = find_fixture_dir()
+    if d is None:
+        pytest.fail("gpt-oss tokenizer fixtures (shared/fixtures/gpt-oss-tokenizer) not found beside the repository")
+    return d
 
 
 @pytest.fixture(scope="module")

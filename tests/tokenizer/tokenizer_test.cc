@@ -5,28 +5,12 @@
 #include <random>
 
 #include "core/error.h"
+#include "same_tokenizer.h"
 #include "test_data.h"
 #include "tokenizer/special_tokens.h"
 
 namespace orchid::tokenizer {
 namespace {
-
-// Two tokenizers are the same when every id decodes alike, every literal maps alike, and they encode alike.
-void expect_same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
-  ASSERT_EQ(a.vocab_size(), b.vocab_size());
-  for (int32_t id = 0; id < a.vocab_size(); ++id) {
-    std::string x, y;
-    ASSERT_EQ(a.decode_append(id, &x), b.decode_append(id, &y)) << id;
-    ASSERT_EQ(x, y) << id;
-    ASSERT_EQ(a.is_special(id), b.is_special(id)) << id;
-  }
-  ASSERT_EQ(a.special_literals(), b.special_literals());
-  for (const std::string& literal : a.special_literals())
-    ASSERT_EQ(a.special_id(literal), b.special_id(literal));
-  const auto& docs = testing::corpus();
-  for (size_t i = 0; i < docs.size(); i += 7)
-    ASSERT_EQ(a.encode_ordinary(docs[i]), b.encode_ordinary(docs[i]));
-}
 
 TEST(Tokenizer, BuiltinHasTheHarmonyVocabulary) {
   auto tok = Tokenizer::builtin();
@@ -46,9 +30,9 @@ TEST(Tokenizer, BothFileFormatsGiveTheBuiltinTokenizer) {
   const std::string dir = testing::fixture_dir();
   ASSERT_FALSE(dir.empty()) << "gpt-oss tokenizer fixtures not found beside the repository";
   auto builtin = Tokenizer::builtin();
-  expect_same_tokenizer(*builtin, *Tokenizer::from_tiktoken_file(dir + "/o200k_base.tiktoken"));
-  expect_same_tokenizer(*builtin, *Tokenizer::from_hf_json(dir + "/tokenizer.json"));
-  expect_same_tokenizer(*builtin, *Tokenizer::for_model(dir));  // a directory with tokenizer.json
+  testing::expect_same_tokenizer(*builtin, *Tokenizer::from_tiktoken_file(dir + "/o200k_base.tiktoken"));
+  testing::expect_same_tokenizer(*builtin, *Tokenizer::from_hf_json(dir + "/tokenizer.json"));
+  testing::expect_same_tokenizer(*builtin, *Tokenizer::for_model(dir));  // a directory with tokenizer.json
 }
 
 TEST(Tokenizer, ForModelErrorsNameTheArgument) {

@@ -68,6 +68,7 @@ CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions&
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
   gemm_.reset();
   if (h_meta_) cudaFreeHost(h_meta_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -81,10 +82,17 @@ void CudaBackend::plan_memory() {
   logits_rows_cap_ = std::max<int64_t>(S, kLogitsRowsPerPass);
   const size_t decode_ws = attn::decode_workspace_bytes(int(S), int(c.num_heads), 64);
   const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
-  // Step metadata: tokens, the attention plan, both page tables, the logits row index.
-  const size_t blob_cap = size_t(8 * S + 4 * T + 64) * 4;
-  meta_cap_ = align256(size_t(T) * 4) + align256(blob_cap) + 2 * align256(size_t(S * max_pages_per_seq) * 4) +
-              align256(size_t(std::max<int64_t>(T, S)) * 4);
+  // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
+  cap_tokens_ = size_t(T) * 4;
+  cap_blob_ = size_t(8 * S + 4 * T + 64) * 4;
+  cap_rows_ = size_t(std::max<int64_t>(T, S)) * 4;
+  cap_table_ = size_t(S * max_pages_per_seq) * 4 * 2;  // the engine's tables keep room to grow
+  off_tokens_ = 0;
+  off_blob_ = off_tokens_ + align256(cap_tokens_);
+  off_rows_ = off_blob_ + align256(cap_blob_);
+  off_full_ = off_rows_ + align256(cap_rows_);
+  off_sliding_ = off_full_ + align256(cap_table_);
+  meta_cap_ = off_sliding_ + align256(cap_table_);
   const size_t ws_bytes = align256(size_t(T * H) * 4) + align256(size_t(T * H) * 2) +
                           align256(size_t(T * qkv_dim) * 2) + 2 * align256(size_t(T * c.q_dim()) * 2) +
                           align256(size_t(T * H) * 2) + align256(kernels::moe_workspace_bytes(moe_cfg_)) +
@@ -193,8 +201,16 @@ void CudaBackend::compute_logits(const int32_t* d_rows, int64_t rows) {
   gemm_->run(g, stream_);
 }
 
-CudaBackend::StepMeta CudaBackend::upload_step(const StepBatch& b, const std::vector<int32_t>& rows) {
-  const auto& c = config_;
+kernels::attention::PlanOptions CudaBackend::plan_options() const {
+  attn::PlanOptions po;
+  po.num_q_heads = int(config_.num_heads);
+  po.num_kv_heads = int(config_.num_kv_heads);
+  po.sm_count = kernels::device_info().sm_count;
+  return po;
+}
+
+CudaBackend::StepMeta CudaBackend::upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
+                                               const std::vector<int32_t>& rows, const attn::PlanOptions& po) {
   std::vector<attn::PlanSequence> ps(b.seqs.size());
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     ps[i].q_start = b.seqs[i].token_begin;
@@ -203,31 +219,24 @@ CudaBackend::StepMeta CudaBackend::upload_step(const StepBatch& b, const std::ve
     ps[i].full_table_begin = b.seqs[i].full_table_begin;
     ps[i].sliding_table_begin = b.seqs[i].sliding_table_begin;
   }
-  attn::PlanOptions po;
-  po.num_q_heads = int(c.num_heads);
-  po.num_kv_heads = int(c.num_kv_heads);
-  po.sm_count = kernels::device_info().sm_count;
   plan_.build(ps, b.num_tokens(), po);
-  size_t off = 0;
-  auto put = [&](const void* src, size_t bytes) {
-    ORCHID_CHECK(off + bytes <= meta_cap_, "step metadata exceeds its buffer");
-    if (bytes) std::memcpy(h_meta_ + off, src, bytes);
-    const size_t at = off;
-    off += align256(bytes);
-    return at;
+  auto put = [&](size_t at, size_t cap, const void* src, size_t bytes, const char* what) {
+    if (bytes > cap) fail("step metadata: {} needs {} bytes, the buffer holds {}", what, bytes, cap);
+    if (bytes == 0) return;
+    std::memcpy(h_meta_ + at, src, bytes);
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(d_meta_ + at, h_meta_ + at, bytes, cudaMemcpyHostToDevice, stream_));
   };
-  const size_t tokens_at = put(b.tokens.data(), b.tokens.size() * 4);
-  const size_t blob_at = put(plan_.blob().data(), plan_.blob_bytes());
-  const size_t full_at = put(b.full_page_table.data(), b.full_page_table.size() * 4);
-  const size_t sliding_at = put(b.sliding_page_table.data(), b.sliding_page_table.size() * 4);
-  const size_t rows_at = put(rows.data(), rows.size() * 4);
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, off, cudaMemcpyHostToDevice, stream_));
+  put(off_tokens_, cap_tokens_, tokens.data(), tokens.size() * 4, "tokens");
+  put(off_blob_, cap_blob_, plan_.blob().data(), plan_.blob_bytes(), "attention plan");
+  put(off_rows_, cap_rows_, rows.data(), rows.size() * 4, "logits rows");
+  put(off_full_, cap_table_, b.full_page_table.data(), b.full_page_table.size() * 4, "full page table");
+  put(off_sliding_, cap_table_, b.sliding_page_table.data(), b.sliding_page_table.size() * 4, "sliding page table");
   StepMeta m;
-  m.tokens = reinterpret_cast<const int32_t*>(d_meta_ + tokens_at);
-  m.full = reinterpret_cast<const int32_t*>(d_meta_ + full_at);
-  m.sliding = reinterpret_cast<const int32_t*>(d_meta_ + sliding_at);
-  m.rows = reinterpret_cast<const int32_t*>(d_meta_ + rows_at);
-  m.plan = plan_.device_view(d_meta_ + blob_at);
+  m.tokens = reinterpret_cast<const int32_t*>(d_meta_ + off_tokens_);
+  m.full = reinterpret_cast<const int32_t*>(d_meta_ + off_full_);
+  m.sliding = reinterpret_cast<const int32_t*>(d_meta_ + off_sliding_);
+  m.rows = reinterpret_cast<const int32_t*>(d_meta_ + off_rows_);
+  m.plan = plan_.device_view(d_meta_ + off_blob_);
   return m;
 }
 
@@ -293,7 +302,7 @@ std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x
   ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
   const StepBatch b = single_sequence_batch(spec_, int32_t(n));
   validate(b);
-  const StepMeta m = upload_step(b, {});
+  const StepMeta m = upload_step(b.tokens, b, {}, plan_options());
   ORCHID_CUDA_CHECK(cudaMemcpyAsync(x_, x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream_));
   layer(l, m, n);
   std::vector<float> y(x.size());
@@ -305,6 +314,77 @@ std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x
   }
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return y;
+}
+
+void CudaBackend::decode_body(const StepMeta& m, int64_t T) {
+  kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, config_.hidden_size, stream_);
+  for (int64_t l = 0; l < config_.num_layers; ++l) layer(l, m, T);
+  compute_logits(m.rows, T);
+  kernels::ops::greedy_pick(logits_, T, config_.vocab_size, d_ids_, d_logprobs_, stream_);
+}
+
+namespace {
+constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+}  // namespace
+
+bool CudaBackend::graphable(const StepBatch& b) const {
+  if (!opts_.cuda_graphs || b.logits != LogitsMode::kNone || b.seqs.empty()) return false;
+  const int64_t B = int64_t(b.seqs.size());
+  if (B > kGraphBuckets[std::size(kGraphBuckets) - 1] || B > opts_.max_step_seqs) return false;
+  for (const auto& s : b.seqs) {
+    const auto& p = b.params[size_t(s.params_index)];
+    if (s.num_tokens != 1 || !s.sample || !p.is_greedy() || p.num_logprobs > 0 || p.uses_penalties() ||
+        s.num_banned > 0)
+      return false;
+  }
+  return true;
+}
+
+// A pure greedy decode step replays the graph captured for its batch bucket: the metadata is uploaded to the
+// same addresses, padding tokens and decode slots are inert (the plan marks them -1), and every grid depends
+// only on the bucket. The first step of a bucket runs eagerly (algorithm selection, lazy initialisation),
+// then is captured.
+StepOutput CudaBackend::forward_graph(const StepBatch& b) {
+  const int64_t B = int64_t(b.seqs.size());
+  int bucket = 0;
+  for (int x : kGraphBuckets)
+    if (x >= B) {
+      bucket = x;
+      break;
+    }
+  bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens}));
+  std::vector<int32_t> tokens = b.tokens, rows(size_t(bucket), 0);
+  tokens.resize(size_t(bucket), 0);
+  for (int64_t i = 0; i < B; ++i) rows[size_t(i)] = b.seqs[size_t(i)].token_begin;
+  attn::PlanOptions po = plan_options();
+  po.token_bucket = po.seq_bucket = po.decode_bucket = bucket;
+  po.decode_splits = std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
+  const StepMeta m = upload_step(tokens, b, rows, po);
+  auto it = graphs_.find(bucket);
+  if (it == graphs_.end()) {
+    decode_body(m, bucket);
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ORCHID_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    decode_body(m, bucket);
+    ORCHID_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
+    it = graphs_.emplace(bucket, exec).first;
+  }
+  ORCHID_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  StepOutput out;
+  for (int64_t i = 0; i < B; ++i) {
+    SampledToken st;
+    st.token = h_ids_[i];
+    st.logprob = h_logprobs_[i];
+    out.samples.push_back(st);
+  }
+  return out;
 }
 
 StepOutput CudaBackend::forward(const StepBatch& b) {
@@ -319,7 +399,8 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
   const size_t n_sampled = rows.size();
   if (b.logits == LogitsMode::kAll)
     for (int32_t t = 0; t < T; ++t) rows.push_back(t);
-  const StepMeta m = upload_step(b, rows);
+  if (graphable(b)) return forward_graph(b);
+  const StepMeta m = upload_step(b.tokens, b, rows, plan_options());
   const int32_t* d_rows = m.rows;
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l) layer(l, m, T);

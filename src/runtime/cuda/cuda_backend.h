@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct CudaBackendOptions {
   int64_t max_model_len = 131072;   // page-table capacity per sequence
   double gpu_memory_utilization = 0.90;
   int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
+  bool cuda_graphs = true;  // replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off)
 };
 
 bool cuda_device_available();
@@ -60,9 +62,17 @@ class CudaBackend final : public Backend {
   };
   void plan_memory();
   void validate(const StepBatch& b) const;
-  StepMeta upload_step(const StepBatch& b, const std::vector<int32_t>& rows);
+  // Uploads the step's metadata at fixed offsets of the metadata buffer (so a captured graph's pointers stay
+  // valid); `tokens` may be padded beyond the batch's own.
+  StepMeta upload_step(const std::vector<int32_t>& tokens, const StepBatch& b, const std::vector<int32_t>& rows,
+                       const kernels::attention::PlanOptions& po);
+  kernels::attention::PlanOptions plan_options() const;
   void layer(int64_t l, const StepMeta& m, int64_t T);
   void compute_logits(const int32_t* d_rows, int64_t rows);
+  // Greedy decode of one token per sequence: embedding, every layer, logits, arg-max (what a graph captures).
+  void decode_body(const StepMeta& m, int64_t T);
+  bool graphable(const StepBatch& b) const;
+  StepOutput forward_graph(const StepBatch& b);
 
   CudaBackendOptions opts_;
   model::ModelConfig config_;
@@ -89,8 +99,11 @@ class CudaBackend final : public Backend {
   int64_t logits_rows_cap_ = 0;
   std::unique_ptr<kernels::DenseGemm> gemm_;
 
-  // Step metadata: one host (pinned) and one device buffer of the same layout.
+  // Step metadata: one host (pinned) and one device buffer of the same layout, regions at fixed offsets.
   size_t meta_cap_ = 0;
+  size_t off_tokens_ = 0, off_blob_ = 0, off_rows_ = 0, off_full_ = 0, off_sliding_ = 0;
+  size_t cap_tokens_ = 0, cap_blob_ = 0, cap_rows_ = 0, cap_table_ = 0;
+  std::map<int, cudaGraphExec_t> graphs_;  // decode graphs by batch bucket
   uint8_t* h_meta_ = nullptr;
   uint8_t* d_meta_ = nullptr;
   int32_t* h_ids_ = nullptr;
