@@ -31,7 +31,8 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--max-num-batched-tokens", max_num_batched_tokens, "most tokens in one step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_flag("--enforce-eager", enforce_eager, "never replay CUDA graphs (every decode step launches its kernels)");
+  cmd->add_flag("--enforce-eager", enforce_eager,
+                "never replay CUDA graphs (every decode step launches its kernels)");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();

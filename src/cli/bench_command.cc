@@ -1,7 +1,7 @@
 // orchid bench prefill|decode MODEL: the seed's tables (latency or tokens/s, $ per 1M tokens) with the floor
 // of every cell (model/cost_model.h). Works on any backend; the numbers that matter come from the GPU.
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
-  std::string model, lens = "8192,32768,65536,128000", seq_lens = "8192,32768", batches = "1,2,4,8,16,32,64,128";
+  std::string model, lens = "8192,32768,65536,128000", seq_lens = "8192,32768",
+                     batches = "1,2,4,8,16,32,64,128";
   int32_t repeats = 3, steps = 8, chunk = 0, gpus = 1;
   double usd_per_gpu_hour = 3.0;
   bool json = false;
@@ -76,18 +77,21 @@ void run_prefill(const BenchArgs& a) {
     }
     const double s = median(times);
     const double floor = model::prefill_floor_seconds(c, n, bo.weights, hw);
-    nlohmann::json row = {{"input_tokens", n},
-                          {"latency_s", s},
-                          {"usd_per_1m_tokens", model::usd_per_million_tokens(s, n, a.gpus, a.usd_per_gpu_hour)},
-                          {"floor_s", floor},
-                          {"latency_over_floor", s / floor},
-                          {"tokens_per_s", double(n) / s}};
-    if (auto seed = seed_prefill_seconds(c.num_experts, n); seed && c.hidden_size == 2880) row["seed_s"] = *seed;
-    if (auto peer = peer_prefill_seconds(c.num_experts, n); peer && c.hidden_size == 2880) row["peer_s"] = *peer;
+    nlohmann::json row = {
+        {"input_tokens", n},
+        {"latency_s", s},
+        {"usd_per_1m_tokens", model::usd_per_million_tokens(s, n, a.gpus, a.usd_per_gpu_hour)},
+        {"floor_s", floor},
+        {"latency_over_floor", s / floor},
+        {"tokens_per_s", double(n) / s}};
+    if (auto seed = seed_prefill_seconds(c.num_experts, n); seed && c.hidden_size == 2880)
+      row["seed_s"] = *seed;
+    if (auto peer = peer_prefill_seconds(c.num_experts, n); peer && c.hidden_size == 2880)
+      row["peer_s"] = *peer;
     rows.push_back(row);
   }
-  nlohmann::json out = {{"bench", "prefill"}, {"model", c.name}, {"backend", backend->name()},
-                        {"weights", bo.weights}, {"gpus", a.gpus}, {"rows", rows}};
+  nlohmann::json out = {{"bench", "prefill"},    {"model", c.name}, {"backend", backend->name()},
+                        {"weights", bo.weights}, {"gpus", a.gpus},  {"rows", rows}};
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -97,15 +101,19 @@ void run_prefill(const BenchArgs& a) {
   std::printf("| input | latency s | $ / 1M tok | floor s | x floor | seed s | peer s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
-    auto opt = [&](const char* k) { return r.contains(k) ? fmt::format("{:.3f}", r[k].get<double>()) : std::string("-"); };
-    std::printf("| %lld | %.3f | %.4f | %.3f | %.1f | %s | %s |\n", (long long)r["input_tokens"].get<int64_t>(),
-                r["latency_s"].get<double>(), r["usd_per_1m_tokens"].get<double>(), r["floor_s"].get<double>(),
+    auto opt = [&](const char* k) {
+      return r.contains(k) ? fmt::format("{:.3f}", r[k].get<double>()) : std::string("-");
+    };
+    std::printf("| %lld | %.3f | %.4f | %.3f | %.1f | %s | %s |\n",
+                (long long)r["input_tokens"].get<int64_t>(), r["latency_s"].get<double>(),
+                r["usd_per_1m_tokens"].get<double>(), r["floor_s"].get<double>(),
                 r["latency_over_floor"].get<double>(), opt("seed_s").c_str(), opt("peer_s").c_str());
   }
 }
 
 // Decode steps of B sequences at context L. Timing only: the KV pages are whatever the pool holds (no prefill
-// is run, which at 128 x 32k tokens would dominate the benchmark), the arithmetic and bytes are the real ones.
+// is run, which at 128 x 32k tokens would dominate the benchmark), the arithmetic and bytes are the real
+// ones.
 void run_decode(const BenchArgs& a) {
   auto seq_lens = positive_list(a.seq_lens, "--seq-lens");
   auto batches = positive_list(a.batches, "--batch-sizes");
@@ -123,10 +131,12 @@ void run_decode(const BenchArgs& a) {
   for (int64_t L : seq_lens) {
     for (int64_t B : batches) {
       const int64_t pages_per_seq = (L + spec.page_size - 1) / spec.page_size;
-      const int64_t sliding_per_seq = std::min<int64_t>(pages_per_seq, (spec.sliding_window + spec.page_size - 1) / spec.page_size + 1);
+      const int64_t sliding_per_seq =
+          std::min<int64_t>(pages_per_seq, (spec.sliding_window + spec.page_size - 1) / spec.page_size + 1);
       nlohmann::json row = {{"seq_len", L}, {"batch", B}};
       if (pages_per_seq * B > spec.num_full_pages || sliding_per_seq * B > spec.num_sliding_pages) {
-        row["skipped"] = fmt::format("KV needs {} pages, the pool has {}", pages_per_seq * B, spec.num_full_pages);
+        row["skipped"] =
+            fmt::format("KV needs {} pages, the pool has {}", pages_per_seq * B, spec.num_full_pages);
         rows.push_back(row);
         continue;
       }
@@ -142,7 +152,8 @@ void run_decode(const BenchArgs& a) {
         q.sample = true;
         q.full_table_begin = int32_t(b.full_page_table.size());
         q.num_full_pages = int32_t(pages_per_seq);
-        for (int64_t p = 0; p < pages_per_seq; ++p) b.full_page_table.push_back(int32_t(s * pages_per_seq + p));
+        for (int64_t p = 0; p < pages_per_seq; ++p)
+          b.full_page_table.push_back(int32_t(s * pages_per_seq + p));
         q.sliding_table_begin = int32_t(b.sliding_page_table.size());
         q.num_sliding_pages = int32_t(pages_per_seq);
         for (int64_t p = 0; p < pages_per_seq; ++p) {
@@ -170,14 +181,14 @@ void run_decode(const BenchArgs& a) {
       rows.push_back(row);
     }
   }
-  nlohmann::json out = {{"bench", "decode"}, {"model", c.name}, {"backend", backend->name()},
-                        {"weights", bo.weights}, {"gpus", a.gpus}, {"rows", rows}};
+  nlohmann::json out = {{"bench", "decode"},     {"model", c.name}, {"backend", backend->name()},
+                        {"weights", bo.weights}, {"gpus", a.gpus},  {"rows", rows}};
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("decode: %s on %s (%s experts), $%.2f per GPU-hour x %d GPU\n", c.name.c_str(), backend->name().c_str(),
-              bo.weights.c_str(), a.usd_per_gpu_hour, a.gpus);
+  std::printf("decode: %s on %s (%s experts), $%.2f per GPU-hour x %d GPU\n", c.name.c_str(),
+              backend->name().c_str(), bo.weights.c_str(), a.usd_per_gpu_hour, a.gpus);
   std::printf("| seq len | batch | tok/s/user | tok/s total | $ / 1M tok | step ms | floor ms | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
@@ -186,17 +197,22 @@ void run_decode(const BenchArgs& a) {
                   (long long)r["batch"].get<int64_t>(), r["skipped"].get<std::string>().c_str());
       continue;
     }
-    std::printf("| %lld | %lld | %.1f | %.1f | %.4f | %.3f | %.3f | %.1f |\n", (long long)r["seq_len"].get<int64_t>(),
-                (long long)r["batch"].get<int64_t>(), r["tokens_per_s_per_user"].get<double>(),
-                r["tokens_per_s"].get<double>(), r["usd_per_1m_tokens"].get<double>(), 1e3 * r["step_s"].get<double>(),
+    std::printf("| %lld | %lld | %.1f | %.1f | %.4f | %.3f | %.3f | %.1f |\n",
+                (long long)r["seq_len"].get<int64_t>(), (long long)r["batch"].get<int64_t>(),
+                r["tokens_per_s_per_user"].get<double>(), r["tokens_per_s"].get<double>(),
+                r["usd_per_1m_tokens"].get<double>(), 1e3 * r["step_s"].get<double>(),
                 1e3 * r["floor_s"].get<double>(), r["step_over_floor"].get<double>());
   }
 }
 
 void common_flags(CLI::App* cmd, BenchArgs& a) {
   cmd->add_option("MODEL", a.model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
-  cmd->add_option("--gpus", a.gpus, "GPUs counted in $ per 1M tokens")->check(CLI::Range(1, 1024))->capture_default_str();
-  cmd->add_option("--usd-per-gpu-hour", a.usd_per_gpu_hour, "price of one GPU-hour")->check(CLI::Range(0.0, 1e6))->capture_default_str();
+  cmd->add_option("--gpus", a.gpus, "GPUs counted in $ per 1M tokens")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--usd-per-gpu-hour", a.usd_per_gpu_hour, "price of one GPU-hour")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->add_flag("--json", a.json, "print JSON instead of a table");
   a.backend.add_flags(cmd);
 }
@@ -205,19 +221,25 @@ void common_flags(CLI::App* cmd, BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  auto* bench = app.add_subcommand("bench", "Benchmarks in the seed's terms (prefill latency, decode speed, $ per 1M tokens)");
+  auto* bench = app.add_subcommand(
+      "bench", "Benchmarks in the seed's terms (prefill latency, decode speed, $ per 1M tokens)");
   bench->require_subcommand(1);
   auto* prefill = bench->add_subcommand("prefill", "Prefill latency of one sequence per input length");
   common_flags(prefill, *a);
   prefill->add_option("--input-lens", a->lens, "comma-separated input lengths")->capture_default_str();
-  prefill->add_option("--repeats", a->repeats, "timed runs per length (median)")->check(CLI::Range(1, 1000))->capture_default_str();
-  prefill->add_option("--chunk", a->chunk, "prefill chunk in tokens (0: one step)")->check(CLI::Range(0, 1 << 30));
+  prefill->add_option("--repeats", a->repeats, "timed runs per length (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  prefill->add_option("--chunk", a->chunk, "prefill chunk in tokens (0: one step)")
+      ->check(CLI::Range(0, 1 << 30));
   prefill->callback([a] { run_prefill(*a); });
   auto* decode = bench->add_subcommand("decode", "Decode step time per (sequence length, batch size)");
   common_flags(decode, *a);
   decode->add_option("--seq-lens", a->seq_lens, "comma-separated context lengths")->capture_default_str();
   decode->add_option("--batch-sizes", a->batches, "comma-separated batch sizes")->capture_default_str();
-  decode->add_option("--steps", a->steps, "timed steps per cell (median)")->check(CLI::Range(1, 10000))->capture_default_str();
+  decode->add_option("--steps", a->steps, "timed steps per cell (median)")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
   decode->callback([a] { run_decode(*a); });
 }
 

@@ -1,5 +1,6 @@
 // orchid layer MODEL --layer L --input X.npy --output Y.npy: one decoder layer alone on given hidden states
-// (teacher forcing), for layer-by-layer comparison with a reference implementation (tools/gpu/layer_check.py).
+// (teacher forcing), for layer-by-layer comparison with a reference implementation
+// (tools/gpu/layer_check.py).
 #include <spdlog/spdlog.h>
 
 #include "cli/backend_options.h"
@@ -21,10 +22,13 @@ void add_layer_command(CLI::App& app) {
   auto a = std::make_shared<LayerArgs>();
   auto* cmd = app.add_subcommand("layer", "Run single decoder layers on given hidden states (verification)");
   cmd->add_option("MODEL", a->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
-  cmd->add_option("--layer", a->layers, "layer index (repeat for several; INPUT/OUTPUT get the index appended)")
+  cmd->add_option("--layer", a->layers,
+                  "layer index (repeat for several; INPUT/OUTPUT get the index appended)")
       ->required();
-  cmd->add_option("--input", a->input, "hidden states entering the layer, float32 .npy [n, hidden]")->required();
-  cmd->add_option("--output", a->output, "the layer's output hidden states, float32 .npy [n, hidden]")->required();
+  cmd->add_option("--input", a->input, "hidden states entering the layer, float32 .npy [n, hidden]")
+      ->required();
+  cmd->add_option("--output", a->output, "the layer's output hidden states, float32 .npy [n, hidden]")
+      ->required();
   cmd->add_option("--topk-out", a->topk_out, "also write the experts each token chose, [n, k] (as float32)");
   a->backend.add_flags(cmd);
   cmd->callback([a] {

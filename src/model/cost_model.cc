@@ -34,7 +34,8 @@ PrefillFlops prefill_flops(const ModelConfig& c, int64_t n) {
   return f;
 }
 
-double prefill_floor_seconds(const ModelConfig& c, int64_t n, std::string_view weights, const HardwareCeilings& hw) {
+double prefill_floor_seconds(const ModelConfig& c, int64_t n, std::string_view weights,
+                             const HardwareCeilings& hw) {
   const auto f = prefill_flops(c, n);
   const double linear_rate = weights == "bf16" ? hw.bf16_flops : hw.fp8_flops;
   return f.linear / linear_rate + (f.attention + f.lm_head) / hw.bf16_flops;
@@ -74,9 +75,10 @@ double decode_step_bytes(const ModelConfig& c, int64_t batch, int64_t context, s
 double decode_floor_seconds(const ModelConfig& c, int64_t batch, int64_t context, std::string_view weights,
                             const HardwareCeilings& hw) {
   const double bytes_s = decode_step_bytes(c, batch, context, weights) / hw.hbm_bytes_per_s;
-  const double flops = 2.0 * double(linear_params_per_token(c) + c.vocab_size * c.hidden_size) * double(batch) +
-                       4.0 * double(c.head_dim) * double(c.num_heads) * double(batch) * double(context) *
-                           double(c.num_full_layers());
+  const double flops =
+      2.0 * double(linear_params_per_token(c) + c.vocab_size * c.hidden_size) * double(batch) +
+      4.0 * double(c.head_dim) * double(c.num_heads) * double(batch) * double(context) *
+          double(c.num_full_layers());
   const double flops_s = flops / (weights == "bf16" ? hw.bf16_flops : hw.fp8_flops);
   return std::max(bytes_s, flops_s);
 }

@@ -10,8 +10,8 @@
 namespace orchid::model {
 
 struct HardwareCeilings {
-  double bf16_flops = 742e12;  // dense BF16 GEMM, measured on an H200 (cuBLAS 8192^3)
-  double fp8_flops = 1332e12;  // FP8 e4m3 GEMM, measured on an H200
+  double bf16_flops = 742e12;        // dense BF16 GEMM, measured on an H200 (cuBLAS 8192^3)
+  double fp8_flops = 1332e12;        // FP8 e4m3 GEMM, measured on an H200
   double hbm_bytes_per_s = 4.17e12;  // device-to-device copy, bytes read + written
 };
 
@@ -29,7 +29,8 @@ PrefillFlops prefill_flops(const ModelConfig& c, int64_t n);
 
 // Seconds at the ceilings: linear layers at the expert format's rate (FP8 for fp8/mxfp4 experts, BF16 for
 // bf16), attention at the BF16 rate.
-double prefill_floor_seconds(const ModelConfig& c, int64_t n, std::string_view weights, const HardwareCeilings& hw);
+double prefill_floor_seconds(const ModelConfig& c, int64_t n, std::string_view weights,
+                             const HardwareCeilings& hw);
 
 // Bytes one decode step must read from HBM: every non-expert weight once, the distinct experts that B tokens
 // route to (expected value under uniform routing), and each sequence's KV cache at context length L.
@@ -38,7 +39,8 @@ double decode_floor_seconds(const ModelConfig& c, int64_t batch, int64_t context
                             const HardwareCeilings& hw);
 
 // $ per 1M tokens when `seconds` of `gpus` GPUs at `usd_per_gpu_hour` produce `tokens` tokens.
-inline double usd_per_million_tokens(double seconds, int64_t tokens, int gpus, double usd_per_gpu_hour = 3.0) {
+inline double usd_per_million_tokens(double seconds, int64_t tokens, int gpus,
+                                     double usd_per_gpu_hour = 3.0) {
   return seconds * gpus * usd_per_gpu_hour / 3600.0 / double(tokens) * 1e6;
 }
 

@@ -15,8 +15,8 @@ StepOutput SequenceRunner::feed(const std::vector<int32_t>& ids, bool sample, bo
   const int64_t total = int64_t(history_.size() + ids.size());
   const int64_t pages = (total + spec.page_size - 1) / spec.page_size;
   if (pages > spec.num_full_pages)
-    fail("sequence of {} tokens needs {} KV pages of {} tokens; the cache has {}", total, pages, spec.page_size,
-         spec.num_full_pages);
+    fail("sequence of {} tokens needs {} KV pages of {} tokens; the cache has {}", total, pages,
+         spec.page_size, spec.num_full_pages);
   if (chunk <= 0) chunk = int32_t(std::max<size_t>(ids.size(), 1));
   chunk = std::min(chunk, backend_.max_step_tokens());
   StepOutput out;
@@ -31,15 +31,16 @@ StepOutput SequenceRunner::feed(const std::vector<int32_t>& ids, bool sample, bo
     const int32_t need = int32_t((s.start_pos + s.num_tokens + spec.page_size - 1) / spec.page_size);
     // Sliding layers only read the window before the chunk, so their pages form a ring over the sliding pool:
     // logical page k uses slot k mod (pool size); pages wholly before the window are kNoPage.
-    const int32_t window_start = spec.sliding_window > 0 ? std::max(0, s.start_pos - spec.sliding_window + 1) : 0;
+    const int32_t window_start =
+        spec.sliding_window > 0 ? std::max(0, s.start_pos - spec.sliding_window + 1) : 0;
     const int32_t first_live = window_start / spec.page_size;
     if (spec.sliding_window > 0 && need - first_live > spec.num_sliding_pages)
       fail("a chunk of {} tokens needs {} sliding-window KV pages; the pool has {} (use a smaller chunk)",
            s.num_tokens, need - first_live, spec.num_sliding_pages);
     for (int32_t p = 0; p < need; ++p) {
       b.full_page_table.push_back(p);
-      b.sliding_page_table.push_back(p < first_live || spec.num_sliding_pages == 0 ? kNoPage
-                                                                                    : p % spec.num_sliding_pages);
+      b.sliding_page_table.push_back(
+          p < first_live || spec.num_sliding_pages == 0 ? kNoPage : p % spec.num_sliding_pages);
     }
     s.num_full_pages = s.num_sliding_pages = need;
     s.sample = sample && last;

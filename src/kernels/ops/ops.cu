@@ -7,8 +7,9 @@ namespace orchid::kernels::ops {
 
 namespace {
 
-__global__ void embedding_gather_kernel(const __nv_bfloat16* __restrict__ table, const int32_t* __restrict__ ids,
-                                        float* __restrict__ x, int64_t hidden) {
+__global__ void embedding_gather_kernel(const __nv_bfloat16* __restrict__ table,
+                                        const int32_t* __restrict__ ids, float* __restrict__ x,
+                                        int64_t hidden) {
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* src = table + int64_t(ids[row]) * hidden;
   float* dst = x + row * hidden;
@@ -33,21 +34,25 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t*
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
 }
 
-__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst,
+                                   int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = __bfloat162float(src[i]);
 }
 
-__global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+__global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst,
+                                   int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 // One CTA per row: max (lowest index on ties) in one pass, then the sum of exp(x - max) in a second pass over
 // the row (a 201088-entry row is 800 KB and stays in L2 between the passes).
 constexpr int kPickThreads = 1024;
-__global__ void __launch_bounds__(kPickThreads) greedy_pick_kernel(const float* __restrict__ logits, int64_t vocab,
-                                                                   int32_t* ids, float* logprobs) {
+__global__ void __launch_bounds__(kPickThreads)
+    greedy_pick_kernel(const float* __restrict__ logits, int64_t vocab, int32_t* ids, float* logprobs) {
   const float* row = logits + int64_t(blockIdx.x) * vocab;
   float best = -FLT_MAX;
   int64_t best_i = vocab;

@@ -15,7 +15,8 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 __device__ __forceinline__ float normal_from_hash(uint64_t h, float scale, float mean) {
   float s = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) s = __fadd_rn(s, __fmul_rn(float((h >> (16 * k)) & 0xffff) + 0.5f, 1.0f / 65536.0f));
+  for (int k = 0; k < 4; ++k)
+    s = __fadd_rn(s, __fmul_rn(float((h >> (16 * k)) & 0xffff) + 0.5f, 1.0f / 65536.0f));
   return __fadd_rn(__fmul_rn(__fsub_rn(s, 2.0f), scale), mean);  // no FMA: the host rounds twice too
 }
 
@@ -52,7 +53,8 @@ void synthetic_fill(const SyntheticFill& f, int64_t begin, int64_t count, void* 
   if (count <= 0) return;
   const int threads = 256;
   const int64_t blocks = (count + threads - 1) / threads;
-  synthetic_fill_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(f, begin, count, out);
+  synthetic_fill_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(f, begin, count,
+                                                                                           out);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

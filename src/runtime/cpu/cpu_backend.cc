@@ -37,8 +37,10 @@ float* CpuBackend::kv_row(bool key, int64_t layer, int32_t page, int64_t slot) {
   const bool sliding = c.is_sliding(layer);
   const int64_t pages = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
   auto& pool = sliding ? (key ? sliding_k_ : sliding_v_) : (key ? full_k_ : full_v_);
-  const size_t idx = ((size_t(layer_slot_[size_t(layer)]) * size_t(pages) + size_t(page)) * size_t(spec_.page_size) +
-                      size_t(slot)) * size_t(c.kv_dim());
+  const size_t idx =
+      ((size_t(layer_slot_[size_t(layer)]) * size_t(pages) + size_t(page)) * size_t(spec_.page_size) +
+       size_t(slot)) *
+      size_t(c.kv_dim());
   return pool.data() + idx;
 }
 
@@ -62,7 +64,8 @@ void CpuBackend::validate(const StepBatch& b) const {
     ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
   }
   ORCHID_CHECK(covered == int64_t(b.tokens.size()), "tokens not covered by sequences");
-  for (int32_t p : b.full_page_table) ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_full_pages), "page {}", p);
+  for (int32_t p : b.full_page_table)
+    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_full_pages), "page {}", p);
   for (int32_t p : b.sliding_page_table)
     ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_sliding_pages), "page {}", p);
 }
@@ -98,7 +101,8 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
                                    : b.full_page_table.data() + s.full_table_begin;
     auto page_of = [&](int64_t pos) {
       const int32_t page = table[pos / spec_.page_size];
-      if (page == kNoPage) ORCHID_CHECK(false, "position {} of sequence {} has no page (layer {})", pos, s.seq_id, l);
+      if (page == kNoPage)
+        ORCHID_CHECK(false, "position {} of sequence {} has no page (layer {})", pos, s.seq_id, l);
       return page;
     };
     for (int64_t i = 0; i < s.num_tokens; ++i) {
@@ -119,8 +123,8 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
       kv.k[size_t(pos)] = kv_row(true, l, page, pos % spec_.page_size);
       kv.v[size_t(pos)] = kv_row(false, l, page, pos % spec_.page_size);
     }
-    sink_attention(q.data() + int64_t(s.token_begin) * qd, s.num_tokens, s.start_pos, c, window, L.sinks.data(), kv,
-                   attn.data() + int64_t(s.token_begin) * qd);
+    sink_attention(q.data() + int64_t(s.token_begin) * qd, s.num_tokens, s.start_pos, c, window,
+                   L.sinks.data(), kv, attn.data() + int64_t(s.token_begin) * qd);
   }
   std::vector<float> o(size_t(n * H));
   linear(attn.data(), n, L.o, L.o_bias.data(), o.data());
@@ -155,7 +159,8 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     for (int32_t i = 0; i < s.num_tokens; ++i) positions[size_t(s.token_begin + i)] = s.start_pos + i;
 
   std::vector<float> x(size_t(n * H));
-  for (int64_t t = 0; t < n; ++t) w_.embedding.rows_f32(b.tokens[size_t(t)], b.tokens[size_t(t)] + 1, x.data() + t * H);
+  for (int64_t t = 0; t < n; ++t)
+    w_.embedding.rows_f32(b.tokens[size_t(t)], b.tokens[size_t(t)] + 1, x.data() + t * H);
   for (int64_t l = 0; l < c.num_layers; ++l) layer_forward(l, b, positions, x);
 
   // Final norm and lm_head only on the rows that need logits.
@@ -166,7 +171,8 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     for (const auto& s : b.seqs)
       if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
   }
-  std::vector<float> xr(rows.size() * size_t(H)), normed(rows.size() * size_t(H)), logits(rows.size() * size_t(V));
+  std::vector<float> xr(rows.size() * size_t(H)), normed(rows.size() * size_t(H)),
+      logits(rows.size() * size_t(V));
   for (size_t r = 0; r < rows.size(); ++r) std::copy_n(x.data() + rows[r] * H, H, xr.data() + r * size_t(H));
   rms_norm(xr.data(), int64_t(rows.size()), H, w_.final_norm.data(), float(c.rms_norm_eps), normed.data());
   linear(normed.data(), int64_t(rows.size()), w_.lm_head, nullptr, logits.data());

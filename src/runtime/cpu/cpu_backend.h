@@ -35,8 +35,8 @@ class CpuBackend final : public Backend {
  private:
   void validate(const StepBatch& b) const;
   float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
-  void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions, std::vector<float>& x,
-                     std::vector<int32_t>* topk = nullptr);
+  void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
+                     std::vector<float>& x, std::vector<int32_t>* topk = nullptr);
 
   model::LoadedModel model_;
   CpuWeights w_;

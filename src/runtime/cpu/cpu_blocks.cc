@@ -23,7 +23,8 @@ void apply_rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<
   const int64_t half = head_dim / 2;
   std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < half; ++j) model::rope_cos_sin(rope, positions[size_t(t)], j, &cs[size_t(j)], &sn[size_t(j)]);
+    for (int64_t j = 0; j < half; ++j)
+      model::rope_cos_sin(rope, positions[size_t(t)], j, &cs[size_t(j)], &sn[size_t(j)]);
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + (t * heads + h) * head_dim;
       for (int64_t j = 0; j < half; ++j) {
@@ -74,9 +75,9 @@ void sink_attention(const float* q, int64_t n, int64_t start_pos, const model::M
 
 void clamped_swiglu(const float* gate_up, int64_t inter, float alpha, float limit, float* z) {
   for (int64_t i = 0; i < inter; ++i) {
-    const float gate = std::min(gate_up[2 * i], limit);                       // upper clamp only
+    const float gate = std::min(gate_up[2 * i], limit);  // upper clamp only
     const float up = std::clamp(gate_up[2 * i + 1], -limit, limit);
-    const float glu = gate / (1.0f + std::exp(-alpha * gate));               // gate * sigmoid(alpha * gate)
+    const float glu = gate / (1.0f + std::exp(-alpha * gate));  // gate * sigmoid(alpha * gate)
     z[i] = glu * (up + 1.0f);
   }
 }
@@ -123,9 +124,11 @@ void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeig
     linear(xs.data(), m, w.gate_up[size_t(e)], w.gate_up_bias.data() + e * 2 * I, gu.data());
     z.resize(size_t(m * I));
     for (int64_t r = 0; r < m; ++r)
-      clamped_swiglu(gu.data() + r * 2 * I, I, float(c.swiglu_alpha), float(c.swiglu_limit), z.data() + r * I);
+      clamped_swiglu(gu.data() + r * 2 * I, I, float(c.swiglu_alpha), float(c.swiglu_limit),
+                     z.data() + r * I);
     y.resize(size_t(m * H));
-    linear(z.data(), m, w.down[size_t(e)], w.down_bias.data() + e * H, y.data());  // bias inside the weighted sum
+    linear(z.data(), m, w.down[size_t(e)], w.down_bias.data() + e * H,
+           y.data());  // bias inside the weighted sum
     for (int64_t r = 0; r < m; ++r) std::copy_n(y.data() + r * H, H, expert_out.data() + rows[size_t(r)] * H);
   }
   for (int64_t t = 0; t < n; ++t) {

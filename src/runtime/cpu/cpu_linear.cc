@@ -28,9 +28,12 @@ float element_f32(DType t, const uint8_t* p, int64_t i) {
       // IEEE half -> float
       uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
       float v;
-      if (exp == 0) v = std::ldexp(float(man), -24);
-      else if (exp == 31) v = man ? std::nanf("") : INFINITY;
-      else v = std::ldexp(float(man | 0x400), int(exp) - 25);
+      if (exp == 0)
+        v = std::ldexp(float(man), -24);
+      else if (exp == 31)
+        v = man ? std::nanf("") : INFINITY;
+      else
+        v = std::ldexp(float(man | 0x400), int(exp) - 25);
       return sign ? -v : v;
     }
     default:

@@ -14,7 +14,7 @@ namespace orchid::runtime::cpu {
 // A [rows, cols] matrix (rows = outputs): dense BF16/F16/F32 rows, or MXFP4 blocks + scales.
 struct MatrixRef {
   enum class Format : uint8_t { kDense, kMxfp4 } format = Format::kDense;
-  DType dtype = DType::kF32;  // dense element type
+  DType dtype = DType::kF32;        // dense element type
   const uint8_t* data = nullptr;    // dense elements, or MXFP4 blocks
   const uint8_t* scales = nullptr;  // MXFP4 only
   int64_t rows = 0, cols = 0;

@@ -29,7 +29,8 @@ CpuWeights CpuWeights::resolve(const model::LoadedModel& m) {
   const auto& ck = m.checkpoint;
   CpuWeights w;
   w.embedding = MatrixRef::dense(ck.get("model.embed_tokens.weight"));
-  w.lm_head = MatrixRef::dense(ck.get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
+  w.lm_head =
+      MatrixRef::dense(ck.get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
   w.final_norm = to_f32(ck.get("model.norm.weight"));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
@@ -54,7 +55,8 @@ CpuWeights CpuWeights::resolve(const model::LoadedModel& m) {
       if (c.experts_mxfp4) {
         L.gate_up.push_back(
             MatrixRef::mxfp4(t("mlp.experts.gate_up_proj_blocks"), t("mlp.experts.gate_up_proj_scales"), e));
-        L.down.push_back(MatrixRef::mxfp4(t("mlp.experts.down_proj_blocks"), t("mlp.experts.down_proj_scales"), e));
+        L.down.push_back(
+            MatrixRef::mxfp4(t("mlp.experts.down_proj_blocks"), t("mlp.experts.down_proj_scales"), e));
       } else {
         L.gate_up.push_back(transposed_expert(t("mlp.experts.gate_up_proj"), e, w));
         L.down.push_back(transposed_expert(t("mlp.experts.down_proj"), e, w));

@@ -26,8 +26,12 @@ bool cuda_device_available() {
 }
 
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+size_t align256(size_t v) {
+  return (v + 255) / 256 * 256;
+}
 constexpr int64_t kLogitsRowsPerPass = 256;  // lm_head rows per pass when every position's logits are wanted
 }  // namespace
 
@@ -39,7 +43,8 @@ CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions&
          dev.cc_minor);
   if (attn::log2_exact(opts.page_size) < 0 || opts.page_size > 256)
     fail("--block-size must be a power of two up to 256 on the CUDA backend, got {}", opts.page_size);
-  if (opts.max_step_tokens < 1 || opts.max_step_seqs < 1) fail("--max-num-batched-tokens and --max-num-seqs must be positive");
+  if (opts.max_step_tokens < 1 || opts.max_step_seqs < 1)
+    fail("--max-num-batched-tokens and --max-num-seqs must be positive");
   const model::ModelRef ref = model::parse_model_ref(model_arg);
   config_ = model::load_config(ref);
   ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -48,8 +53,10 @@ CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions&
   const auto mem = device_memory_info();
   const size_t wbytes = DeviceWeights::bytes_needed(config_, format);
   if (wbytes > mem.free)
-    fail("{} with --weights {} needs {:.1f} GiB for weights; the GPU has {:.1f} GiB free (try --weights mxfp4)",
-         config_.name, opts.weights, double(wbytes) / (1 << 30), double(mem.free) / (1 << 30));
+    fail(
+        "{} with --weights {} needs {:.1f} GiB for weights; the GPU has {:.1f} GiB free (try --weights "
+        "mxfp4)",
+        config_.name, opts.weights, double(wbytes) / (1 << 30), double(mem.free) / (1 << 30));
   weights_ = DeviceWeights::load(ref, config_, format, stream_);
 
   const auto rope = attn::yarn_inv_freq(config_);
@@ -93,12 +100,13 @@ void CudaBackend::plan_memory() {
   off_full_ = off_rows_ + align256(cap_rows_);
   off_sliding_ = off_full_ + align256(cap_table_);
   meta_cap_ = off_sliding_ + align256(cap_table_);
-  const size_t ws_bytes = align256(size_t(T * H) * 4) + align256(size_t(T * H) * 2) +
-                          align256(size_t(T * qkv_dim) * 2) + 2 * align256(size_t(T * c.q_dim()) * 2) +
-                          align256(size_t(T * H) * 2) + align256(kernels::moe_workspace_bytes(moe_cfg_)) +
-                          align256(decode_ws) + align256(kernels::DenseGemm::kRecommendedWorkspace) +
-                          align256(size_t(logits_rows_cap_ * H) * 4) + align256(size_t(logits_rows_cap_ * H) * 2) +
-                          align256(size_t(logits_rows_cap_ * V) * 4) + 2 * align256(size_t(S) * 4) + meta_cap_;
+  const size_t ws_bytes =
+      align256(size_t(T * H) * 4) + align256(size_t(T * H) * 2) + align256(size_t(T * qkv_dim) * 2) +
+      2 * align256(size_t(T * c.q_dim()) * 2) + align256(size_t(T * H) * 2) +
+      align256(kernels::moe_workspace_bytes(moe_cfg_)) + align256(decode_ws) +
+      align256(kernels::DenseGemm::kRecommendedWorkspace) + align256(size_t(logits_rows_cap_ * H) * 4) +
+      align256(size_t(logits_rows_cap_ * H) * 2) + align256(size_t(logits_rows_cap_ * V) * 4) +
+      2 * align256(size_t(S) * 4) + meta_cap_;
   ws_ = DeviceArena(ws_bytes, "step workspace");
   x_ = ws_.take<float>(size_t(T * H));
   h_ = ws_.take<__nv_bfloat16>(size_t(T * H));
@@ -128,7 +136,9 @@ void CudaBackend::plan_memory() {
   spec_.page_size = opts_.page_size;
   spec_.sliding_window = sliding > 0 ? int32_t(c.sliding_window) : 0;
   spec_.num_sliding_pages =
-      sliding > 0 ? int32_t(S * (ceil_div(c.sliding_window, opts_.page_size) + 2) + ceil_div(T, opts_.page_size)) : 0;
+      sliding > 0
+          ? int32_t(S * (ceil_div(c.sliding_window, opts_.page_size) + 2) + ceil_div(T, opts_.page_size))
+          : 0;
   const auto mem = device_memory_info();
   const size_t reserve = size_t(1) << 30;  // CUDA context, cuBLASLt, fragmentation
   const double budget = double(mem.total) * opts_.gpu_memory_utilization - double(mem.total - mem.free);
@@ -137,10 +147,12 @@ void CudaBackend::plan_memory() {
   int64_t full_pages = full > 0 ? int64_t(left / (double(full) * double(page_layer_bytes))) : 0;
   if (opts_.kv_pages > 0) full_pages = opts_.kv_pages;
   if (full > 0 && full_pages < ceil_div(std::min<int64_t>(opts_.max_model_len, 8192), opts_.page_size))
-    fail("not enough GPU memory for the KV cache: {} pages of {} tokens fit after {:.1f} GiB of weights and "
-         "{:.1f} GiB of workspace (lower --max-num-batched-tokens or --max-num-seqs, or raise "
-         "--gpu-memory-utilization)",
-         full_pages, opts_.page_size, double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30));
+    fail(
+        "not enough GPU memory for the KV cache: {} pages of {} tokens fit after {:.1f} GiB of weights and "
+        "{:.1f} GiB of workspace (lower --max-num-batched-tokens or --max-num-seqs, or raise "
+        "--gpu-memory-utilization)",
+        full_pages, opts_.page_size, double(weights_.arena.used()) / (1 << 30),
+        double(ws_.capacity()) / (1 << 30));
   spec_.num_full_pages = int32_t(std::min<int64_t>(full_pages, INT32_MAX));
   const size_t pool_full = size_t(spec_.num_full_pages) * page_layer_bytes / 2;  // one of K or V
   const size_t pool_sliding = size_t(spec_.num_sliding_pages) * page_layer_bytes / 2;
@@ -152,11 +164,12 @@ void CudaBackend::plan_memory() {
     v_pool_.push_back(reinterpret_cast<__nv_bfloat16*>(p + bytes));
     p += 2 * bytes;
   }
-  spdlog::info("GPU memory: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB ({} full pages = {} tokens, "
-               "{} sliding pages)",
-               double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30),
-               double(kv_.size()) / (1 << 30), spec_.num_full_pages, int64_t(spec_.num_full_pages) * opts_.page_size,
-               spec_.num_sliding_pages);
+  spdlog::info(
+      "GPU memory: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB ({} full pages = {} tokens, "
+      "{} sliding pages)",
+      double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30),
+      double(kv_.size()) / (1 << 30), spec_.num_full_pages, int64_t(spec_.num_full_pages) * opts_.page_size,
+      spec_.num_sliding_pages);
 }
 
 void CudaBackend::validate(const StepBatch& b) const {
@@ -180,7 +193,8 @@ void CudaBackend::validate(const StepBatch& b) const {
     ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
   }
   ORCHID_CHECK(covered == b.num_tokens());
-  for (int32_t p : b.full_page_table) ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_full_pages), "page {}", p);
+  for (int32_t p : b.full_page_table)
+    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_full_pages), "page {}", p);
   for (int32_t p : b.sliding_page_table)
     ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_sliding_pages), "page {}", p);
 }
@@ -210,7 +224,8 @@ kernels::attention::PlanOptions CudaBackend::plan_options() const {
 }
 
 CudaBackend::StepMeta CudaBackend::upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
-                                               const std::vector<int32_t>& rows, const attn::PlanOptions& po) {
+                                               const std::vector<int32_t>& rows,
+                                               const attn::PlanOptions& po) {
   std::vector<attn::PlanSequence> ps(b.seqs.size());
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     ps[i].q_start = b.seqs[i].token_begin;
@@ -230,7 +245,8 @@ CudaBackend::StepMeta CudaBackend::upload_step(const std::vector<int32_t>& token
   put(off_blob_, cap_blob_, plan_.blob().data(), plan_.blob_bytes(), "attention plan");
   put(off_rows_, cap_rows_, rows.data(), rows.size() * 4, "logits rows");
   put(off_full_, cap_table_, b.full_page_table.data(), b.full_page_table.size() * 4, "full page table");
-  put(off_sliding_, cap_table_, b.sliding_page_table.data(), b.sliding_page_table.size() * 4, "sliding page table");
+  put(off_sliding_, cap_table_, b.sliding_page_table.data(), b.sliding_page_table.size() * 4,
+      "sliding page table");
   StepMeta m;
   m.tokens = reinterpret_cast<const int32_t*>(d_meta_ + off_tokens_);
   m.full = reinterpret_cast<const int32_t*>(d_meta_ + off_full_);
@@ -310,7 +326,8 @@ std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x
   if (topk) {
     topk->resize(size_t(n * c.experts_per_token));
     const kernels::MoeBuffers mb = kernels::moe_buffers(moe_cfg_, moe_ws_);
-    ORCHID_CUDA_CHECK(cudaMemcpyAsync(topk->data(), mb.topk_idx, topk->size() * 4, cudaMemcpyDeviceToHost, stream_));
+    ORCHID_CUDA_CHECK(
+        cudaMemcpyAsync(topk->data(), mb.topk_idx, topk->size() * 4, cudaMemcpyDeviceToHost, stream_));
   }
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return y;
@@ -358,7 +375,8 @@ StepOutput CudaBackend::forward_graph(const StepBatch& b) {
   for (int64_t i = 0; i < B; ++i) rows[size_t(i)] = b.seqs[size_t(i)].token_begin;
   attn::PlanOptions po = plan_options();
   po.token_bucket = po.seq_bucket = po.decode_bucket = bucket;
-  po.decode_splits = std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
+  po.decode_splits =
+      std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
   const StepMeta m = upload_step(tokens, b, rows, po);
   auto it = graphs_.find(bucket);
   if (it == graphs_.end()) {
@@ -375,7 +393,8 @@ StepOutput CudaBackend::forward_graph(const StepBatch& b) {
   }
   ORCHID_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
+  ORCHID_CUDA_CHECK(
+      cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   StepOutput out;
   for (int64_t i = 0; i < B; ++i) {
@@ -411,19 +430,21 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
     compute_logits(d_rows, int64_t(n_sampled));
     bool all_greedy = true;
     for (const auto& s : b.seqs)
-      if (s.sample) all_greedy &= b.params[size_t(s.params_index)].is_greedy() &&
-                                  b.params[size_t(s.params_index)].num_logprobs <= 0 &&
-                                  !b.params[size_t(s.params_index)].uses_penalties() && s.num_banned == 0;
+      if (s.sample)
+        all_greedy &= b.params[size_t(s.params_index)].is_greedy() &&
+                      b.params[size_t(s.params_index)].num_logprobs <= 0 &&
+                      !b.params[size_t(s.params_index)].uses_penalties() && s.num_banned == 0;
     std::vector<float> host_logits;
     if (all_greedy) {
       kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
       ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
+      ORCHID_CUDA_CHECK(
+          cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
     }
     if (!all_greedy || b.logits == LogitsMode::kSampled) {
       host_logits.resize(n_sampled * size_t(V));
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4, cudaMemcpyDeviceToHost,
-                                        stream_));
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4,
+                                        cudaMemcpyDeviceToHost, stream_));
     }
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     size_t k = 0;

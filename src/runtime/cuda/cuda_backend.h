@@ -35,7 +35,8 @@ struct CudaBackendOptions {
   int64_t max_model_len = 131072;   // page-table capacity per sequence
   double gpu_memory_utilization = 0.90;
   int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
-  bool cuda_graphs = true;  // replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off)
+  bool cuda_graphs =
+      true;  // replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off)
 };
 
 bool cuda_device_available();
@@ -64,8 +65,8 @@ class CudaBackend final : public Backend {
   void validate(const StepBatch& b) const;
   // Uploads the step's metadata at fixed offsets of the metadata buffer (so a captured graph's pointers stay
   // valid); `tokens` may be padded beyond the batch's own.
-  StepMeta upload_step(const std::vector<int32_t>& tokens, const StepBatch& b, const std::vector<int32_t>& rows,
-                       const kernels::attention::PlanOptions& po);
+  StepMeta upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
+                       const std::vector<int32_t>& rows, const kernels::attention::PlanOptions& po);
   kernels::attention::PlanOptions plan_options() const;
   void layer(int64_t l, const StepMeta& m, int64_t T);
   void compute_logits(const int32_t* d_rows, int64_t rows);

@@ -15,8 +15,9 @@ DeviceBuffer::DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes
     cudaGetLastError();  // clear the sticky error state of a failed allocation
     size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
-    fail("cannot allocate {:.2f} GiB of GPU memory for {} ({:.2f} GiB free of {:.2f}): {}", double(bytes) / (1 << 30),
-         what, double(free) / (1 << 30), double(total) / (1 << 30), cudaGetErrorString(err));
+    fail("cannot allocate {:.2f} GiB of GPU memory for {} ({:.2f} GiB free of {:.2f}): {}",
+         double(bytes) / (1 << 30), what, double(free) / (1 << 30), double(total) / (1 << 30),
+         cudaGetErrorString(err));
   }
   ptr_ = static_cast<uint8_t*>(p);
 }
@@ -39,7 +40,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 uint8_t* DeviceArena::take_bytes(size_t bytes) {
   const size_t aligned = arena_bytes(bytes);
-  ORCHID_CHECK(used_ + aligned <= buf_.size(), "arena '{}' overflow: {} + {} > {}", what_, used_, aligned, buf_.size());
+  ORCHID_CHECK(used_ + aligned <= buf_.size(), "arena '{}' overflow: {} + {} > {}", what_, used_, aligned,
+               buf_.size());
   uint8_t* p = buf_.data() + used_;
   used_ += aligned;
   return p;

@@ -48,7 +48,9 @@ class DeviceArena {
 };
 
 // Bytes a DeviceArena needs for these takes (same alignment rule).
-inline size_t arena_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+inline size_t arena_bytes(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
 
 struct DeviceMemoryInfo {
   size_t free = 0, total = 0;

@@ -19,7 +19,9 @@ namespace orchid::runtime::cuda {
 
 namespace {
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 // Bytes of each expert tensor in a format: {w1, w1_scale, w2, w2_scale}.
 struct ExpertBytes {
@@ -126,20 +128,21 @@ size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeig
   const size_t qkv = size_t(c.q_dim() + 2 * c.kv_dim()), I = size_t(c.intermediate_size);
   size_t total = arena_bytes(V * H * 2) * (c.tie_word_embeddings ? 1 : 2) + arena_bytes(H * 4);
   const ExpertBytes eb = expert_bytes(c, format);
-  const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(c.num_heads) * 4) + arena_bytes(qkv * H * 2) +
-                           arena_bytes(qkv * 4) + arena_bytes(H * size_t(c.q_dim()) * 2) + arena_bytes(H * 2) +
-                           arena_bytes(E * H * 2) + arena_bytes(E * 4) + arena_bytes(E * 2 * I * 2) +
-                           arena_bytes(E * H * 2) + arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) +
-                           arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
+  const size_t per_layer =
+      2 * arena_bytes(H * 4) + arena_bytes(size_t(c.num_heads) * 4) + arena_bytes(qkv * H * 2) +
+      arena_bytes(qkv * 4) + arena_bytes(H * size_t(c.q_dim()) * 2) + arena_bytes(H * 2) +
+      arena_bytes(E * H * 2) + arena_bytes(E * 4) + arena_bytes(E * 2 * I * 2) + arena_bytes(E * H * 2) +
+      arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) + arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
   return total + per_layer * size_t(c.num_layers);
 }
 
-DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::ModelConfig& c, kernels::MoeWeights format,
-                                  cudaStream_t stream) {
+DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::ModelConfig& c,
+                                  kernels::MoeWeights format, cudaStream_t stream) {
   if (!c.experts_mxfp4)
-    fail("{}: the CUDA backend loads MXFP4 expert checkpoints (the official layout); this one stores dense "
-         "experts",
-         c.name);
+    fail(
+        "{}: the CUDA backend loads MXFP4 expert checkpoints (the official layout); this one stores dense "
+        "experts",
+        c.name);
   if (c.head_dim != 64) fail("{}: the CUDA kernels need head_dim 64, the model has {}", c.name, c.head_dim);
   const auto t0 = std::chrono::steady_clock::now();
   DeviceWeights w;
@@ -224,7 +227,8 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
       int n, k;
       uint8_t *q, *s;
     };
-    for (const Mat& m : {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s}, Mat{"down_proj", int(H), int(I), w2, w2s}}) {
+    for (const Mat& m :
+         {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s}, Mat{"down_proj", int(H), int(I), w2, w2s}}) {
       const std::string blocks = p + "mlp.experts." + m.name + "_blocks";
       const std::string scales = p + "mlp.experts." + m.name + "_scales";
       if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored
@@ -250,7 +254,9 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("weights on the GPU: {:.2f} GiB ({} experts) in {:.1f} s", double(w.arena.used()) / (1 << 30),
-               format == kernels::MoeWeights::kMxfp4 ? "mxfp4" : format == kernels::MoeWeights::kFp8 ? "fp8" : "bf16",
+               format == kernels::MoeWeights::kMxfp4 ? "mxfp4"
+               : format == kernels::MoeWeights::kFp8 ? "fp8"
+                                                     : "bf16",
                s);
   return w;
 }

@@ -42,8 +42,8 @@ struct DeviceWeights {
   // Bytes the arena needs for a model in a format (checked against free memory before anything is loaded).
   static size_t bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format);
   // `ref` is a directory or synthetic model; config already validated.
-  static DeviceWeights load(const model::ModelRef& ref, const model::ModelConfig& c, kernels::MoeWeights format,
-                            cudaStream_t stream);
+  static DeviceWeights load(const model::ModelRef& ref, const model::ModelConfig& c,
+                            kernels::MoeWeights format, cudaStream_t stream);
 };
 
 kernels::MoeWeights parse_weight_format(const std::string& name);  // fp8 | mxfp4 | bf16

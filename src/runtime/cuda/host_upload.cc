@@ -1,10 +1,10 @@
 #include "runtime/cuda/host_upload.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
 #include "kernels/common/cuda_check.h"
 

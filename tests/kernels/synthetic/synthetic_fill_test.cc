@@ -18,9 +18,12 @@ SyntheticFill fill_for(const model::TensorSpec& spec, uint64_t seed, DType dtype
   f.key = model::synthetic_tensor_key(spec.name, seed);
   f.scale = d.std * 1.7320508075688772f;
   f.mean = d.mean;
-  if (d.kind == model::SyntheticDistribution::kBytes) f.kind = SyntheticFillKind::kBytes;
-  else if (d.kind == model::SyntheticDistribution::kScales) f.kind = SyntheticFillKind::kScales;
-  else f.kind = dtype == DType::kF32 ? SyntheticFillKind::kNormalF32 : SyntheticFillKind::kNormalBf16;
+  if (d.kind == model::SyntheticDistribution::kBytes)
+    f.kind = SyntheticFillKind::kBytes;
+  else if (d.kind == model::SyntheticDistribution::kScales)
+    f.kind = SyntheticFillKind::kScales;
+  else
+    f.kind = dtype == DType::kF32 ? SyntheticFillKind::kNormalF32 : SyntheticFillKind::kNormalBf16;
   return f;
 }
 
