@@ -5,7 +5,8 @@
 #include <limits>
 
 #include "core/error.h"
-#include "runtime/philox.h"
+#include "core/philox.h"
+#include "core/sampling_weight.h"
 
 namespace orchid::runtime {
 namespace {
@@ -93,10 +94,9 @@ std::vector<int32_t> sampling_candidates(std::span<const float> l, const Samplin
   for (int32_t i = 0; i < int32_t(l.size()); ++i)
     if (l[i] != kNegInf) ids.push_back(i);
   ORCHID_CHECK(!ids.empty(), "every token is banned");
-  const int32_t top = argmax_lowest_id(l);
-  const double mx = l[top];
-  const double inv_t = 1.0 / double(p.temperature);
-  auto weight = [&](int32_t id) { return std::exp((double(l[id]) - mx) * inv_t); };
+  const float mx = l[argmax_lowest_id(l)];
+  const float inv_t = 1.0f / p.temperature;
+  auto weight = [&](int32_t id) { return double(sampling_weight(l[id], mx, inv_t)); };
 
   // top-k: the k highest logits, ties to the lower id.
   bool ascending = true;

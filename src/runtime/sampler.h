@@ -35,7 +35,8 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens);
 
 // Ids that a non-greedy draw can return, ascending, given penalized (and banned) logits: temperature,
-// top-k, top-p, min-p. `weights` receives exp((l - max) / T) for each of them, in the same order.
+// top-k, top-p, min-p. `weights` receives sampling_weight(l, max, 1/T) (core/sampling_weight.h) for each of
+// them, in the same order.
 std::vector<int32_t> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
                                          std::vector<double>* weights = nullptr);
 

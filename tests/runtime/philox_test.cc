@@ -1,4 +1,4 @@
-#include "runtime/philox.h"
+#include "core/philox.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,6 @@
 #include "kernels/common/device_info.h"
 #include "kernels/norm/rmsnorm.h"
 #include "kernels/ops/ops.h"
-#include "runtime/sampler.h"
 
 namespace orchid::runtime::cuda {
 
@@ -124,6 +123,7 @@ void CudaBackend::plan_memory() {
   d_logprobs_ = ws_.take<float>(size_t(S));
   d_meta_ = ws_.take_bytes(meta_cap_);
   gemm_ = std::make_unique<kernels::DenseGemm>(gemm_ws, kernels::DenseGemm::kRecommendedWorkspace);
+  sampler_ = std::make_unique<GpuSampler>(S, V);
   ORCHID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + size_t(S) * 8));
   h_ids_ = reinterpret_cast<int32_t*>(h_meta_ + meta_cap_);
   h_logprobs_ = reinterpret_cast<float*>(h_ids_ + S);
@@ -424,42 +424,41 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l) layer(l, m, T);
 
-  // Sampled rows: greedy on the GPU when every sampled request is greedy; otherwise the host sampler on the
-  // copied logits (exact semantics; a GPU sampler replaces it later).
+  // Sampled rows: a plain greedy step takes the arg-max kernel; anything else (temperature, top-k/p, min-p,
+  // penalties, banned tokens, logprobs) the GPU sampler. Raw logits, when asked for, are copied out first
+  // because the sampler applies penalties in place.
   if (n_sampled > 0) {
     compute_logits(d_rows, int64_t(n_sampled));
-    bool all_greedy = true;
-    for (const auto& s : b.seqs)
-      if (s.sample)
-        all_greedy &= b.params[size_t(s.params_index)].is_greedy() &&
-                      b.params[size_t(s.params_index)].num_logprobs <= 0 &&
-                      !b.params[size_t(s.params_index)].uses_penalties() && s.num_banned == 0;
     std::vector<float> host_logits;
-    if (all_greedy) {
-      kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
-      ORCHID_CUDA_CHECK(
-          cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
-    }
-    if (!all_greedy || b.logits == LogitsMode::kSampled) {
+    if (b.logits == LogitsMode::kSampled) {
       host_logits.resize(n_sampled * size_t(V));
       ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4,
                                         cudaMemcpyDeviceToHost, stream_));
     }
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    size_t k = 0;
+    bool plain_greedy = true;
     for (const auto& s : b.seqs) {
-      if (!s.sample || s.num_tokens == 0) continue;
-      if (all_greedy) {
+      if (!s.sample) continue;
+      const SamplingParams& p = b.params[size_t(s.params_index)];
+      plain_greedy &= p.is_greedy() && p.num_logprobs <= 0 && !p.uses_penalties() && s.num_banned == 0;
+    }
+    if (plain_greedy) {
+      kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
+      ORCHID_CUDA_CHECK(
+          cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
+    } else {
+      sampler_->launch(b, logits_, stream_);
+    }
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (plain_greedy) {
+      for (size_t k = 0; k < n_sampled; ++k) {
         SampledToken st;
         st.token = h_ids_[k];
         st.logprob = h_logprobs_[k];
         out.samples.push_back(st);
-      } else {
-        const std::span<const float> row(host_logits.data() + k * size_t(V), size_t(V));
-        out.samples.push_back(sample_token(step_sample_input(b, s, row)));
       }
-      ++k;
+    } else {
+      out.samples = sampler_->results();
     }
     if (b.logits == LogitsMode::kSampled) {
       out.logits = std::move(host_logits);

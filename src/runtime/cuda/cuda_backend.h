@@ -24,6 +24,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/device_weights.h"
+#include "runtime/cuda/gpu_sampler.h"
 
 namespace orchid::runtime::cuda {
 
@@ -99,6 +100,7 @@ class CudaBackend final : public Backend {
   int32_t* d_ids_ = nullptr;
   int64_t logits_rows_cap_ = 0;
   std::unique_ptr<kernels::DenseGemm> gemm_;
+  std::unique_ptr<GpuSampler> sampler_;
 
   // Step metadata: one host (pinned) and one device buffer of the same layout, regions at fixed offsets.
   size_t meta_cap_ = 0;

@@ -12,7 +12,7 @@
 #define ORCHID_HOST_DEVICE
 #endif
 
-namespace orchid::runtime {
+namespace orchid {
 
 struct Philox4x32 {
   static constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
@@ -43,4 +43,4 @@ ORCHID_HOST_DEVICE inline double sampling_uniform(uint64_t seed, uint32_t sample
   return double(bits) * 0x1.0p-53;
 }
 
-}  // namespace orchid::runtime
+}  // namespace orchid

@@ -1,0 +1,104 @@
+// The CUDA backend's sampling path end to end on synthetic:tiny: a prefill step of three sequences with
+// temperature/top-p/top-k, penalties, banned tokens and logprobs, whose raw logits come back (kSampled) and
+// are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/sampler.h"
+
+namespace orchid::runtime::cuda {
+namespace {
+
+TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
+  if (!cuda_device_available()) {
+    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
+    GTEST_SKIP() << "no CUDA device";
+  }
+  CudaBackendOptions o;
+  o.weights = "bf16";
+  o.max_step_tokens = 256;
+  o.max_step_seqs = 8;
+  o.max_model_len = 1024;
+  o.kv_pages = 64;
+  o.gpu_memory_utilization = 0.5;
+  CudaBackend be("synthetic:tiny", o);
+  const int32_t V = int32_t(be.model_config().vocab_size);
+  const KvCacheSpec spec = be.kv_spec();
+  int draws = 0;
+  for (int round = 0; round < 20; ++round) {
+    StepBatch b;
+    b.logits = LogitsMode::kSampled;
+    const int32_t lens[3] = {5, 9, 3};
+    int32_t page = 0;
+    for (int i = 0; i < 3; ++i) {
+      StepSequence s;
+      s.seq_id = i;
+      s.token_begin = int32_t(b.tokens.size());
+      s.num_tokens = lens[i];
+      for (int t = 0; t < lens[i]; ++t) b.tokens.push_back((round * 131 + i * 977 + t * 31) % V);
+      const int32_t pages = (lens[i] + spec.page_size - 1) / spec.page_size;
+      s.full_table_begin = s.sliding_table_begin = int32_t(b.full_page_table.size());
+      for (int32_t p = 0; p < pages; ++p) {
+        b.full_page_table.push_back(page);
+        b.sliding_page_table.push_back(spec.sliding_window > 0 ? page : kNoPage);
+        ++page;
+      }
+      s.num_full_pages = s.num_sliding_pages = pages;
+      s.sample = true;
+      s.sample_index = round * 3 + i;
+      s.params_index = i;
+      SamplingParams p;
+      p.seed = 1000 + uint64_t(round);
+      if (i == 0) {
+        p.temperature = 0.8f;
+        p.top_p = 0.9f;
+        p.num_logprobs = 5;
+        p.repetition_penalty = 1.3f;
+        p.frequency_penalty = 0.4f;
+        s.prompt_history_begin = int32_t(b.history_tokens.size());
+        s.prompt_history_len = lens[i];
+        b.history_tokens.insert(b.history_tokens.end(), b.tokens.begin() + s.token_begin, b.tokens.end());
+        s.output_history_begin = int32_t(b.history_tokens.size());
+        s.output_history_len = 4;
+        for (int t = 0; t < 4; ++t) b.history_tokens.push_back((round * 7 + t * 3) % V);
+      } else if (i == 1) {
+        p.top_k = 20;
+        p.temperature = 1.5f;
+        p.min_p = 0.01f;
+        s.banned_begin = int32_t(b.banned_tokens.size());
+        s.num_banned = 2;
+        b.banned_tokens.push_back(round % V);
+        b.banned_tokens.push_back((round * 13 + 1) % V);
+      } else {
+        p.temperature = 0.0f;
+        p.num_logprobs = 3;
+      }
+      b.params.push_back(p);
+      b.seqs.push_back(s);
+    }
+    const StepOutput out = be.forward(b);
+    ASSERT_EQ(out.samples.size(), 3u);
+    ASSERT_EQ(out.logits_rows, 3);
+    for (size_t k = 0; k < 3; ++k) {
+      const std::span<const float> row(out.logits.data() + k * size_t(V), size_t(V));
+      const SampledToken want = sample_token(step_sample_input(b, b.seqs[k], row));
+      const SampledToken& got = out.samples[k];
+      SCOPED_TRACE(::testing::Message() << "round " << round << " sequence " << k);
+      EXPECT_EQ(got.token, want.token);
+      EXPECT_NEAR(got.logprob, want.logprob, 1e-5 * std::max(1.0f, std::fabs(want.logprob)));
+      ASSERT_EQ(got.top.size(), want.top.size());
+      for (size_t j = 0; j < want.top.size(); ++j) {
+        EXPECT_EQ(got.top[j].first, want.top[j].first);
+        EXPECT_NEAR(got.top[j].second, want.top[j].second, 1e-5 * std::max(1.0f, std::fabs(want.top[j].second)));
+      }
+      ++draws;
+    }
+  }
+  std::printf("CUDA backend: %d sampled tokens equal to the host sampler's on the same logits\n", draws);
+}
+
+}  // namespace
+}  // namespace orchid::runtime::cuda
