@@ -30,9 +30,13 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
 step attention-kernels scripts/gpu-kernels-attention.sh $quick
 step moe-kernels scripts/gpu-kernels-moe.sh $quick
-for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test; do
+for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test \
+    "$build"/tests/kernels/sampling/sampling_kernels_test "$build"/tests/runtime/runtime_cuda_sampling_test; do
   step "$(basename "$t")" "$t"
 done
+step sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*DrawsDepend*'
+step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64 --steps 8

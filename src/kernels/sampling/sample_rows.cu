@@ -1,15 +1,20 @@
-// The GPU sampler (see sampling.h): one 512-thread block per sampled row, every step a pass over the row.
+// The GPU sampler (see sampling.h): a cluster of 1 to 8 blocks of 512 threads per sampled row (more blocks
+// when the batch is small), every step a pass over the row with 16 logits in flight per thread.
 //
-// Napkin math (gpt-oss vocab 201,088 fp32 = 786 KiB per row): a pass reads the row once, from L2 for up to
-// ~60 rows in flight and from HBM beyond. Temperature-only sampling takes 3 passes (stats, scan, walk);
-// top-k or top-p add a radix select of up to 7 passes each, logprobs a log-sum-exp pass plus a select for
-// the top N. Sums of weights are fp64 in a fixed order (warp-private histograms, fixed reduction trees), so a
-// row draws the same token on every run.
+// Napkin math (gpt-oss vocab 201,088 fp32 = 786 KiB per row; 256 rows = 206 MB, 49 us at 4.17 TB/s per pass):
+// temperature / min-p sampling takes three passes (stats, tile sums, walk of one segment), so ~150 us at 256
+// rows is the floor; measured 332 us (bench/RESULTS.md). A radix select (top-k, top-p, the top-N logprobs)
+// adds up to 7 passes whose per-logit work (warp match, histogram) makes them compute-bound: the next step is
+// to gather the chosen bucket into shared memory once it is small (after ~2 passes) and finish there.
+// Sums of weights are fp64 in a fixed order (warp-private histograms, fixed reduction trees), so a row draws
+// the same token on every run.
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <cmath>
 #include <mutex>
+
+#include <cooperative_groups.h>
 
 #include "core/philox.h"
 #include "core/sampling_weight.h"
@@ -19,10 +24,13 @@
 namespace orchid::kernels::sampling {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
 constexpr int kIdBits = 20;
+constexpr int kMaxCluster = 8;
 constexpr uint64_t kIdMask = (uint64_t(1) << kIdBits) - 1;
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -39,6 +47,10 @@ __device__ __forceinline__ float key_logit(uint64_t key) {
 }
 __device__ __forceinline__ int32_t key_id(uint64_t key) { return int32_t(kIdMask - (key & kIdMask)); }
 
+__device__ __forceinline__ bool is_candidate_value(float v, bool allow_neg_inf) {
+  return v == v && (allow_neg_inf || v != -INFINITY);
+}
+
 // Warp-private digit histograms of the radix select (dynamic shared memory).
 struct Hist {
   uint32_t count[kWarps][kBins];
@@ -46,32 +58,86 @@ struct Hist {
   double lane_w[kWarps][32];
 };
 
-struct Shared {
-  double red_d[kWarps];
-  uint64_t red_u[kWarps];
+struct RowStats {
+  uint64_t kmax, kmin, count;
+};
+
+// What one block of the cluster publishes to the others (read through distributed shared memory).
+struct Published {
+  RowStats stats;
+  double sum;
   uint32_t tot_count[kBins];
   double tot_weight[kBins];
-  uint64_t prefix;
-  double above;
-  double warp_base[kWarps + 1];
+  double warp_sum[kWarps];
   int32_t warp_last[kWarps];
-  int32_t owner;
-  double target;
-  int32_t token;
-  float raw_logit;
   int32_t n_top;
   uint64_t top_keys[kMaxTopLogprobs];
 };
 
-template <class T, class Op>
-__device__ T block_reduce(T v, Op op, T* slots) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFull, v, o));
-  if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = v;
-  __syncthreads();
-  T r = slots[0];
-  for (int w = 1; w < kWarps; ++w) r = op(r, slots[w]);
-  __syncthreads();
+struct Shared {
+  Published pub;
+  double red_d[kWarps];
+  uint64_t red_u[kWarps][3];
+  uint32_t cl_count[kBins];
+  double cl_weight[kBins];
+  RowStats stats;
+  double sum;
+  uint64_t prefix;
+  double above;
+  int32_t owner;  // global warp index (rank * kWarps + warp) that walks to the drawn token, or -1
+  double owner_r;
+  int32_t token;
+  float raw_logit;
+};
+
+// The row's blocks: a cluster of `n` blocks (1 to kMaxCluster), block `rank` reading ids [lo, hi).
+struct Row {
+  cg::cluster_group cluster;
+  int rank, n, lo, hi, V;
+  float* L;
+  bool vec;  // 16-byte loads: rows are 16-byte aligned (vocab % 4 == 0)
+  __device__ void sync() const { cluster.sync(); }
+  template <class T>
+  __device__ T* remote(T* local, int r) const {
+    return cluster.map_shared_rank(local, r);
+  }
+};
+
+// Four consecutive logits from i (0 past `end`): one 16-byte load when the row allows it.
+__device__ __forceinline__ float4 load4(const float* L, int i, int end, bool vec) {
+  if (vec && i + 3 < end) return *reinterpret_cast<const float4*>(L + i);
+  float4 r;
+  r.x = i < end ? L[i] : 0.0f;
+  r.y = i + 1 < end ? L[i + 1] : 0.0f;
+  r.z = i + 2 < end ? L[i + 2] : 0.0f;
+  r.w = i + 3 < end ? L[i + 3] : 0.0f;
   return r;
+}
+
+// Calls f(v, i, in_range) for this block's ids, 16 logits (four 16-byte loads) in flight per thread, which
+// is what it takes to keep enough bytes in flight for HBM; every thread makes the same number of calls, so f
+// may hold warp-collective code.
+template <class F>
+__device__ __forceinline__ void for_block_ids(const Row& row, F&& f) {
+  for (int base = row.lo + 4 * int(threadIdx.x); base - 4 * int(threadIdx.x) < row.hi; base += 16 * kThreads) {
+    float4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = load4(row.L, base + 4 * j * kThreads, row.hi, row.vec);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = base + 4 * j * kThreads;
+      f(v[j].x, i, i < row.hi);
+      f(v[j].y, i + 1, i + 1 < row.hi);
+      f(v[j].z, i + 2, i + 2 < row.hi);
+      f(v[j].w, i + 3, i + 3 < row.hi);
+    }
+  }
+}
+
+template <class T, class Op>
+__device__ T warp_reduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFull, v, o));
+  return v;
 }
 struct MaxU64 {
   __device__ uint64_t operator()(uint64_t a, uint64_t b) const { return a > b ? a : b; }
@@ -79,42 +145,83 @@ struct MaxU64 {
 struct MinU64 {
   __device__ uint64_t operator()(uint64_t a, uint64_t b) const { return a < b ? a : b; }
 };
-struct SumD {
+struct AddU64 {
+  __device__ uint64_t operator()(uint64_t a, uint64_t b) const { return a + b; }
+};
+struct AddD {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
 
-__device__ __forceinline__ bool is_candidate_value(float v, bool allow_neg_inf) {
-  return v == v && (allow_neg_inf || v != -INFINITY);
-}
-
-struct RowStats {
-  uint64_t kmax = 0, kmin = ~uint64_t(0);
-  uint64_t count = 0;
-};
-
-__device__ RowStats row_stats(const float* L, int V, bool allow_neg_inf, Shared& s) {
+// Largest and smallest key and the count of the row's tokens (finite, or also -inf), over the cluster.
+__device__ RowStats row_stats(const Row& row, bool allow_neg_inf, Shared& s) {
   uint64_t kmax = 0, kmin = ~uint64_t(0), n = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    const float v = L[i];
-    if (!is_candidate_value(v, allow_neg_inf)) continue;
+  for_block_ids(row, [&](float v, int i, bool in) {
+    if (!in || !is_candidate_value(v, allow_neg_inf)) return;
     const uint64_t k = rank_key(v, i);
     kmax = k > kmax ? k : kmax;
     kmin = k < kmin ? k : kmin;
     ++n;
+  });
+  kmax = warp_reduce(kmax, MaxU64{});
+  kmin = warp_reduce(kmin, MinU64{});
+  n = warp_reduce(n, AddU64{});
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    s.red_u[warp][0] = kmax;
+    s.red_u[warp][1] = kmin;
+    s.red_u[warp][2] = n;
   }
-  RowStats r;
-  r.kmax = block_reduce(kmax, MaxU64{}, s.red_u);
-  r.kmin = block_reduce(kmin, MinU64{}, s.red_u);
-  r.count = block_reduce(n, [](uint64_t a, uint64_t b) { return a + b; }, s.red_u);
-  return r;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    RowStats r{0, ~uint64_t(0), 0};
+    for (int w = 0; w < kWarps; ++w) {
+      r.kmax = MaxU64{}(r.kmax, s.red_u[w][0]);
+      r.kmin = MinU64{}(r.kmin, s.red_u[w][1]);
+      r.count += s.red_u[w][2];
+    }
+    s.pub.stats = r;
+  }
+  row.sync();
+  if (threadIdx.x == 0) {
+    RowStats r{0, ~uint64_t(0), 0};
+    for (int b = 0; b < row.n; ++b) {
+      const RowStats o = row.remote(&s.pub, b)->stats;
+      r.kmax = MaxU64{}(r.kmax, o.kmax);
+      r.kmin = MinU64{}(r.kmin, o.kmin);
+      r.count += o.count;
+    }
+    s.stats = r;
+  }
+  row.sync();  // every block has read every other's stats
+  return s.stats;
+}
+
+// A sum over the cluster, in a fixed order (threads, warps, blocks), so every run adds alike.
+__device__ double row_sum(const Row& row, double v, Shared& s) {
+  v = warp_reduce(v, AddD{});
+  if ((threadIdx.x & 31) == 0) s.red_d[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int w = 0; w < kWarps; ++w) t += s.red_d[w];
+    s.pub.sum = t;
+  }
+  row.sync();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int b = 0; b < row.n; ++b) t += row.remote(&s.pub, b)->sum;
+    s.sum = t;
+  }
+  row.sync();
+  return s.sum;
 }
 
 // Among the tokens with keys in [lo, hi] (hi: the row's largest key), walking in rank order, the key of the
 // first token at which the running total of q (1 per token, or its sampling weight) reaches `target`; the
-// smallest such key if the total never reaches it. Called by every thread; returns the same key to all.
+// smallest such key if the total never reaches it. Every thread of the cluster gets the same key.
 template <bool kWeighted>
-__device__ uint64_t radix_select(const float* L, int V, bool allow_neg_inf, uint64_t lo, uint64_t hi,
-                                 double target, float m, float inv_t, Hist& h, Shared& s) {
+__device__ uint64_t radix_select(const Row& row, bool allow_neg_inf, uint64_t lo, uint64_t hi, double target,
+                                 float m, float inv_t, Hist& h, Shared& s) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint64_t diff = lo ^ hi;
   if (diff == 0) return hi;
@@ -129,34 +236,29 @@ __device__ uint64_t radix_select(const float* L, int V, bool allow_neg_inf, uint
       (&h.weight[0][0])[j] = 0;
     }
     __syncthreads();
-    for (int base = 0; base < V; base += kThreads) {
-      const int i = base + tid;
+    for_block_ids(row, [&](float v, int i, bool in) {
       int digit = -1;
       double q = 0;
-      if (i < V) {
-        const float v = L[i];
-        if (is_candidate_value(v, allow_neg_inf)) {
-          const uint64_t key = rank_key(v, i);
-          if (key >= lo && (key >> (top + 1)) == (prefix >> (top + 1))) {
-            digit = int((key >> shift) & dmask);
-            if (kWeighted) q = double(sampling_weight(v, m, inv_t));
-          }
+      if (in && is_candidate_value(v, allow_neg_inf)) {
+        const uint64_t key = rank_key(v, i);
+        if (key >= lo && (key >> (top + 1)) == (prefix >> (top + 1))) {
+          digit = int((key >> shift) & dmask);
+          if (kWeighted) q = double(sampling_weight(v, m, inv_t));
         }
       }
       // One writer per digit and warp, so the warp-private histograms need no atomics. The common case of
       // the high digits, every lane of the warp on the same digit, reduces by shuffles; otherwise each
       // digit's lowest lane sums its peers.
       const unsigned valid = __ballot_sync(kFull, digit >= 0);
-      if (valid == 0) continue;
+      if (valid == 0) return;
       const unsigned peers = __match_any_sync(kFull, digit);
       if (__all_sync(kFull, digit < 0 || peers == valid)) {
-        if (kWeighted)
-          for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(kFull, q, o);
+        if (kWeighted) q = warp_reduce(q, AddD{});
         if (lane == __ffs(valid) - 1) {
           h.count[warp][digit] += __popc(valid);
           if (kWeighted) h.weight[warp][digit] += q;
         }
-        continue;
+        return;
       }
       if (kWeighted) h.lane_w[warp][lane] = q;
       __syncwarp();
@@ -169,7 +271,7 @@ __device__ uint64_t radix_select(const float* L, int V, bool allow_neg_inf, uint
         }
       }
       __syncwarp();
-    }
+    });
     __syncthreads();
     for (int d = tid; d < kBins; d += kThreads) {
       uint32_t c = 0;
@@ -178,16 +280,28 @@ __device__ uint64_t radix_select(const float* L, int V, bool allow_neg_inf, uint
         c += h.count[k][d];
         w += h.weight[k][d];
       }
-      s.tot_count[d] = c;
-      s.tot_weight[d] = w;
+      s.pub.tot_count[d] = c;
+      s.pub.tot_weight[d] = w;
     }
-    __syncthreads();
+    row.sync();
+    for (int d = tid; d < kBins; d += kThreads) {
+      uint32_t c = 0;
+      double w = 0;
+      for (int b = 0; b < row.n; ++b) {
+        const Published* o = row.remote(&s.pub, b);
+        c += o->tot_count[d];
+        w += o->tot_weight[d];
+      }
+      s.cl_count[d] = c;
+      s.cl_weight[d] = w;
+    }
+    row.sync();  // every block has read every other's histogram
     if (tid == 0) {
       int chosen = -1, lowest = -1;
       double lowest_q = 0;
       for (int d = int(dmask); d >= 0; --d) {
-        if (s.tot_count[d] == 0) continue;
-        const double q = kWeighted ? s.tot_weight[d] : double(s.tot_count[d]);
+        if (s.cl_count[d] == 0) continue;
+        const double q = kWeighted ? s.cl_weight[d] : double(s.cl_count[d]);
         lowest = d;
         lowest_q = q;
         if (above + q >= target) {
@@ -211,80 +325,140 @@ __device__ uint64_t radix_select(const float* L, int V, bool allow_neg_inf, uint
   return prefix;
 }
 
-__device__ __forceinline__ bool is_candidate(float v, int i, uint64_t floor_key, double min_p, float m,
-                                             float inv_t, float* w) {
-  if (!is_candidate_value(v, false) || rank_key(v, i) < floor_key) return false;
-  *w = sampling_weight(v, m, inv_t);
-  return double(*w) >= min_p;
+__device__ __forceinline__ double candidate_weight(float v, int i, uint64_t floor_key, double min_p, float m,
+                                                   float inv_t) {
+  if (!is_candidate_value(v, false) || rank_key(v, i) < floor_key) return 0.0;
+  const double w = double(sampling_weight(v, m, inv_t));
+  return w >= min_p ? w : 0.0;
 }
 
 // Inverse CDF over the candidates in ascending id order, at u * (their total weight); the last candidate if
-// rounding leaves the target past every bucket (as the host does). Warp w owns ids [w * seg, (w + 1) * seg),
-// read 32 consecutive ids at a time; the warp whose segment holds the target walks it tile by tile.
-__device__ int32_t draw(const float* L, int V, uint64_t floor_key, double min_p, float m, float inv_t, double u,
-                        Shared& s) {
+// rounding leaves the target past every bucket (as the host does). Global warp g (rank * kWarps + warp) sums
+// ids [g * seg, (g + 1) * seg); every block finds the warp whose segment holds the target; that warp's block
+// sums the segment's 128-id tiles (one per warp at a time), warp 0 finds the tile by a scan of the tile sums,
+// and the lane holding the target walks its four ids. Returns the token in the block that decided it (the
+// owner's, or rank 0 when the fallback applies) and -2 elsewhere.
+__device__ int32_t draw(const Row& row, uint64_t floor_key, double min_p, float m, float inv_t, double u,
+                        Hist& h, Shared& s) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int seg = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int begin = min(V, warp * seg), end = min(V, begin + seg);
-  double sum = 0;
-  int last = -1;
-  for (int i = begin + lane; i < end; i += 32) {
-    float w;
-    if (is_candidate(L[i], i, floor_key, min_p, m, inv_t, &w)) {
-      sum += double(w);
-      last = i;
+  const int g = row.rank * kWarps + warp, nwarps = row.n * kWarps;
+  const int seg = ((row.V + nwarps - 1) / nwarps + 127) / 128 * 128;
+  auto weights4 = [&](int i, int end, double w[4]) {
+    const float4 v = load4(row.L, i, end, row.vec);
+    const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) w[c] = i + c < end ? candidate_weight(f[c], i + c, floor_key, min_p, m, inv_t) : 0.0;
+  };
+  {
+    const int begin = min(row.V, g * seg), end = min(row.V, begin + seg);
+    double sum = 0;
+    int last = -1;
+    for (int t = begin; t < end; t += 4 * 128) {
+      double w[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) weights4(t + 128 * j + 4 * lane, end, w[j]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (w[j][c] > 0) {
+            sum += w[j][c];
+            last = t + 128 * j + 4 * lane + c;
+          }
+    }
+    sum = warp_reduce(sum, AddD{});
+    last = warp_reduce(last, [](int x, int y) { return x > y ? x : y; });
+    if (lane == 0) {
+      s.pub.warp_sum[warp] = sum;
+      s.pub.warp_last[warp] = last;
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    sum += __shfl_xor_sync(kFull, sum, o);
-    last = max(last, __shfl_xor_sync(kFull, last, o));
-  }
-  if (lane == 0) {
-    s.red_d[warp] = sum;
-    s.warp_last[warp] = last;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    double acc = 0;
-    int owner = -1, last_any = -1;
-    for (int w = 0; w < kWarps; ++w) {
-      s.warp_base[w] = acc;
-      acc += s.red_d[w];
-      last_any = max(last_any, s.warp_last[w]);
+  row.sync();
+  if (tid == 0) {  // every block finds the same owner from the same sums
+    double acc = 0, owner_base = 0;
+    int owner = -1, last_any = -1, owner_last = -1;
+    for (int b = 0; b < row.n; ++b) {
+      const Published* o = row.remote(&s.pub, b);
+      for (int w = 0; w < kWarps; ++w) {
+        last_any = max(last_any, o->warp_last[w]);
+        acc += o->warp_sum[w];
+      }
     }
     const double target = u * acc;
-    for (int w = 0; w < kWarps; ++w)
-      if (s.red_d[w] > 0 && target >= s.warp_base[w] && (w == kWarps - 1 || target < s.warp_base[w + 1])) owner = w;
+    acc = 0;
+    for (int b = 0; b < row.n && owner < 0; ++b) {
+      const Published* o = row.remote(&s.pub, b);
+      for (int w = 0; w < kWarps; ++w) {
+        const double next = acc + o->warp_sum[w];
+        if (o->warp_sum[w] > 0 && target >= acc && target < next) {
+          owner = b * kWarps + w;
+          owner_base = acc;
+          owner_last = o->warp_last[w];
+          break;
+        }
+        acc = next;
+      }
+    }
     s.owner = owner;
-    s.target = target;
-    s.token = last_any;
+    s.owner_r = target - owner_base;
+    s.token = owner < 0 ? (row.rank == 0 ? last_any : -2) : (owner / kWarps == row.rank ? owner_last : -2);
+  }
+  row.sync();  // every block has read every other's sums
+  if (s.owner < 0 || s.owner / kWarps != row.rank) return s.token;
+
+  // The owner's block: tile sums of the owner segment, then the tile, then the id.
+  const int begin = min(row.V, s.owner * seg), end = min(row.V, begin + seg);
+  const int ntiles = (end - begin + 127) / 128;
+  double* tile_sum = &h.weight[0][0];  // the histograms are idle now
+  for (int t = warp; t < ntiles; t += kWarps) {
+    double w[4];
+    weights4(begin + 128 * t + 4 * lane, end, w);
+    const double x = warp_reduce(w[0] + w[1] + w[2] + w[3], AddD{});
+    if (lane == 0) tile_sum[t] = x;
   }
   __syncthreads();
-  if (warp == s.owner) {
-    const double r = s.target - s.warp_base[warp];
+  if (warp == 0) {
+    const double r = s.owner_r;
     double cum = 0;
-    int32_t pick = s.warp_last[warp];
-    for (int t = begin; t < end; t += 32) {
-      const int i = t + lane;
-      float w = 0;
-      double x = (i < end && is_candidate(L[i], i, floor_key, min_p, m, inv_t, &w)) ? double(w) : 0.0;
-      for (int o = 1; o < 32; o <<= 1) {  // inclusive scan of the tile
+    for (int c = 0; c < ntiles; c += 32) {
+      const double own = c + lane < ntiles ? tile_sum[c + lane] : 0.0;
+      double x = own;
+      for (int o = 1; o < 32; o <<= 1) {
         const double y = __shfl_up_sync(kFull, x, o);
         if (lane >= o) x += y;
       }
       const unsigned hit = __ballot_sync(kFull, r < cum + x);
       if (hit != 0) {
-        pick = t + __ffs(hit) - 1;
+        const int src = __ffs(hit) - 1;
+        const int tile = c + src;
+        const double before = cum + __shfl_sync(kFull, x - own, src);  // sum of the tiles before it
+        double w[4];
+        weights4(begin + 128 * tile + 4 * lane, end, w);
+        const double mine = w[0] + w[1] + w[2] + w[3];
+        double y = mine;
+        for (int o = 1; o < 32; o <<= 1) {
+          const double z = __shfl_up_sync(kFull, y, o);
+          if (lane >= o) y += z;
+        }
+        const double rr = r - before;
+        const unsigned lh = __ballot_sync(kFull, rr < y);
+        if (lh != 0 && lane == __ffs(lh) - 1) {
+          double acc = y - mine;
+          int pick = -1;
+          for (int k = 0; k < 4; ++k) {
+            if (w[k] > 0) pick = begin + 128 * tile + 4 * lane + k;
+            acc += w[k];
+            if (w[k] > 0 && rr < acc) break;
+          }
+          if (pick >= 0) s.token = pick;
+        }
         break;
       }
       cum += __shfl_sync(kFull, x, 31);
     }
-    if (lane == 0) s.token = pick;
   }
   __syncthreads();
-  const int32_t token = s.token;
-  __syncthreads();
-  return token;
+  return s.token;
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) {
@@ -292,60 +466,75 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
   Hist& h = *reinterpret_cast<Hist*>(dyn);
   __shared__ Shared s;
   const int tid = threadIdx.x;
-  const RowParams P = a.params[blockIdx.x];
-  const int V = int(a.vocab);
-  float* L = a.logits + int64_t(P.logits_row) * a.vocab;
-  RowResult& out = a.out[blockIdx.x];
+  Row row{cg::this_cluster(), 0, 1, 0, 0, int(a.vocab), nullptr, false};
+  row.rank = int(row.cluster.block_rank());
+  row.n = int(row.cluster.num_blocks());
+  const int row_index = int(blockIdx.x) / row.n;
+  const int part = ((row.V + row.n - 1) / row.n + 3) / 4 * 4;
+  row.lo = min(row.V, row.rank * part);
+  row.hi = min(row.V, row.lo + part);
+  const RowParams P = a.params[row_index];
+  row.L = a.logits + int64_t(P.logits_row) * a.vocab;
+  row.vec = (a.vocab % 4) == 0 && (reinterpret_cast<uintptr_t>(a.logits) % 16) == 0;
+  float* L = row.L;
+  RowResult& out = a.out[row_index];
+  const int gtid = row.rank * kThreads + tid, gthreads = row.n * kThreads;
 
   // 1. Logprobs of the raw logits: log-sum-exp and the N most likely tokens.
   double lse = 0;
+  int n_top = 0;
   if (P.num_logprobs >= 0) {
-    const RowStats raw = row_stats(L, V, true, s);
+    const RowStats raw = row_stats(row, true, s);
     const float m = raw.count ? key_logit(raw.kmax) : -INFINITY;
     double sum = 0;
     // expf (2 ulp) summed in fp64: within 1e-7 of the host's fp64 exp, at a fraction of its cost.
-    for (int i = tid; i < V; i += kThreads) sum += double(expf(L[i] - m));
-    lse = double(m) + log(block_reduce(sum, SumD{}, s.red_d));
-    const int n = int(uint64_t(P.num_logprobs) < raw.count ? uint64_t(P.num_logprobs) : raw.count);
-    if (n > 0) {
-      const uint64_t kn = radix_select<false>(L, V, true, raw.kmin, raw.kmax, double(n), 0.f, 0.f, h, s);
-      if (tid == 0) s.n_top = 0;
+    for_block_ids(row, [&](float v, int, bool in) {
+      if (in) sum += double(expf(v - m));
+    });
+    lse = double(m) + log(row_sum(row, sum, s));
+    n_top = int(uint64_t(P.num_logprobs) < raw.count ? uint64_t(P.num_logprobs) : raw.count);
+    if (n_top > 0) {
+      const uint64_t kn = radix_select<false>(row, true, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, s);
+      if (tid == 0) s.pub.n_top = 0;
       __syncthreads();
-      for (int i = tid; i < V; i += kThreads) {
-        const float v = L[i];
-        if (!is_candidate_value(v, true)) continue;
+      for_block_ids(row, [&](float v, int i, bool in) {
+        if (!in || !is_candidate_value(v, true)) return;
         const uint64_t k = rank_key(v, i);
-        if (k >= kn) s.top_keys[atomicAdd(&s.n_top, 1)] = k;
-      }
-      __syncthreads();
-      if (tid == 0) {
+        if (k >= kn) s.pub.top_keys[atomicAdd(&s.pub.n_top, 1)] = k;
+      });
+      row.sync();
+      if (row.rank == 0 && tid == 0) {
+        uint64_t keys[kMaxTopLogprobs];
+        int n = 0;
+        for (int b = 0; b < row.n; ++b) {
+          const Published* o = row.remote(&s.pub, b);
+          for (int x = 0; x < o->n_top; ++x) keys[n++] = o->top_keys[x];
+        }
         for (int x = 1; x < n; ++x)  // insertion sort, largest key first
-          for (int y = x; y > 0 && s.top_keys[y] > s.top_keys[y - 1]; --y) {
-            const uint64_t t = s.top_keys[y];
-            s.top_keys[y] = s.top_keys[y - 1];
-            s.top_keys[y - 1] = t;
+          for (int y = x; y > 0 && keys[y] > keys[y - 1]; --y) {
+            const uint64_t t = keys[y];
+            keys[y] = keys[y - 1];
+            keys[y - 1] = t;
           }
         for (int x = 0; x < n; ++x) {
-          out.top_ids[x] = key_id(s.top_keys[x]);
-          out.top_logprobs[x] = float(double(key_logit(s.top_keys[x])) - lse);
+          out.top_ids[x] = key_id(keys[x]);
+          out.top_logprobs[x] = float(double(key_logit(keys[x])) - lse);
         }
-        out.num_top = n;
       }
-    } else if (tid == 0) {
-      out.num_top = 0;
+      row.sync();  // rank 0 has read every block's keys
     }
-  } else if (tid == 0) {
-    out.num_top = 0;
   }
+  if (row.rank == 0 && tid == 0) out.num_top = n_top;
 
-  // 2. Penalties (each history id once), then banned tokens, in place. The raw logit of each penalized id is
-  //    kept next to its first-claiming history slot for the sampled token's logprob.
+  // 2. Penalties (each history id once), then banned tokens, in place, spread over the cluster. The raw logit
+  //    of each penalized id is kept next to its first-claiming history slot, for the sampled token's logprob.
   if (P.penalties) {
-    int32_t* scr = a.penalty_scratch + int64_t(blockIdx.x) * a.vocab;
-    for (int j = tid; j < P.prompt_len; j += kThreads) atomicOr(&scr[a.history[P.prompt_begin + j]], 1);
-    for (int j = tid; j < P.output_len; j += kThreads) atomicAdd(&scr[a.history[P.output_begin + j]], 2);
-    __syncthreads();
-    for (int j = tid; j < P.prompt_len + P.output_len; j += kThreads) {
+    int32_t* scr = a.penalty_scratch + int64_t(row_index) * a.vocab;
+    for (int j = gtid; j < P.prompt_len; j += gthreads) atomicOr(&scr[a.history[P.prompt_begin + j]], 1);
+    for (int j = gtid; j < P.output_len; j += gthreads) atomicAdd(&scr[a.history[P.output_begin + j]], 2);
+    __threadfence();
+    row.sync();
+    for (int j = gtid; j < P.prompt_len + P.output_len; j += gthreads) {
       const int32_t pos = j < P.prompt_len ? P.prompt_begin + j : P.output_begin + (j - P.prompt_len);
       const int32_t id = a.history[pos];
       const int32_t mark = atomicExch(&scr[id], 0);  // leaves the scratch zero, as it was
@@ -363,52 +552,59 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
       L[id] = v;
       a.history_raw[pos] = raw;
     }
-    __syncthreads();
+    __threadfence();
+    row.sync();
   }
-  for (int j = tid; j < P.num_banned; j += kThreads) L[a.banned[P.banned_begin + j]] = -INFINITY;
-  __syncthreads();
+  if (P.num_banned > 0) {
+    for (int j = gtid; j < P.num_banned; j += gthreads) L[a.banned[P.banned_begin + j]] = -INFINITY;
+    __threadfence();
+    row.sync();
+  }
 
   // 3. The draw.
-  const RowStats st = row_stats(L, V, false, s);
-  int32_t token = -1;
+  const RowStats st = row_stats(row, false, s);
+  int32_t token = -2;  // -2: decided in another block of the cluster
   if (st.count == 0) {
-    token = -1;
+    token = row.rank == 0 ? -1 : -2;
   } else if (P.greedy) {
-    token = key_id(st.kmax);
+    token = row.rank == 0 ? key_id(st.kmax) : -2;
   } else {
     const float m = key_logit(st.kmax);
     const float inv_t = 1.0f / P.temperature;
     uint64_t floor_key = st.kmin;
     if (P.top_k > 0 && uint64_t(P.top_k) < st.count)
-      floor_key = radix_select<false>(L, V, false, st.kmin, st.kmax, double(P.top_k), m, inv_t, h, s);
+      floor_key = radix_select<false>(row, false, st.kmin, st.kmax, double(P.top_k), m, inv_t, h, s);
     if (P.top_p < 1.0f) {
       double z = 0;
-      for (int i = tid; i < V; i += kThreads) {
-        const float v = L[i];
-        if (is_candidate_value(v, false) && rank_key(v, i) >= floor_key) z += double(sampling_weight(v, m, inv_t));
-      }
-      z = block_reduce(z, SumD{}, s.red_d);
-      floor_key = radix_select<true>(L, V, false, floor_key, st.kmax, double(P.top_p) * z, m, inv_t, h, s);
+      for_block_ids(row, [&](float v, int i, bool in) {
+        if (in && is_candidate_value(v, false) && rank_key(v, i) >= floor_key)
+          z += double(sampling_weight(v, m, inv_t));
+      });
+      z = row_sum(row, z, s);
+      floor_key = radix_select<true>(row, false, floor_key, st.kmax, double(P.top_p) * z, m, inv_t, h, s);
     }
     const double min_p = P.min_p > 0.0f ? double(P.min_p) : 0.0;
-    token = draw(L, V, floor_key, min_p, m, inv_t, sampling_uniform(P.seed, uint32_t(P.sample_index)), s);
+    token = draw(row, floor_key, min_p, m, inv_t, sampling_uniform(P.seed, uint32_t(P.sample_index)), h, s);
   }
 
-  // 4. The sampled token's logprob, from its raw logit.
-  if (P.num_logprobs >= 0 && token >= 0) {
-    if (tid == 0) s.raw_logit = L[token];
-    __syncthreads();
-    if (P.penalties)
-      for (int j = tid; j < P.prompt_len + P.output_len; j += kThreads) {
-        const int32_t pos = j < P.prompt_len ? P.prompt_begin + j : P.output_begin + (j - P.prompt_len);
-        if (a.history[pos] == token && !isnan(a.history_raw[pos])) s.raw_logit = a.history_raw[pos];
-      }
-    __syncthreads();
-    if (tid == 0) out.logprob = float(double(s.raw_logit) - lse);
-  } else if (tid == 0) {
-    out.logprob = 0.0f;
+  // 4. The deciding block writes the token and its logprob, from its raw logit.
+  if (token != -2) {
+    if (P.num_logprobs >= 0 && token >= 0) {
+      if (tid == 0) s.raw_logit = L[token];
+      __syncthreads();
+      if (P.penalties)
+        for (int j = tid; j < P.prompt_len + P.output_len; j += kThreads) {
+          const int32_t pos = j < P.prompt_len ? P.prompt_begin + j : P.output_begin + (j - P.prompt_len);
+          if (a.history[pos] == token && !isnan(a.history_raw[pos])) s.raw_logit = a.history_raw[pos];
+        }
+      __syncthreads();
+      if (tid == 0) out.logprob = float(double(s.raw_logit) - lse);
+    } else if (tid == 0) {
+      out.logprob = 0.0f;
+    }
+    if (tid == 0) out.token = token;
   }
-  if (tid == 0) out.token = token;
+  row.sync();  // no block leaves while another may still read its shared memory
 }
 
 }  // namespace
@@ -421,12 +617,31 @@ void sample_rows(const SampleArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   ORCHID_KERNEL_REQUIRE(a.vocab > 0 && a.vocab < (int64_t(1) << kIdBits), "sample_rows: vocab must be in [1, 2^20)");
   static std::once_flag attr;
+  static int sms = 0;
   std::call_once(attr, [] {
     ORCHID_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(sizeof(Hist))));
+    int dev = 0;
+    ORCHID_CUDA_CHECK(cudaGetDevice(&dev));
+    ORCHID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   });
-  sample_rows_kernel<<<unsigned(a.rows), kThreads, sizeof(Hist), stream>>>(a);
-  ORCHID_CUDA_CHECK_LAUNCH();
+  // Blocks per row: as many as keep every SM busy, up to a portable cluster of 8 (a small batch spreads each
+  // row over several SMs; a large one runs one block per row).
+  int cluster = 1;
+  while (cluster < kMaxCluster && a.rows * cluster * 2 <= sms) cluster *= 2;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(a.rows * cluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = sizeof(Hist);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr_cluster[1];
+  attr_cluster[0].id = cudaLaunchAttributeClusterDimension;
+  attr_cluster[0].val.clusterDim.x = unsigned(cluster);
+  attr_cluster[0].val.clusterDim.y = 1;
+  attr_cluster[0].val.clusterDim.z = 1;
+  cfg.attrs = attr_cluster;
+  cfg.numAttrs = 1;
+  ORCHID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_rows_kernel, a));
 }
 
 }  // namespace orchid::kernels::sampling
