@@ -29,6 +29,9 @@ struct BenchArgs {
   double usd_per_gpu_hour = 3.0;
   bool json = false;
   BackendOptions backend;
+  // Decode sampling (greedy by default, the seed's setting); anything else runs the sampler every step.
+  float temperature = 0.0f, top_p = 1.0f;
+  int32_t top_k = 0;
 };
 
 double median(std::vector<double> v) {
@@ -142,7 +145,10 @@ void run_decode(const BenchArgs& a) {
       }
       runtime::StepBatch b;
       b.params.emplace_back();
-      b.params[0].temperature = 0;
+      b.params[0].temperature = a.temperature;
+      b.params[0].top_p = a.top_p;
+      b.params[0].top_k = a.top_k;
+      b.params[0].seed = 1;
       for (int64_t s = 0; s < B; ++s) {
         runtime::StepSequence q;
         q.seq_id = s;
@@ -150,6 +156,7 @@ void run_decode(const BenchArgs& a) {
         q.num_tokens = 1;
         q.start_pos = int32_t(L - 1);
         q.sample = true;
+        q.sample_index = int32_t(s);
         q.full_table_begin = int32_t(b.full_page_table.size());
         q.num_full_pages = int32_t(pages_per_seq);
         for (int64_t p = 0; p < pages_per_seq; ++p)
@@ -182,13 +189,17 @@ void run_decode(const BenchArgs& a) {
     }
   }
   nlohmann::json out = {{"bench", "decode"},     {"model", c.name}, {"backend", backend->name()},
-                        {"weights", bo.weights}, {"gpus", a.gpus},  {"rows", rows}};
+                        {"weights", bo.weights}, {"gpus", a.gpus},  {"rows", rows},
+                        {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("decode: %s on %s (%s experts), $%.2f per GPU-hour x %d GPU\n", c.name.c_str(),
-              backend->name().c_str(), bo.weights.c_str(), a.usd_per_gpu_hour, a.gpus);
+  std::printf("decode: %s on %s (%s experts), $%.2f per GPU-hour x %d GPU, %s\n", c.name.c_str(),
+              backend->name().c_str(), bo.weights.c_str(), a.usd_per_gpu_hour, a.gpus,
+              a.temperature <= 0 ? "greedy"
+                                 : fmt::format("temperature {} top-p {} top-k {}", a.temperature, a.top_p, a.top_k)
+                                       .c_str());
   std::printf("| seq len | batch | tok/s/user | tok/s total | $ / 1M tok | step ms | floor ms | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
@@ -240,6 +251,11 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--steps", a->steps, "timed steps per cell (median)")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
+  decode->add_option("--temperature", a->temperature, "sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  decode->add_option("--top-p", a->top_p, "nucleus sampling")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  decode->add_option("--top-k", a->top_k, "top-k sampling (0: off)")->check(CLI::Range(0, 1 << 30));
   decode->callback([a] { run_decode(*a); });
 }
 

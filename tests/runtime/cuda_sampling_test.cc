@@ -1,6 +1,7 @@
 // The CUDA backend's sampling path end to end on synthetic:tiny: a prefill step of three sequences with
 // temperature/top-p/top-k, penalties, banned tokens and logprobs, whose raw logits come back (kSampled) and
-// are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's.
+// are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's. And
+// sampled decode steps replayed from a CUDA graph draw what the same steps draw eagerly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +99,88 @@ TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
     }
   }
   std::printf("CUDA backend: %d sampled tokens equal to the host sampler's on the same logits\n", draws);
+}
+
+CudaBackendOptions small_options(bool graphs) {
+  CudaBackendOptions o;
+  o.weights = "bf16";
+  o.max_step_tokens = 256;
+  o.max_step_seqs = 8;
+  o.max_model_len = 1024;
+  o.kv_pages = 64;
+  o.gpu_memory_utilization = 0.3;
+  o.cuda_graphs = graphs;
+  return o;
+}
+
+TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
+  if (!cuda_device_available()) {
+    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
+    GTEST_SKIP() << "no CUDA device";
+  }
+  CudaBackend graphed("synthetic:tiny", small_options(true));
+  CudaBackend eager("synthetic:tiny", small_options(false));
+  const int32_t V = int32_t(graphed.model_config().vocab_size);
+  const KvCacheSpec spec = graphed.kv_spec();
+  constexpr int kSeqs = 3, kPrompt = 6, kSteps = 10;
+  const int32_t pages = (kPrompt + kSteps + spec.page_size - 1) / spec.page_size;
+  StepBatch b;
+  std::vector<int32_t> last(kSeqs);
+  for (int i = 0; i < kSeqs; ++i) {
+    StepSequence s;
+    s.seq_id = i;
+    s.token_begin = int32_t(b.tokens.size());
+    s.num_tokens = kPrompt;
+    for (int t = 0; t < kPrompt; ++t) b.tokens.push_back((i * 389 + t * 17 + 5) % V);
+    s.full_table_begin = s.sliding_table_begin = int32_t(b.full_page_table.size());
+    for (int32_t p = 0; p < pages; ++p) {
+      b.full_page_table.push_back(i * pages + p);
+      b.sliding_page_table.push_back(spec.sliding_window > 0 ? i * pages + p : kNoPage);
+    }
+    s.num_full_pages = s.num_sliding_pages = pages;
+    s.sample = true;
+    s.params_index = i;
+    SamplingParams p;
+    p.seed = 77 + uint64_t(i);
+    if (i == 0) {
+      p.temperature = 0.8f;
+      p.top_p = 0.9f;
+      p.num_logprobs = 3;
+    } else if (i == 1) {
+      p.top_k = 20;
+    } else {
+      p.temperature = 0.0f;
+      p.num_logprobs = 2;
+    }
+    b.params.push_back(p);
+    b.seqs.push_back(s);
+  }
+  int compared = 0;
+  for (int step = 0; step <= kSteps; ++step) {
+    const StepOutput g = graphed.forward(b);
+    const StepOutput e = eager.forward(b);
+    ASSERT_EQ(g.samples.size(), size_t(kSeqs));
+    ASSERT_EQ(e.samples.size(), size_t(kSeqs));
+    for (int i = 0; i < kSeqs; ++i) {
+      SCOPED_TRACE(::testing::Message() << "step " << step << " sequence " << i);
+      EXPECT_EQ(g.samples[size_t(i)].token, e.samples[size_t(i)].token);
+      EXPECT_NEAR(g.samples[size_t(i)].logprob, e.samples[size_t(i)].logprob, 1e-3);
+      EXPECT_EQ(g.samples[size_t(i)].top.size(), e.samples[size_t(i)].top.size());
+      last[size_t(i)] = g.samples[size_t(i)].token;
+      ++compared;
+    }
+    if (::testing::Test::HasFailure()) return;
+    // The next step decodes the sampled tokens: one token per sequence.
+    b.tokens.assign(last.begin(), last.end());
+    for (int i = 0; i < kSeqs; ++i) {
+      StepSequence& s = b.seqs[size_t(i)];
+      s.start_pos += s.num_tokens;
+      s.token_begin = i;
+      s.num_tokens = 1;
+      s.sample_index = step + 1;
+    }
+  }
+  std::printf("CUDA graphs: %d sampled decode tokens equal to eager execution\n", compared);
 }
 
 }  // namespace

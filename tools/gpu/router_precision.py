@@ -12,6 +12,7 @@ Variants:
 and, inside the attention block (written out here in FP32, one rounding to BF16 at a time):
   att: h1         the QKV projection's input        att: qkv        Q, K, V after projection and RoPE
   att: P          the softmax probabilities         att: out        the attention output before o_proj
+  cuda bf16       every rounding of the CUDA backend's BF16 path; "cuda, fine h1" the same but h1 kept in FP32
 
   router_precision.py --checkpoint DIR [--tokens 1024] [--seed 0]
 """
@@ -82,14 +83,18 @@ def main():
         "attn+h2 bf16": logits_of(bf(layer.post_attention_layernorm(x + attn16))),
         "all bf16": logits_of(l16.post_attention_layernorm(mid16).float()),
     }
-    def attention(round_h1=False, round_qkv=False, round_p=False, round_out=False):
+    def proj(lin, h1, round_gemm):  # round_gemm: the GEMM's output rounded to BF16 before the bias
+        y = h1 @ lin.weight.T
+        return (bf(y) if round_gemm else y) + lin.bias
+
+    def attention(round_h1=False, round_qkv=False, round_p=False, round_out=False, round_gemm=False):
         a = layer.self_attn
         h1 = layer.input_layernorm(x)
         h1 = bf(h1) if round_h1 else h1
         shape = (*h1.shape[:-1], -1, a.head_dim)
-        q = a.q_proj(h1).view(shape).transpose(1, 2)
-        k_ = a.k_proj(h1).view(shape).transpose(1, 2)
-        v = a.v_proj(h1).view(shape).transpose(1, 2)
+        q = proj(a.q_proj, h1, round_gemm).view(shape).transpose(1, 2)
+        k_ = proj(a.k_proj, h1, round_gemm).view(shape).transpose(1, 2)
+        v = proj(a.v_proj, h1, round_gemm).view(shape).transpose(1, 2)
         cos, sin = kw["position_embeddings"]
         q, k_ = apply_rotary_pos_emb(q, k_, cos, sin)
         if round_qkv:
@@ -115,6 +120,11 @@ def main():
                         ("att: P", dict(round_p=True)), ("att: out", dict(round_out=True)),
                         ("att: all four", dict(round_h1=True, round_qkv=True, round_p=True, round_out=True))]:
         variants[name] = logits_of(layer.post_attention_layernorm(x + attention(**flags)))
+    # The CUDA backend's BF16 path (h1, QKV GEMM output, Q/K/V, P, attention output, o_proj output and h2 in
+    # BF16), and the same with the QKV projection's input kept above BF16 (split into two BF16 halves).
+    for name, keep_h1 in [("cuda bf16", False), ("cuda, fine h1", True)]:
+        o = bf(attention(round_h1=not keep_h1, round_qkv=True, round_p=True, round_out=True, round_gemm=True))
+        variants[name] = logits_of(bf(layer.post_attention_layernorm(x + o)))
     print(f"layer 0, {args.tokens} tokens, {int(decided.sum())} decided (4th/5th gap > 1e-2); "
           f"router logit std {ref.std().item():.3f}")
     print(f"{'variant':>14} {'max |dlogit|':>13} {'misses':>7} {'agreement':>10}  gaps of the misses")

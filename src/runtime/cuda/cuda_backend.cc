@@ -333,34 +333,47 @@ std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x
   return y;
 }
 
-void CudaBackend::decode_body(const StepMeta& m, int64_t T) {
+void CudaBackend::decode_body(const StepMeta& m, int64_t T, bool sampler) {
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, config_.hidden_size, stream_);
   for (int64_t l = 0; l < config_.num_layers; ++l) layer(l, m, T);
   compute_logits(m.rows, T);
-  kernels::ops::greedy_pick(logits_, T, config_.vocab_size, d_ids_, d_logprobs_, stream_);
+  if (sampler)
+    sampler_->enqueue(logits_, stream_);
+  else
+    kernels::ops::greedy_pick(logits_, T, config_.vocab_size, d_ids_, d_logprobs_, stream_);
 }
 
 namespace {
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+// Greedy without logprobs beyond the chosen token's, penalties or banned tokens: the arg-max kernel serves it.
+bool plain_greedy(const StepBatch& b) {
+  for (const auto& s : b.seqs) {
+    if (!s.sample) continue;
+    const SamplingParams& p = b.params[size_t(s.params_index)];
+    if (!p.is_greedy() || p.num_logprobs > 0 || p.uses_penalties() || s.num_banned > 0) return false;
+  }
+  return true;
+}
 }  // namespace
 
+// Decode steps (one new token per sequence, all sampled) without penalties or banned tokens replay a graph;
+// their histories and banned lists live in buffers that may grow, which a graph cannot follow.
 bool CudaBackend::graphable(const StepBatch& b) const {
   if (!opts_.cuda_graphs || b.logits != LogitsMode::kNone || b.seqs.empty()) return false;
   const int64_t B = int64_t(b.seqs.size());
   if (B > kGraphBuckets[std::size(kGraphBuckets) - 1] || B > opts_.max_step_seqs) return false;
-  for (const auto& s : b.seqs) {
-    const auto& p = b.params[size_t(s.params_index)];
-    if (s.num_tokens != 1 || !s.sample || !p.is_greedy() || p.num_logprobs > 0 || p.uses_penalties() ||
-        s.num_banned > 0)
+  for (const auto& s : b.seqs)
+    if (s.num_tokens != 1 || !s.sample || b.params[size_t(s.params_index)].uses_penalties() || s.num_banned > 0)
       return false;
-  }
   return true;
 }
 
-// A pure greedy decode step replays the graph captured for its batch bucket: the metadata is uploaded to the
-// same addresses, padding tokens and decode slots are inert (the plan marks them -1), and every grid depends
-// only on the bucket. The first step of a bucket runs eagerly (algorithm selection, lazy initialisation),
-// then is captured.
+// A decode step replays the graph captured for its batch bucket and its sampler (arg-max or the GPU
+// sampler): the metadata and sampling parameters are uploaded to the same addresses, padding tokens and
+// decode slots are inert (the plan marks them -1, the sampler's padding rows are greedy), and every grid
+// depends only on the bucket. The first step of a bucket runs eagerly (algorithm selection, lazy
+// initialisation), then is captured.
 StepOutput CudaBackend::forward_graph(const StepBatch& b) {
   const int64_t B = int64_t(b.seqs.size());
   int bucket = 0;
@@ -370,6 +383,7 @@ StepOutput CudaBackend::forward_graph(const StepBatch& b) {
       break;
     }
   bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens}));
+  const bool sampler = !plain_greedy(b);
   std::vector<int32_t> tokens = b.tokens, rows(size_t(bucket), 0);
   tokens.resize(size_t(bucket), 0);
   for (int64_t i = 0; i < B; ++i) rows[size_t(i)] = b.seqs[size_t(i)].token_begin;
@@ -378,25 +392,33 @@ StepOutput CudaBackend::forward_graph(const StepBatch& b) {
   po.decode_splits =
       std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
   const StepMeta m = upload_step(tokens, b, rows, po);
-  auto it = graphs_.find(bucket);
+  if (sampler) sampler_->upload(b, stream_, bucket);
+  const int key = bucket * 2 + (sampler ? 1 : 0);
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    decode_body(m, bucket);
+    decode_body(m, bucket, sampler);
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ORCHID_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    decode_body(m, bucket);
+    decode_body(m, bucket, sampler);
     ORCHID_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
-    it = graphs_.emplace(bucket, exec).first;
+    it = graphs_.emplace(key, exec).first;
   }
   ORCHID_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  StepOutput out;
+  if (sampler) {
+    sampler_->download(stream_);
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.samples = sampler_->results();
+    return out;
+  }
   ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
   ORCHID_CUDA_CHECK(
       cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  StepOutput out;
   for (int64_t i = 0; i < B; ++i) {
     SampledToken st;
     st.token = h_ids_[i];
@@ -435,22 +457,19 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
       ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4,
                                         cudaMemcpyDeviceToHost, stream_));
     }
-    bool plain_greedy = true;
-    for (const auto& s : b.seqs) {
-      if (!s.sample) continue;
-      const SamplingParams& p = b.params[size_t(s.params_index)];
-      plain_greedy &= p.is_greedy() && p.num_logprobs <= 0 && !p.uses_penalties() && s.num_banned == 0;
-    }
-    if (plain_greedy) {
+    const bool greedy = plain_greedy(b);
+    if (greedy) {
       kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
       ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
       ORCHID_CUDA_CHECK(
           cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
     } else {
-      sampler_->launch(b, logits_, stream_);
+      sampler_->upload(b, stream_);
+      sampler_->enqueue(logits_, stream_);
+      sampler_->download(stream_);
     }
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (plain_greedy) {
+    if (greedy) {
       for (size_t k = 0; k < n_sampled; ++k) {
         SampledToken st;
         st.token = h_ids_[k];

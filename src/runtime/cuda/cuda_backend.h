@@ -71,8 +71,9 @@ class CudaBackend final : public Backend {
   kernels::attention::PlanOptions plan_options() const;
   void layer(int64_t l, const StepMeta& m, int64_t T);
   void compute_logits(const int32_t* d_rows, int64_t rows);
-  // Greedy decode of one token per sequence: embedding, every layer, logits, arg-max (what a graph captures).
-  void decode_body(const StepMeta& m, int64_t T);
+  // Decode of one token per sequence: embedding, every layer, logits, then the arg-max or (sampler) the GPU
+  // sampler over the uploaded parameters; what a graph captures.
+  void decode_body(const StepMeta& m, int64_t T, bool sampler);
   bool graphable(const StepBatch& b) const;
   StepOutput forward_graph(const StepBatch& b);
 
@@ -106,7 +107,7 @@ class CudaBackend final : public Backend {
   size_t meta_cap_ = 0;
   size_t off_tokens_ = 0, off_blob_ = 0, off_rows_ = 0, off_full_ = 0, off_sliding_ = 0;
   size_t cap_tokens_ = 0, cap_blob_ = 0, cap_rows_ = 0, cap_table_ = 0;
-  std::map<int, cudaGraphExec_t> graphs_;  // decode graphs by batch bucket
+  std::map<int, cudaGraphExec_t> graphs_;  // decode graphs by 2 * batch bucket + (GPU sampler ? 1 : 0)
   uint8_t* h_meta_ = nullptr;
   uint8_t* d_meta_ = nullptr;
   int32_t* h_ids_ = nullptr;

@@ -32,7 +32,7 @@ void GpuSampler::ensure(DeviceBuffer& buf, size_t bytes, const char* what) {
   buf = DeviceBuffer(grown, what);
 }
 
-void GpuSampler::launch(const StepBatch& b, float* logits, cudaStream_t stream) {
+void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to) {
   rows_ = 0;
   bool penalties = false;
   for (const auto& s : b.seqs) {
@@ -71,6 +71,13 @@ void GpuSampler::launch(const StepBatch& b, float* logits, cudaStream_t stream) 
     r.num_banned = s.num_banned;
     ++rows_;
   }
+  sampled_ = rows_;
+  ORCHID_CHECK(pad_to <= max_rows_);
+  for (; rows_ < pad_to; ++rows_) {
+    params_h_[rows_] = {};
+    params_h_[rows_].logits_row = int32_t(rows_);
+    params_h_[rows_].greedy = 1;
+  }
   if (rows_ == 0) return;
   for (int32_t id : b.banned_tokens) ORCHID_CHECK(id >= 0 && id < vocab_, "banned token {} out of range", id);
   if (penalties) {
@@ -92,6 +99,9 @@ void GpuSampler::launch(const StepBatch& b, float* logits, cudaStream_t stream) 
   }
   ORCHID_CUDA_CHECK(cudaMemcpyAsync(params_d_.data(), params_h_, size_t(rows_) * sizeof(ks::RowParams),
                                     cudaMemcpyHostToDevice, stream));
+}
+
+void GpuSampler::enqueue(float* logits, cudaStream_t stream) {
   ks::SampleArgs a;
   a.logits = logits;
   a.vocab = vocab_;
@@ -103,13 +113,17 @@ void GpuSampler::launch(const StepBatch& b, float* logits, cudaStream_t stream) 
   a.penalty_scratch = reinterpret_cast<int32_t*>(scratch_d_.data());
   a.out = reinterpret_cast<ks::RowResult*>(results_d_.data());
   ks::sample_rows(a, stream);
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(results_h_, results_d_.data(), size_t(rows_) * sizeof(ks::RowResult),
+}
+
+void GpuSampler::download(cudaStream_t stream) {
+  if (sampled_ == 0) return;
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(results_h_, results_d_.data(), size_t(sampled_) * sizeof(ks::RowResult),
                                     cudaMemcpyDeviceToHost, stream));
 }
 
 std::vector<SampledToken> GpuSampler::results() const {
-  std::vector<SampledToken> out(static_cast<size_t>(rows_));
-  for (int64_t r = 0; r < rows_; ++r) {
+  std::vector<SampledToken> out(static_cast<size_t>(sampled_));
+  for (int64_t r = 0; r < sampled_; ++r) {
     const ks::RowResult& g = results_h_[r];
     ORCHID_CHECK(g.token >= 0 && g.token < vocab_, "every token is banned (GPU sampler row {})", r);
     out[size_t(r)].token = g.token;

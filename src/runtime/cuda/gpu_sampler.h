@@ -21,17 +21,25 @@ class GpuSampler {
   GpuSampler(const GpuSampler&) = delete;
   GpuSampler& operator=(const GpuSampler&) = delete;
 
-  // Enqueues sampling of every sequence of `b` with sample=true; row r of `logits` belongs to the r-th of them.
-  // Penalties and banned tokens are applied to `logits` in place.
-  void launch(const StepBatch& b, float* logits, cudaStream_t stream);
-  // Once the stream has passed the launch: the sampled tokens, in StepBatch::seqs order.
+  // Uploads the parameters (and the histories and banned ids) of the sequences of `b` with sample=true;
+  // row r of the logits belongs to the r-th of them. Padded with inert greedy rows up to `pad_to` rows, so
+  // that a decode graph captured for a batch bucket samples every row of it.
+  void upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to = 0);
+  // Enqueues the kernel over the uploaded rows; penalties and banned tokens are applied to `logits` in place.
+  // Its arguments are fixed buffers, so a CUDA graph may capture it for steps without penalties or banned
+  // tokens (whose buffers can grow).
+  void enqueue(float* logits, cudaStream_t stream);
+  // Enqueues the copy of the results to the host.
+  void download(cudaStream_t stream);
+  // Once the stream has passed the download: the sampled tokens, in StepBatch::seqs order.
   std::vector<SampledToken> results() const;
 
  private:
   void ensure(DeviceBuffer& buf, size_t bytes, const char* what);
 
   int64_t max_rows_, vocab_;
-  int64_t rows_ = 0;
+  int64_t rows_ = 0;     // uploaded rows, padding included
+  int64_t sampled_ = 0;  // rows that belong to sequences
   kernels::sampling::RowParams* params_h_ = nullptr;  // pinned
   kernels::sampling::RowResult* results_h_ = nullptr;  // pinned
   DeviceBuffer params_d_, results_d_, history_d_, history_raw_d_, banned_d_, scratch_d_;
