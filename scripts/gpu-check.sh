@@ -35,7 +35,9 @@ for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/ker
   step "$(basename "$t")" "$t"
 done
 step sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
-  "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*DrawsDepend*'
+  "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
+step sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 1 \
+  "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
 step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3

@@ -3,9 +3,9 @@
 //
 // Napkin math (gpt-oss vocab 201,088 fp32 = 786 KiB per row; 256 rows = 206 MB, 49 us at 4.17 TB/s per pass):
 // temperature / min-p sampling takes three passes (stats, tile sums, walk of one segment), so ~150 us at 256
-// rows is the floor; measured 332 us (bench/RESULTS.md). A radix select (top-k, top-p, the top-N logprobs)
-// adds up to 7 passes whose per-logit work (warp match, histogram) makes them compute-bound: the next step is
-// to gather the chosen bucket into shared memory once it is small (after ~2 passes) and finish there.
+// rows is the floor; measured 333 us (bench/RESULTS.md). A radix select (top-k, top-p, the top-N logprobs)
+// adds up to 7 passes of 8 bits; the first 2-3 read the row, with a warp-collective histogram update per logit
+// that makes them compute-bound, the rest read the few hundred survivors gathered into shared memory.
 // Sums of weights are fp64 in a fixed order (warp-private histograms, fixed reduction trees), so a row draws
 // the same token on every run.
 #include <cuda_runtime.h>
@@ -58,6 +58,15 @@ struct Hist {
   double lane_w[kWarps][32];
 };
 
+// Per-warp lists of the tokens left in the radix select's bucket (dynamic shared memory, after Hist).
+constexpr int kListCap = 128;                   // entries per warp
+constexpr int kGatherMax = kListCap * kWarps / 4;  // gather when the cluster's bucket holds at most this many
+struct Lists {
+  uint64_t key[kWarps][kListCap];
+  double w[kWarps][kListCap];
+  int32_t n[kWarps];
+};
+
 struct RowStats {
   uint64_t kmax, kmin, count;
 };
@@ -72,6 +81,7 @@ struct Published {
   int32_t warp_last[kWarps];
   int32_t n_top;
   uint64_t top_keys[kMaxTopLogprobs];
+  int32_t overflow;
 };
 
 struct Shared {
@@ -84,6 +94,8 @@ struct Shared {
   double sum;
   uint64_t prefix;
   double above;
+  uint32_t chosen_count;
+  int32_t overflow;
   int32_t owner;  // global warp index (rank * kWarps + warp) that walks to the drawn token, or -1
   double owner_r;
   int32_t token;
@@ -216,18 +228,55 @@ __device__ double row_sum(const Row& row, double v, Shared& s) {
   return s.sum;
 }
 
+// Adds (digit, q) of every lane to the warp's private histogram; digit < 0: nothing. Warp-collective. One
+// writer per digit and warp, so no atomics. The common case of the high digits, every lane on the same
+// digit, reduces by shuffles; otherwise each digit's lowest lane sums its peers in lane order.
+template <bool kWeighted>
+__device__ __forceinline__ void hist_add(Hist& h, int warp, int lane, int digit, double q) {
+  const unsigned valid = __ballot_sync(kFull, digit >= 0);
+  if (valid == 0) return;
+  if (digit < 0) q = 0.0;
+  const unsigned peers = __match_any_sync(kFull, digit);
+  if (__all_sync(kFull, digit < 0 || peers == valid)) {
+    if (kWeighted) q = warp_reduce(q, AddD{});
+    if (lane == __ffs(valid) - 1) {
+      h.count[warp][digit] += __popc(valid);
+      if (kWeighted) h.weight[warp][digit] += q;
+    }
+    __syncwarp();  // orders this write before another lane's update of the same bin
+    return;
+  }
+  if (kWeighted) h.lane_w[warp][lane] = q;
+  __syncwarp();
+  if (digit >= 0 && lane == __ffs(peers) - 1) {
+    h.count[warp][digit] += __popc(peers);
+    if (kWeighted) {
+      double w = 0;
+      for (unsigned p = peers; p != 0; p &= p - 1) w += h.lane_w[warp][__ffs(p) - 1];
+      h.weight[warp][digit] += w;
+    }
+  }
+  __syncwarp();
+}
+
 // Among the tokens with keys in [lo, hi] (hi: the row's largest key), walking in rank order, the key of the
 // first token at which the running total of q (1 per token, or its sampling weight) reaches `target`; the
 // smallest such key if the total never reaches it. Every thread of the cluster gets the same key.
+//
+// Each pass reads the row and histograms the next 8-bit digit of the keys still in the chosen bucket. Once
+// that bucket holds at most kGatherMax tokens over the cluster, the next pass also copies them (key and
+// weight) into per-warp lists in shared memory, in the order the warp meets them, and the remaining passes
+// read only the lists. Per-warp lists keep every sum in a fixed order, so the result never depends on timing.
 template <bool kWeighted>
 __device__ uint64_t radix_select(const Row& row, bool allow_neg_inf, uint64_t lo, uint64_t hi, double target,
-                                 float m, float inv_t, Hist& h, Shared& s) {
+                                 float m, float inv_t, Hist& h, Lists& lists, Shared& s) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint64_t diff = lo ^ hi;
   if (diff == 0) return hi;
   int top = 63 - __clzll(diff);  // bits above `top` are common to every key in [lo, hi]
   uint64_t prefix = hi & ~((uint64_t(2) << top) - 1);
   double above = 0;  // total q of the tokens ranked before the current bucket
+  bool gather = false, listed = false;
   while (top >= 0) {
     const int shift = top >= 7 ? top - 7 : 0;
     const uint32_t dmask = (2u << (top - shift)) - 1;
@@ -235,43 +284,45 @@ __device__ uint64_t radix_select(const Row& row, bool allow_neg_inf, uint64_t lo
       (&h.count[0][0])[j] = 0;
       (&h.weight[0][0])[j] = 0;
     }
+    if (tid == 0) s.pub.overflow = 0;
     __syncthreads();
-    for_block_ids(row, [&](float v, int i, bool in) {
-      int digit = -1;
-      double q = 0;
-      if (in && is_candidate_value(v, allow_neg_inf)) {
-        const uint64_t key = rank_key(v, i);
-        if (key >= lo && (key >> (top + 1)) == (prefix >> (top + 1))) {
-          digit = int((key >> shift) & dmask);
-          if (kWeighted) q = double(sampling_weight(v, m, inv_t));
-        }
+    auto digit_of = [&](uint64_t key) {
+      return key >= lo && (key >> (top + 1)) == (prefix >> (top + 1)) ? int((key >> shift) & dmask) : -1;
+    };
+    if (listed) {
+      const int n = lists.n[warp];
+      for (int j = lane; j < (n + 31) / 32 * 32; j += 32) {
+        const bool in = j < n;
+        const int digit = in ? digit_of(lists.key[warp][j]) : -1;
+        hist_add<kWeighted>(h, warp, lane, digit, in && kWeighted ? lists.w[warp][j] : 0.0);
       }
-      // One writer per digit and warp, so the warp-private histograms need no atomics. The common case of
-      // the high digits, every lane of the warp on the same digit, reduces by shuffles; otherwise each
-      // digit's lowest lane sums its peers.
-      const unsigned valid = __ballot_sync(kFull, digit >= 0);
-      if (valid == 0) return;
-      const unsigned peers = __match_any_sync(kFull, digit);
-      if (__all_sync(kFull, digit < 0 || peers == valid)) {
-        if (kWeighted) q = warp_reduce(q, AddD{});
-        if (lane == __ffs(valid) - 1) {
-          h.count[warp][digit] += __popc(valid);
-          if (kWeighted) h.weight[warp][digit] += q;
+    } else {
+      int n = 0;  // this warp's list length, the same in every lane
+      for_block_ids(row, [&](float v, int i, bool in) {
+        int digit = -1;
+        double q = 0;
+        uint64_t key = 0;
+        if (in && is_candidate_value(v, allow_neg_inf)) {
+          key = rank_key(v, i);
+          digit = digit_of(key);
+          if (kWeighted && digit >= 0) q = double(sampling_weight(v, m, inv_t));
         }
-        return;
-      }
-      if (kWeighted) h.lane_w[warp][lane] = q;
-      __syncwarp();
-      if (digit >= 0 && lane == __ffs(peers) - 1) {
-        h.count[warp][digit] += __popc(peers);
-        if (kWeighted) {
-          double w = 0;
-          for (unsigned p = peers; p != 0; p &= p - 1) w += h.lane_w[warp][__ffs(p) - 1];
-          h.weight[warp][digit] += w;
+        if (gather) {
+          const unsigned hits = __ballot_sync(kFull, digit >= 0);
+          const int at = n + __popc(hits & ((1u << lane) - 1));
+          if (digit >= 0 && at < kListCap) {
+            lists.key[warp][at] = key;
+            lists.w[warp][at] = q;
+          }
+          n += __popc(hits);
         }
+        hist_add<kWeighted>(h, warp, lane, digit, q);
+      });
+      if (gather) {
+        if (lane == 0) lists.n[warp] = n;
+        if (lane == 0 && n > kListCap) atomicOr(&s.pub.overflow, 1);
       }
-      __syncwarp();
-    });
+    }
     __syncthreads();
     for (int d = tid; d < kBins; d += kThreads) {
       uint32_t c = 0;
@@ -295,6 +346,11 @@ __device__ uint64_t radix_select(const Row& row, bool allow_neg_inf, uint64_t lo
       s.cl_count[d] = c;
       s.cl_weight[d] = w;
     }
+    if (tid == 0) {
+      int overflow = 0;
+      for (int b = 0; b < row.n; ++b) overflow |= row.remote(&s.pub, b)->overflow;
+      s.overflow = overflow;
+    }
     row.sync();  // every block has read every other's histogram
     if (tid == 0) {
       int chosen = -1, lowest = -1;
@@ -316,11 +372,14 @@ __device__ uint64_t radix_select(const Row& row, bool allow_neg_inf, uint64_t lo
       }
       s.prefix = prefix | (uint64_t(chosen) << shift);
       s.above = above;
+      s.chosen_count = s.cl_count[chosen];
     }
     __syncthreads();
     prefix = s.prefix;
     above = s.above;
     top = shift - 1;
+    if (gather) listed = s.overflow == 0;  // the same in every block
+    gather = !listed && s.chosen_count <= kGatherMax;
   }
   return prefix;
 }
@@ -464,6 +523,7 @@ __device__ int32_t draw(const Row& row, uint64_t floor_key, double min_p, float 
 __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) {
   extern __shared__ __align__(16) unsigned char dyn[];
   Hist& h = *reinterpret_cast<Hist*>(dyn);
+  Lists& lists = *reinterpret_cast<Lists*>(dyn + sizeof(Hist));
   __shared__ Shared s;
   const int tid = threadIdx.x;
   Row row{cg::this_cluster(), 0, 1, 0, 0, int(a.vocab), nullptr, false};
@@ -494,7 +554,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
     lse = double(m) + log(row_sum(row, sum, s));
     n_top = int(uint64_t(P.num_logprobs) < raw.count ? uint64_t(P.num_logprobs) : raw.count);
     if (n_top > 0) {
-      const uint64_t kn = radix_select<false>(row, true, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, s);
+      const uint64_t kn = radix_select<false>(row, true, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, lists, s);
       if (tid == 0) s.pub.n_top = 0;
       __syncthreads();
       for_block_ids(row, [&](float v, int i, bool in) {
@@ -573,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
     const float inv_t = 1.0f / P.temperature;
     uint64_t floor_key = st.kmin;
     if (P.top_k > 0 && uint64_t(P.top_k) < st.count)
-      floor_key = radix_select<false>(row, false, st.kmin, st.kmax, double(P.top_k), m, inv_t, h, s);
+      floor_key = radix_select<false>(row, false, st.kmin, st.kmax, double(P.top_k), m, inv_t, h, lists, s);
     if (P.top_p < 1.0f) {
       double z = 0;
       for_block_ids(row, [&](float v, int i, bool in) {
@@ -581,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
           z += double(sampling_weight(v, m, inv_t));
       });
       z = row_sum(row, z, s);
-      floor_key = radix_select<true>(row, false, floor_key, st.kmax, double(P.top_p) * z, m, inv_t, h, s);
+      floor_key = radix_select<true>(row, false, floor_key, st.kmax, double(P.top_p) * z, m, inv_t, h, lists, s);
     }
     const double min_p = P.min_p > 0.0f ? double(P.min_p) : 0.0;
     token = draw(row, floor_key, min_p, m, inv_t, sampling_uniform(P.seed, uint32_t(P.sample_index)), h, s);
@@ -620,7 +680,7 @@ void sample_rows(const SampleArgs& a, cudaStream_t stream) {
   static int sms = 0;
   std::call_once(attr, [] {
     ORCHID_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(sizeof(Hist))));
+                                           int(sizeof(Hist) + sizeof(Lists))));
     int dev = 0;
     ORCHID_CUDA_CHECK(cudaGetDevice(&dev));
     ORCHID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -632,7 +692,7 @@ void sample_rows(const SampleArgs& a, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.rows * cluster));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = sizeof(Hist);
+  cfg.dynamicSmemBytes = sizeof(Hist) + sizeof(Lists);
   cfg.stream = stream;
   cudaLaunchAttribute attr_cluster[1];
   attr_cluster[0].id = cudaLaunchAttributeClusterDimension;
