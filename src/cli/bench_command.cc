@@ -188,18 +188,23 @@ void run_decode(const BenchArgs& a) {
       rows.push_back(row);
     }
   }
-  nlohmann::json out = {{"bench", "decode"},     {"model", c.name}, {"backend", backend->name()},
-                        {"weights", bo.weights}, {"gpus", a.gpus},  {"rows", rows},
-                        {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
+  nlohmann::json out = {
+      {"bench", "decode"},
+      {"model", c.name},
+      {"backend", backend->name()},
+      {"weights", bo.weights},
+      {"gpus", a.gpus},
+      {"rows", rows},
+      {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
   std::printf("decode: %s on %s (%s experts), $%.2f per GPU-hour x %d GPU, %s\n", c.name.c_str(),
               backend->name().c_str(), bo.weights.c_str(), a.usd_per_gpu_hour, a.gpus,
-              a.temperature <= 0 ? "greedy"
-                                 : fmt::format("temperature {} top-p {} top-k {}", a.temperature, a.top_p, a.top_k)
-                                       .c_str());
+              a.temperature <= 0
+                  ? "greedy"
+                  : fmt::format("temperature {} top-p {} top-k {}", a.temperature, a.top_p, a.top_k).c_str());
   std::printf("| seq len | batch | tok/s/user | tok/s total | $ / 1M tok | step ms | floor ms | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
@@ -254,7 +259,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--temperature", a->temperature, "sampling temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
-  decode->add_option("--top-p", a->top_p, "nucleus sampling")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  decode->add_option("--top-p", a->top_p, "nucleus sampling")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   decode->add_option("--top-k", a->top_k, "top-k sampling (0: off)")->check(CLI::Range(0, 1 << 30));
   decode->callback([a] { run_decode(*a); });
 }

@@ -2,10 +2,10 @@
 // bit-identically by the host sampler and the GPU sampler, so that both keep the same top-p and min-p
 // candidates and draw the same token from the same uniform.
 //
-// Library exp differs between glibc and CUDA by an ulp or so, which would move a top-p boundary or an inverse-CDF
-// bucket now and then. Here every step is one IEEE-rounded float operation with no fused multiply-add (on the
-// device through the _rn intrinsics, which the compiler never contracts; host files that include this are built
-// with -ffp-contract=off), so both sides round identically:
+// Library exp differs between glibc and CUDA by an ulp or so, which would move a top-p boundary or an
+// inverse-CDF bucket now and then. Here every step is one IEEE-rounded float operation with no fused
+// multiply-add (on the device through the _rn intrinsics, which the compiler never contracts; host files that
+// include this are built with -ffp-contract=off), so both sides round identically:
 //   x = (logit - max) * inv_t            (<= 0)
 //   t = x * log2(e);  n = floor(t + 0.5);  f = t - n  (exact: n is the integer nearest t)
 //   2^f by its Taylor series to degree 7 on |f| <= 1/2 (truncation error < 6e-9, rounding ~1e-7), times 2^n.
@@ -26,14 +26,28 @@ namespace orchid {
 
 namespace sampling_weight_detail {
 #if defined(__CUDA_ARCH__)
-__device__ inline float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ inline float add(float a, float b) { return __fadd_rn(a, b); }
-__device__ inline float sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ inline float pow2i(int n) { return __int_as_float((n + 127) << 23); }
+__device__ inline float mul(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ inline float add(float a, float b) {
+  return __fadd_rn(a, b);
+}
+__device__ inline float sub(float a, float b) {
+  return __fsub_rn(a, b);
+}
+__device__ inline float pow2i(int n) {
+  return __int_as_float((n + 127) << 23);
+}
 #else
-inline float mul(float a, float b) { return a * b; }
-inline float add(float a, float b) { return a + b; }
-inline float sub(float a, float b) { return a - b; }
+inline float mul(float a, float b) {
+  return a * b;
+}
+inline float add(float a, float b) {
+  return a + b;
+}
+inline float sub(float a, float b) {
+  return a - b;
+}
 inline float pow2i(int n) {
   const uint32_t bits = uint32_t(n + 127) << 23;
   float f;

@@ -13,19 +13,24 @@
 namespace orchid::runtime::cuda {
 namespace {
 
-TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
-  if (!cuda_device_available()) {
-    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
-    GTEST_SKIP() << "no CUDA device";
-  }
+CudaBackendOptions small_options(bool graphs) {
   CudaBackendOptions o;
   o.weights = "bf16";
   o.max_step_tokens = 256;
   o.max_step_seqs = 8;
   o.max_model_len = 1024;
   o.kv_pages = 64;
-  o.gpu_memory_utilization = 0.5;
-  CudaBackend be("synthetic:tiny", o);
+  o.gpu_memory_utilization = 0.3;
+  o.cuda_graphs = graphs;
+  return o;
+}
+
+TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
+  if (!cuda_device_available()) {
+    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
+    GTEST_SKIP() << "no CUDA device";
+  }
+  CudaBackend be("synthetic:tiny", small_options(true));
   const int32_t V = int32_t(be.model_config().vocab_size);
   const KvCacheSpec spec = be.kv_spec();
   int draws = 0;
@@ -93,24 +98,13 @@ TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
       ASSERT_EQ(got.top.size(), want.top.size());
       for (size_t j = 0; j < want.top.size(); ++j) {
         EXPECT_EQ(got.top[j].first, want.top[j].first);
-        EXPECT_NEAR(got.top[j].second, want.top[j].second, 1e-5 * std::max(1.0f, std::fabs(want.top[j].second)));
+        EXPECT_NEAR(got.top[j].second, want.top[j].second,
+                    1e-5 * std::max(1.0f, std::fabs(want.top[j].second)));
       }
       ++draws;
     }
   }
   std::printf("CUDA backend: %d sampled tokens equal to the host sampler's on the same logits\n", draws);
-}
-
-CudaBackendOptions small_options(bool graphs) {
-  CudaBackendOptions o;
-  o.weights = "bf16";
-  o.max_step_tokens = 256;
-  o.max_step_seqs = 8;
-  o.max_model_len = 1024;
-  o.kv_pages = 64;
-  o.gpu_memory_utilization = 0.3;
-  o.cuda_graphs = graphs;
-  return o;
 }
 
 TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {

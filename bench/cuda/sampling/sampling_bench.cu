@@ -81,7 +81,8 @@ void run(const Mode& mode, int rows) {
   ORCHID_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<float> ms;
   for (int it = 0; it < 23; ++it) {
-    ORCHID_CUDA_CHECK(cudaMemcpyAsync(logits, pristine, n * 4, cudaMemcpyDeviceToDevice));  // penalties mutate
+    ORCHID_CUDA_CHECK(
+        cudaMemcpyAsync(logits, pristine, n * 4, cudaMemcpyDeviceToDevice));  // penalties mutate
     ORCHID_CUDA_CHECK(cudaEventRecord(e0));
     sample_rows(a, nullptr);
     ORCHID_CUDA_CHECK(cudaEventRecord(e1));
@@ -93,8 +94,9 @@ void run(const Mode& mode, int rows) {
   std::sort(ms.begin(), ms.end());
   const double us = 1e3 * ms[ms.size() / 2];
   const double gbs = double(n) * 4 / (us * 1e-6) / 1e9;
-  std::printf("sampling %-28s rows %4d  %9.1f us  %7.1f us/row  %7.0f GB/s  %5.1f%% of %.2f TB/s (one read)\n",
-              mode.name, rows, us, us / rows, gbs, 100 * gbs / (kPeakTBs * 1000), kPeakTBs);
+  std::printf(
+      "sampling %-28s rows %4d  %9.1f us  %7.1f us/row  %7.0f GB/s  %5.1f%% of %.2f TB/s (one read)\n",
+      mode.name, rows, us, us / rows, gbs, 100 * gbs / (kPeakTBs * 1000), kPeakTBs);
   std::fflush(stdout);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

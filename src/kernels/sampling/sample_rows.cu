@@ -4,8 +4,8 @@
 // Napkin math (gpt-oss vocab 201,088 fp32 = 786 KiB per row; 256 rows = 206 MB, 49 us at 4.17 TB/s per pass):
 // temperature / min-p sampling takes three passes (stats, tile sums, walk of one segment), so ~150 us at 256
 // rows is the floor; measured 333 us (bench/RESULTS.md). A radix select (top-k, top-p, the top-N logprobs)
-// adds up to 7 passes of 8 bits; the first 2-3 read the row, with a warp-collective histogram update per logit
-// that makes them compute-bound, the rest read the few hundred survivors gathered into shared memory.
+// adds up to 7 passes of 8 bits; the first 2-3 read the row, with a warp-collective histogram update per
+// logit that makes them compute-bound, the rest read the few hundred survivors gathered into shared memory.
 // Sums of weights are fp64 in a fixed order (warp-private histograms, fixed reduction trees), so a row draws
 // the same token on every run.
 #include <cuda_runtime.h>
@@ -45,7 +45,9 @@ __device__ __forceinline__ float key_logit(uint64_t key) {
   const uint32_t u = uint32_t(key >> kIdBits);
   return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
 }
-__device__ __forceinline__ int32_t key_id(uint64_t key) { return int32_t(kIdMask - (key & kIdMask)); }
+__device__ __forceinline__ int32_t key_id(uint64_t key) {
+  return int32_t(kIdMask - (key & kIdMask));
+}
 
 __device__ __forceinline__ bool is_candidate_value(float v, bool allow_neg_inf) {
   return v == v && (allow_neg_inf || v != -INFINITY);
@@ -59,7 +61,7 @@ struct Hist {
 };
 
 // Per-warp lists of the tokens left in the radix select's bucket (dynamic shared memory, after Hist).
-constexpr int kListCap = 128;                   // entries per warp
+constexpr int kListCap = 128;                      // entries per warp
 constexpr int kGatherMax = kListCap * kWarps / 4;  // gather when the cluster's bucket holds at most this many
 struct Lists {
   uint64_t key[kWarps][kListCap];
@@ -131,7 +133,8 @@ __device__ __forceinline__ float4 load4(const float* L, int i, int end, bool vec
 // may hold warp-collective code.
 template <class F>
 __device__ __forceinline__ void for_block_ids(const Row& row, F&& f) {
-  for (int base = row.lo + 4 * int(threadIdx.x); base - 4 * int(threadIdx.x) < row.hi; base += 16 * kThreads) {
+  for (int base = row.lo + 4 * int(threadIdx.x); base - 4 * int(threadIdx.x) < row.hi;
+       base += 16 * kThreads) {
     float4 v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = load4(row.L, base + 4 * j * kThreads, row.hi, row.vec);
@@ -406,7 +409,8 @@ __device__ int32_t draw(const Row& row, uint64_t floor_key, double min_p, float 
     const float4 v = load4(row.L, i, end, row.vec);
     const float f[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int c = 0; c < 4; ++c) w[c] = i + c < end ? candidate_weight(f[c], i + c, floor_key, min_p, m, inv_t) : 0.0;
+    for (int c = 0; c < 4; ++c)
+      w[c] = i + c < end ? candidate_weight(f[c], i + c, floor_key, min_p, m, inv_t) : 0.0;
   };
   {
     const int begin = min(row.V, g * seg), end = min(row.V, begin + seg);
@@ -554,7 +558,8 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
     lse = double(m) + log(row_sum(row, sum, s));
     n_top = int(uint64_t(P.num_logprobs) < raw.count ? uint64_t(P.num_logprobs) : raw.count);
     if (n_top > 0) {
-      const uint64_t kn = radix_select<false>(row, true, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, lists, s);
+      const uint64_t kn =
+          radix_select<false>(row, true, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, lists, s);
       if (tid == 0) s.pub.n_top = 0;
       __syncthreads();
       for_block_ids(row, [&](float v, int i, bool in) {
@@ -641,7 +646,8 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
           z += double(sampling_weight(v, m, inv_t));
       });
       z = row_sum(row, z, s);
-      floor_key = radix_select<true>(row, false, floor_key, st.kmax, double(P.top_p) * z, m, inv_t, h, lists, s);
+      floor_key =
+          radix_select<true>(row, false, floor_key, st.kmax, double(P.top_p) * z, m, inv_t, h, lists, s);
     }
     const double min_p = P.min_p > 0.0f ? double(P.min_p) : 0.0;
     token = draw(row, floor_key, min_p, m, inv_t, sampling_uniform(P.seed, uint32_t(P.sample_index)), h, s);
@@ -675,7 +681,8 @@ size_t penalty_scratch_bytes(int64_t rows, int64_t vocab) {
 
 void sample_rows(const SampleArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
-  ORCHID_KERNEL_REQUIRE(a.vocab > 0 && a.vocab < (int64_t(1) << kIdBits), "sample_rows: vocab must be in [1, 2^20)");
+  ORCHID_KERNEL_REQUIRE(a.vocab > 0 && a.vocab < (int64_t(1) << kIdBits),
+                        "sample_rows: vocab must be in [1, 2^20)");
   static std::once_flag attr;
   static int sms = 0;
   std::call_once(attr, [] {

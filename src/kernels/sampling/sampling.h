@@ -1,7 +1,7 @@
 // Sampling on the GPU: one thread block per logits row applies the request's penalties and banned tokens,
-// then draws greedily or by temperature / top-k / top-p / min-p with the request's seed, and reports logprobs.
-// The semantics are the host sampler's (runtime/sampler.h), step for step, so that both backends draw the same
-// token from the same logits; kernels/sampling tests compare the two on random rows.
+// then draws greedily or by temperature / top-k / top-p / min-p with the request's seed, and reports
+// logprobs. The semantics are the host sampler's (runtime/sampler.h), step for step, so that both backends
+// draw the same token from the same logits; kernels/sampling tests compare the two on random rows.
 //
 // How a row is sampled without sorting it: a token's rank is its 52-bit key (logit as an order-preserving
 // integer, then the inverted id, so ties go to the lower id). The top-k boundary and the top-p boundary are
@@ -59,8 +59,9 @@ struct SampleArgs {
   const int32_t* history = nullptr;  // prompt/output token ids for penalties (ids in [0, vocab))
   float* history_raw = nullptr;      // [len(history)]: scratch, the raw logits of penalized ids
   const int32_t* banned = nullptr;   // ids in [0, vocab)
-  int32_t* penalty_scratch = nullptr;  // penalty_scratch_bytes(rows, vocab); needed only if a row has penalties
-  RowResult* out = nullptr;            // [rows]
+  int32_t* penalty_scratch =
+      nullptr;               // penalty_scratch_bytes(rows, vocab); needed only if a row has penalties
+  RowResult* out = nullptr;  // [rows]
 };
 
 // vocab must be below 2^20.

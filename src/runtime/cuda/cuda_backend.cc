@@ -346,7 +346,8 @@ void CudaBackend::decode_body(const StepMeta& m, int64_t T, bool sampler) {
 namespace {
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
-// Greedy without logprobs beyond the chosen token's, penalties or banned tokens: the arg-max kernel serves it.
+// Greedy without logprobs beyond the chosen token's, penalties or banned tokens: the arg-max kernel serves
+// it.
 bool plain_greedy(const StepBatch& b) {
   for (const auto& s : b.seqs) {
     if (!s.sample) continue;
@@ -364,7 +365,8 @@ bool CudaBackend::graphable(const StepBatch& b) const {
   const int64_t B = int64_t(b.seqs.size());
   if (B > kGraphBuckets[std::size(kGraphBuckets) - 1] || B > opts_.max_step_seqs) return false;
   for (const auto& s : b.seqs)
-    if (s.num_tokens != 1 || !s.sample || b.params[size_t(s.params_index)].uses_penalties() || s.num_banned > 0)
+    if (s.num_tokens != 1 || !s.sample || b.params[size_t(s.params_index)].uses_penalties() ||
+        s.num_banned > 0)
       return false;
   return true;
 }

@@ -14,7 +14,8 @@ GpuSampler::GpuSampler(int64_t max_rows, int64_t vocab)
       vocab_(vocab),
       params_d_(size_t(max_rows) * sizeof(ks::RowParams), "sampling parameters"),
       results_d_(size_t(max_rows) * sizeof(ks::RowResult), "sampling results") {
-  ORCHID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&params_h_), size_t(max_rows) * sizeof(ks::RowParams)));
+  ORCHID_CUDA_CHECK(
+      cudaMallocHost(reinterpret_cast<void**>(&params_h_), size_t(max_rows) * sizeof(ks::RowParams)));
   ORCHID_CUDA_CHECK(
       cudaMallocHost(reinterpret_cast<void**>(&results_h_), size_t(max_rows) * sizeof(ks::RowResult)));
 }
@@ -66,7 +67,8 @@ void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to)
       r.output_begin = s.output_history_begin;
       r.output_len = s.output_history_len;
     }
-    ORCHID_CHECK(s.banned_begin >= 0 && size_t(s.banned_begin) + size_t(s.num_banned) <= b.banned_tokens.size());
+    ORCHID_CHECK(s.banned_begin >= 0 &&
+                 size_t(s.banned_begin) + size_t(s.num_banned) <= b.banned_tokens.size());
     r.banned_begin = s.banned_begin;
     r.num_banned = s.num_banned;
     ++rows_;
@@ -81,7 +83,8 @@ void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to)
   if (rows_ == 0) return;
   for (int32_t id : b.banned_tokens) ORCHID_CHECK(id >= 0 && id < vocab_, "banned token {} out of range", id);
   if (penalties) {
-    for (int32_t id : b.history_tokens) ORCHID_CHECK(id >= 0 && id < vocab_, "history token {} out of range", id);
+    for (int32_t id : b.history_tokens)
+      ORCHID_CHECK(id >= 0 && id < vocab_, "history token {} out of range", id);
     const size_t n = std::max<size_t>(b.history_tokens.size(), 1);
     ensure(history_d_, n * 4, "sampling history");
     ensure(history_raw_d_, n * 4, "sampling history logits");

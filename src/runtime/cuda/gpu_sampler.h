@@ -38,9 +38,9 @@ class GpuSampler {
   void ensure(DeviceBuffer& buf, size_t bytes, const char* what);
 
   int64_t max_rows_, vocab_;
-  int64_t rows_ = 0;     // uploaded rows, padding included
-  int64_t sampled_ = 0;  // rows that belong to sequences
-  kernels::sampling::RowParams* params_h_ = nullptr;  // pinned
+  int64_t rows_ = 0;                                   // uploaded rows, padding included
+  int64_t sampled_ = 0;                                // rows that belong to sequences
+  kernels::sampling::RowParams* params_h_ = nullptr;   // pinned
   kernels::sampling::RowResult* results_h_ = nullptr;  // pinned
   DeviceBuffer params_d_, results_d_, history_d_, history_raw_d_, banned_d_, scratch_d_;
 };

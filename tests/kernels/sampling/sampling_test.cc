@@ -5,12 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <set>
-#include <array>
-#include <algorithm>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -43,25 +43,42 @@ Case random_case(std::mt19937_64& rng, int64_t vocab, int kind) {
   if (shape == Shape::kPeaked)
     for (int j = 0; j < 8; ++j) c.logits[rng() % size_t(vocab)] += 4.0f * scale;
   if (shape == Shape::kWithNegInf && vocab >= 16)
-    for (int64_t j = 0; j < vocab / 3; ++j) c.logits[rng() % size_t(vocab)] = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < vocab / 3; ++j)
+      c.logits[rng() % size_t(vocab)] = -std::numeric_limits<float>::infinity();
   auto& p = c.params;
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
   p.seed = rng();
   c.sample_index = int32_t(rng() % 100000);
   switch (kind % 8) {
-    case 0: p.temperature = 0.0f; break;                                       // greedy
-    case 1: p.temperature = 0.3f + 1.5f * u01(rng); break;                     // temperature only
-    case 2: p.top_k = 1 + int32_t(rng() % 100); p.temperature = 1.0f; break;  // top-k
-    case 3: p.top_p = 0.05f + 0.9f * u01(rng); p.temperature = 0.7f; break;    // top-p
-    case 4: p.min_p = 0.001f + 0.2f * u01(rng); break;                         // min-p
-    case 5:                                                                    // everything
+    case 0:
+      p.temperature = 0.0f;
+      break;  // greedy
+    case 1:
+      p.temperature = 0.3f + 1.5f * u01(rng);
+      break;  // temperature only
+    case 2:
+      p.top_k = 1 + int32_t(rng() % 100);
+      p.temperature = 1.0f;
+      break;  // top-k
+    case 3:
+      p.top_p = 0.05f + 0.9f * u01(rng);
+      p.temperature = 0.7f;
+      break;  // top-p
+    case 4:
+      p.min_p = 0.001f + 0.2f * u01(rng);
+      break;  // min-p
+    case 5:   // everything
       p.top_k = 1 + int32_t(rng() % 2000);
       p.top_p = 0.5f + 0.5f * u01(rng);
       p.min_p = 0.01f * u01(rng);
       p.temperature = 0.5f + u01(rng);
       break;
-    case 6: p.top_k = 1; break;  // greedy by top_k
-    case 7: p.top_p = 1e-6f; break;  // the first token only
+    case 6:
+      p.top_k = 1;
+      break;  // greedy by top_k
+    case 7:
+      p.top_p = 1e-6f;
+      break;  // the first token only
   }
   if (rng() % 2) p.num_logprobs = int32_t(rng() % 21);
   if (rng() % 3 == 0) {  // penalties over a history with repeats
@@ -152,12 +169,12 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
     const runtime::SampledToken want = runtime::sample_token(in);
     const RowResult& g = got[r];
     const auto& p = c.params;
-    SCOPED_TRACE(::testing::Message() << "row " << r << " vocab " << vocab << " T " << p.temperature << " k "
-                                      << p.top_k << " p " << p.top_p << " min_p " << p.min_p << " rep "
-                                      << p.repetition_penalty << " freq " << p.frequency_penalty << " pres "
-                                      << p.presence_penalty << " logprobs " << p.num_logprobs << " banned "
-                                      << c.banned.size() << " history " << c.prompt.size() << "+"
-                                      << c.output.size());
+    SCOPED_TRACE(::testing::Message()
+                 << "row " << r << " vocab " << vocab << " T " << p.temperature << " k " << p.top_k << " p "
+                 << p.top_p << " min_p " << p.min_p << " rep " << p.repetition_penalty << " freq "
+                 << p.frequency_penalty << " pres " << p.presence_penalty << " logprobs " << p.num_logprobs
+                 << " banned " << c.banned.size() << " history " << c.prompt.size() << "+"
+                 << c.output.size());
     EXPECT_EQ(g.token, want.token);
     if (g.token != want.token) continue;
     ++*draws_checked;
@@ -166,7 +183,8 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
       EXPECT_EQ(size_t(g.num_top), want.top.size());
       for (size_t j = 0; j < want.top.size() && j < size_t(g.num_top); ++j) {
         EXPECT_EQ(g.top_ids[j], want.top[j].first) << "top " << j;
-        EXPECT_NEAR(g.top_logprobs[j], want.top[j].second, 1e-5 * std::max(1.0f, std::fabs(want.top[j].second)));
+        EXPECT_NEAR(g.top_logprobs[j], want.top[j].second,
+                    1e-5 * std::max(1.0f, std::fabs(want.top[j].second)));
       }
     }
   }
