@@ -101,15 +101,17 @@ TEST_F(HarmonyOutputTest, ItemsFollowTheParsedMessages) {
 
 TEST_F(HarmonyOutputTest, CutOffOutputStillAddsUp) {
   // max_tokens may cut anywhere: inside a character, a header, a message.
-  const auto tokens = ids("<|channel|>analysis<|message|>думаю 💖💖<|end|><|start|>assistant<|channel|>final"
-                          "<|message|>Ответ: 42 💖");
+  const auto tokens =
+      ids("<|channel|>analysis<|message|>думаю 💖💖<|end|><|start|>assistant<|channel|>final"
+          "<|message|>Ответ: 42 💖");
   for (size_t cut = 0; cut <= tokens.size(); ++cut) {
     const std::vector<int32_t> head(tokens.begin(), tokens.begin() + cut);
     auto r = run(head);
     const auto texts = check_events(*r);
     const auto parsed = harmony::parse_completion(tok, head, harmony::Role::kAssistant, /*strict=*/false);
     ASSERT_EQ(r->out.items().size(), parsed.messages.size()) << cut;
-    for (size_t i = 0; i < parsed.messages.size(); ++i) EXPECT_EQ(texts[i], parsed.messages[i].text_content()) << cut;
+    for (size_t i = 0; i < parsed.messages.size(); ++i)
+      EXPECT_EQ(texts[i], parsed.messages[i].text_content()) << cut;
   }
 }
 
@@ -124,7 +126,8 @@ TEST_F(HarmonyOutputTest, RandomTokensNeverBreakIt) {
     const auto texts = check_events(*r);
     const auto parsed = harmony::parse_completion(tok, tokens, harmony::Role::kAssistant, /*strict=*/false);
     ASSERT_EQ(r->out.items().size(), parsed.messages.size());
-    for (size_t i = 0; i < parsed.messages.size(); ++i) EXPECT_EQ(texts[i], parsed.messages[i].text_content());
+    for (size_t i = 0; i < parsed.messages.size(); ++i)
+      EXPECT_EQ(texts[i], parsed.messages[i].text_content());
     EXPECT_LE(r->out.reasoning_tokens(), int32_t(tokens.size()));
   }
 }
@@ -140,8 +143,9 @@ TEST_F(HarmonyOutputTest, ForcedCallHeaderOpensTheCall) {
 }
 
 TEST_F(HarmonyOutputTest, LogprobsGoWithMessageTokensOnly) {
-  const auto tokens = ids("<|channel|>analysis<|message|>hidden<|end|><|start|>assistant<|channel|>final"
-                          "<|message|>shown text<|return|>");
+  const auto tokens =
+      ids("<|channel|>analysis<|message|>hidden<|end|><|start|>assistant<|channel|>final"
+          "<|message|>shown text<|return|>");
   std::vector<runtime::SampledToken> lps(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) lps[i].token = tokens[i];
   HarmonyOutput out(tok);
