@@ -3,7 +3,8 @@
 # (scripts/setup.sh --cuda && cmake --preset cuda && cmake --build --preset cuda):
 #   1. the kernel suites (tests, compute-sanitizer subsets, micro-benchmarks) of each kernel area,
 #   2. the other GPU tests (synthetic weights on the GPU, small ops),
-#   3. the whole model on the CUDA backend against transformers' FP32 logits (golden tiny checkpoint),
+#   3. the whole model on the CUDA backend against transformers' FP32 logits (golden tiny checkpoint), and the
+#      server on synthetic gpt-oss-20b (sampling on the GPU, batching, streaming, SIGTERM),
 #   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights.
 #   scripts/gpu-check.sh [--quick]      --quick: fewer benchmark shapes
 # Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
@@ -40,6 +41,7 @@ step sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report ha
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
 step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+step serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64 --steps 8
 echo "==== gpu-check summary (logs in $logs)"
