@@ -33,6 +33,10 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_flag("--enforce-eager", enforce_eager,
                 "never replay CUDA graphs (every decode step launches its kernels)");
+  cmd->add_flag(
+      "--bf16-routing", bf16_routing,
+      "route from BF16 activations (default: router inputs at fp32 accuracy and layer 0's attention "
+      "in fp32, so near-tie experts match an fp32 model; docs/design.md)");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -60,6 +64,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.gpu_memory_utilization = gpu_memory_utilization;
     o.kv_pages = kv_pages;
     o.cuda_graphs = !enforce_eager;
+    o.precise_routing = !bf16_routing;
     return std::make_unique<runtime::cuda::CudaBackend>(model, o);
   }
 #else

@@ -20,6 +20,7 @@ struct BackendOptions {
   int32_t max_num_batched_tokens = 16384;  // tokens per step (the GPU workspace is sized for it)
   int32_t max_num_seqs = 256;              // sequences per step
   bool enforce_eager = false;              // no CUDA graphs
+  bool bf16_routing = false;               // CUDA: no precise routing
 
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;  // what `create` will pick

@@ -92,7 +92,7 @@ def reference(args, layers, work):
         out16 = (out16[0] if isinstance(out16, tuple) else out16)[0].float().cpu().numpy()
         del layer16
         result[i] = {"ref": y_ref, "hf_bf16": rel_l2(out16, y_ref), "topk": c["topk"], "gap": c["gap"],
-                     "hf_topk": hf_topk["idx"]}
+                     "hf_topk": hf_topk["idx"], "out16": out16}
     del model
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -115,7 +115,8 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         ref = reference(args, layers, work)
         print(f"{'layer':>5} {'weights':>7} {'orchid rel L2':>14} {'hf bf16 rel L2':>15} {'bound':>10} "
-              f"{'routing (decided)':>18} {'hf bf16 routing':>16}  verdict")
+              f"{'routing (decided)':>18} {'hf bf16 routing':>16}  verdict   "
+              f"[other experts on all tokens: orchid / hf; rel L2 on the tokens both route like fp32: orchid / hf]")
         for w in args.weights.split(","):
             cmd = [args.orchid, "layer", args.checkpoint, "--backend", args.backend, "--weights", w, "--input",
                    os.path.join(work, "in.npy"), "--output", os.path.join(work, f"out_{w}.npy"), "--topk-out",
@@ -129,7 +130,7 @@ def main():
                 continue
             for i in layers:
                 suffix = f".{i}" if len(layers) > 1 else ""
-                got = np.load(os.path.join(work, f"out_{w}.npy{suffix}"))
+                got = np.load(os.path.join(work, f"out_{w}.npy{suffix}")).reshape(ref[i]["ref"].shape)
                 topk = np.load(os.path.join(work, f"topk_{w}.npy{suffix}")).astype(np.int64)
                 rr = ref[i]
                 err = rel_l2(got, rr["ref"])
@@ -141,9 +142,11 @@ def main():
                 hf_agree = float(hf_same[decided].mean()) if decided.any() else 1.0
                 passed = err <= bound and agree == 1.0
                 ok &= passed
+                both = same & hf_same
                 print(f"{i:5d} {w:>7} {err:14.3e} {rr['hf_bf16']:15.3e} {bound:10.3e} "
                       f"{agree * 100:11.2f}% of {int(decided.sum())} {hf_agree * 100:15.2f}%  "
-                      f"{'PASS' if passed else 'FAIL'}")
+                      f"{'PASS' if passed else 'FAIL'}      [{int((~same).sum())} / {int((~hf_same).sum())}; "
+                      f"{rel_l2(got[both], rr['ref'][both]):.3e} / {rel_l2(rr['out16'][both], rr['ref'][both]):.3e}]")
     sys.exit(0 if ok else 1)
 
 

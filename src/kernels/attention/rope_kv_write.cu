@@ -19,12 +19,14 @@ namespace {
 
 constexpr int kThreads = 128;
 
+template <typename T>
 struct RopeParams {
-  const __nv_bfloat16* qkv;
+  const T* qkv;
   const void* bias;
-  __nv_bfloat16* q_out;
-  __nv_bfloat16* k_pool;
-  __nv_bfloat16* v_pool;
+  T* q_out;
+  T* k_pool;
+  T* v_pool;
+  int q_stride;
   const int32_t* page_table;
   const AttnSeq* seqs;
   const int32_t* token_seq;
@@ -54,6 +56,22 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
+// Eight consecutive elements of a row as floats, and back (16-byte accesses; two for fp32).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  unpack8(*reinterpret_cast<const uint4*>(p), f);
+}
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
+  *reinterpret_cast<uint4*>(p) = pack8(f);
+}
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
 template <bool kBiasFp32>
 __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)[8]) {
   if (bias == nullptr) {
@@ -68,8 +86,8 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
   }
 }
 
-template <bool kBiasFp32>
-__global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams p) {
+template <typename T, bool kBiasFp32>
+__global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams<T> p) {
   const int t = blockIdx.x;
   const int seq_idx = p.token_seq[t];
   if (seq_idx < 0) return;  // padding token of a bucket
@@ -90,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
 
   const int hq = p.num_q_heads, hkv = p.num_kv_heads;
   const int width = (hq + 2 * hkv) * kHeadDim;
-  const __nv_bfloat16* row = p.qkv + size_t(t) * size_t(width);
+  const T* row = p.qkv + size_t(t) * size_t(width);
   const int n_rot = (hq + hkv) * 4;
   const int n_items = n_rot + hkv * 8;
   for (int item = threadIdx.x; item < n_items; item += kThreads) {
@@ -99,8 +117,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
       const int j0 = (item & 3) * 8;  // dims j0..j0+7 pair with j0+32..j0+39
       const int col = head * kHeadDim + j0;
       float x1[8], x2[8], b1[8], b2[8];
-      unpack8(*reinterpret_cast<const uint4*>(row + col), x1);
-      unpack8(*reinterpret_cast<const uint4*>(row + col + 32), x2);
+      load8(row + col, x1);
+      load8(row + col + 32, x2);
       load_bias8<kBiasFp32>(p.bias, col, b1);
       load_bias8<kBiasFp32>(p.bias, col + 32, b2);
       float y1[8], y2[8];
@@ -112,15 +130,15 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
         y1[e] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
         y2[e] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
       }
-      __nv_bfloat16* dst;
+      T* dst;
       if (head < hq) {
-        dst = p.q_out + (size_t(t) * hq + head) * kHeadDim + j0;
+        dst = p.q_out + size_t(t) * size_t(p.q_stride) + size_t(head) * kHeadDim + j0;
       } else {
         if (page < 0) continue;
         dst = p.k_pool + kv_offset(page, head - hq, slot, hkv, p.page_size_log2) + j0;
       }
-      *reinterpret_cast<uint4*>(dst) = pack8(y1);
-      *reinterpret_cast<uint4*>(dst + 32) = pack8(y2);
+      store8(dst, y1);
+      store8(dst + 32, y2);
     } else {
       if (page < 0) continue;
       const int v_item = item - n_rot;
@@ -128,13 +146,38 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
       const int c = (v_item & 7) * 8;
       const int col = (hq + hkv + kh) * kHeadDim + c;
       float x[8], b[8];
-      unpack8(*reinterpret_cast<const uint4*>(row + col), x);
+      load8(row + col, x);
       load_bias8<kBiasFp32>(p.bias, col, b);
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = __fadd_rn(x[e], b[e]);
-      *reinterpret_cast<uint4*>(p.v_pool + kv_offset(page, kh, slot, hkv, p.page_size_log2) + c) = pack8(x);
+      store8(p.v_pool + kv_offset(page, kh, slot, hkv, p.page_size_log2) + c, x);
     }
   }
+}
+
+template <typename T>
+void launch(const RopeKvWriteArgs& a, const AttentionPlan& plan, int log2_page, cudaStream_t stream) {
+  RopeParams<T> p;
+  p.qkv = static_cast<const T*>(a.qkv);
+  p.bias = a.bias;
+  p.q_out = static_cast<T*>(a.q_out);
+  p.q_stride = a.q_stride ? a.q_stride : plan.num_q_heads * kHeadDim;
+  p.k_pool = static_cast<T*>(a.k_pool);
+  p.v_pool = static_cast<T*>(a.v_pool);
+  p.page_table = a.page_table;
+  p.seqs = plan.seqs;
+  p.token_seq = plan.token_seq;
+  p.token_pos = plan.token_pos;
+  p.rope = a.rope;
+  p.table_kind = int(a.table_kind);
+  p.num_q_heads = plan.num_q_heads;
+  p.num_kv_heads = plan.num_kv_heads;
+  p.page_size_log2 = log2_page;
+  if (a.bias_fp32)
+    rope_kv_write_kernel<T, true><<<plan.num_tokens, kThreads, 0, stream>>>(p);
+  else
+    rope_kv_write_kernel<T, false><<<plan.num_tokens, kThreads, 0, stream>>>(p);
+  ORCHID_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -147,27 +190,13 @@ void rope_kv_write(const RopeKvWriteArgs& a, const AttentionPlan& plan, cudaStre
   ORCHID_KERNEL_REQUIRE(
       aligned(a.qkv) && aligned(a.bias) && aligned(a.q_out) && aligned(a.k_pool) && aligned(a.v_pool),
       "rope_kv_write: pointers must be 16-byte aligned");
+  ORCHID_KERNEL_REQUIRE(a.q_stride == 0 || (a.q_stride >= plan.num_q_heads * kHeadDim && a.q_stride % 8 == 0),
+                        "rope_kv_write: q_stride below the row or not a multiple of 8");
   if (plan.num_tokens == 0) return;
-  RopeParams p;
-  p.qkv = a.qkv;
-  p.bias = a.bias;
-  p.q_out = a.q_out;
-  p.k_pool = a.k_pool;
-  p.v_pool = a.v_pool;
-  p.page_table = a.page_table;
-  p.seqs = plan.seqs;
-  p.token_seq = plan.token_seq;
-  p.token_pos = plan.token_pos;
-  p.rope = a.rope;
-  p.table_kind = int(a.table_kind);
-  p.num_q_heads = plan.num_q_heads;
-  p.num_kv_heads = plan.num_kv_heads;
-  p.page_size_log2 = log2_page;
-  if (a.bias_fp32)
-    rope_kv_write_kernel<true><<<plan.num_tokens, kThreads, 0, stream>>>(p);
+  if (a.fp32)
+    launch<float>(a, plan, log2_page, stream);
   else
-    rope_kv_write_kernel<false><<<plan.num_tokens, kThreads, 0, stream>>>(p);
-  ORCHID_CUDA_CHECK_LAUNCH();
+    launch<__nv_bfloat16>(a, plan, log2_page, stream);
 }
 
 }  // namespace orchid::kernels::attention

@@ -8,7 +8,8 @@
 //     rounding)
 //   q -> q_out [T, Hq, 64];  k, v -> the layer's K/V pools at page = table[pos / page_size],
 //   slot = pos % page_size (kv_layout.h). A kNoPage entry means the write is skipped (never dereferenced).
-// Padding tokens (plan.token_seq[t] < 0) are skipped.
+// Padding tokens (plan.token_seq[t] < 0) are skipped. With fp32 the same arithmetic without the final
+// rounding; q_out may then alias qkv (each thread reads its elements before it writes them back).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,13 +28,17 @@ struct RopeTable {
 };
 
 struct RopeKvWriteArgs {
-  const __nv_bfloat16* qkv = nullptr;  // [num_tokens, (Hq + 2 Hkv) * 64], rows 16-byte aligned
-  const void* bias = nullptr;          // [(Hq + 2 Hkv) * 64] bf16 or fp32 (bias_fp32), or null
+  // Element type of qkv, q_out and the pools: bf16, or fp32 for precise layers (cuda_backend.h), where qkv
+  // is the fp32 output of the split-input QKV GEMM and the layer's K/V pools hold fp32 (no rounding at all).
+  bool fp32 = false;
+  const void* qkv = nullptr;   // [num_tokens, (Hq + 2 Hkv) * 64], rows 16-byte aligned
+  const void* bias = nullptr;  // [(Hq + 2 Hkv) * 64] bf16 or fp32 (bias_fp32), or null
   bool bias_fp32 = false;
   RopeTable rope{};
-  __nv_bfloat16* q_out = nullptr;   // [num_tokens, Hq, 64]
-  __nv_bfloat16* k_pool = nullptr;  // this layer's pools (kv_layout.h)
-  __nv_bfloat16* v_pool = nullptr;
+  void* q_out = nullptr;   // [num_tokens, Hq, 64], rows q_stride elements apart; may be qkv itself
+  int q_stride = 0;        // 0: Hq * 64
+  void* k_pool = nullptr;  // this layer's pools (kv_layout.h)
+  void* v_pool = nullptr;
   const int32_t* page_table = nullptr;  // flat table of this layer's kind
   TableKind table_kind = kFullTable;
   int page_size = 16;

@@ -160,13 +160,14 @@ void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(a.x && a.w && a.y, "DenseGemm: null pointer");
   const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
   ORCHID_KERNEL_REQUIRE(ldx >= a.k && ldy >= a.n, "DenseGemm: leading dimension smaller than the row");
+  ORCHID_KERNEL_REQUIRE(!a.accumulate || a.out == GemmOut::kF32, "DenseGemm: accumulate needs fp32 output");
   std::lock_guard<std::mutex> lock(impl_->mu);
   Plan& p = impl_->plan_for(a, ldx, ldy);
   if (p.bias_epilogue) {
     ORCHID_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof(a.bias)));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
   ORCHID_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y,
                                      p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream));
   if (a.bias && !p.bias_epilogue) {

@@ -28,6 +28,10 @@ struct DenseGemmArgs {
   void* y = nullptr;  // [m, n], rows ldy elements apart (0: n)
   int64_t ldy = 0;
   GemmOut out = GemmOut::kBf16;
+  // y += x W^T (+ bias) instead of y = ...: fp32 output only. Two calls, the second accumulating, multiply
+  // an fp32 activation kept as two BF16 halves (hi + lo: 16 significant bits instead of 8) by a BF16 weight
+  // with fp32 accumulation (the precise layer, cuda_backend.h).
+  bool accumulate = false;
 };
 
 class DenseGemm {

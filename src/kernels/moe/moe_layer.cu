@@ -35,7 +35,7 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
     return p;
   };
   MoeBuffers b;
-  b.logits = static_cast<float*>(take(T * E * 4));
+  b.logits = static_cast<float*>(take(2 * T * E * 4));  // the split router's hi and lo rows
   b.topk_idx = static_cast<int*>(take(M * 4));
   b.topk_w = static_cast<float*>(take(M * 4));
   b.routing.offsets = static_cast<int*>(take((E + 1) * 4));
@@ -86,7 +86,7 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
 }
 
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
-                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream) {
+                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input) {
   ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
                         "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
@@ -105,8 +105,16 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   r.bias = w.router_b;
   r.y = b.logits;
   r.out = GemmOut::kF32;
-  router_gemm.run(r, stream);
-  moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream);
+  if (split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves and the bias
+    r.m = 2 * T;
+    r.bias = nullptr;
+    router_gemm.run(r, stream);
+    moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
+              b.logits + size_t(T) * E, w.router_b);
+  } else {
+    router_gemm.run(r, stream);
+    moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream);
+  }
 
   const bool mxfp4_direct = c.weights == MoeWeights::kMxfp4 && T <= c.mxfp4_direct_max_tokens;
   if (c.weights == MoeWeights::kBf16) {

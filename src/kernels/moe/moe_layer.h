@@ -51,7 +51,7 @@ struct MoeLayerWeights {
 
 // Every intermediate, carved out of the workspace (exposed so tests can check each stage).
 struct MoeBuffers {
-  float* logits = nullptr;  // [T, E]
+  float* logits = nullptr;  // [T, E] (split input: [2T, E], the hi rows' then the lo rows')
   int* topk_idx = nullptr;  // [T, k]
   float* topk_w = nullptr;  // [T, k]
   MoeRouting routing;
@@ -77,7 +77,10 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 25
 
 // h: bf16 [T, H]; x: fp32 [T, H], updated in place. router_gemm serves the router projection (its own
 // cuBLASLt workspace). 1 <= num_tokens <= cfg.max_tokens.
+// split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
+// 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
+// 4th and 5th expert resolve as in fp32), the experts read hi alone.
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
-                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream);
+                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false);
 
 }  // namespace orchid::kernels

@@ -22,8 +22,11 @@ __device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
 
 // One warp computes one token's top-k; lane l holds experts l, l+32, ... in registers; k rounds of warp
 // arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
+// The logits of one token: row[e], or with the split router (row_lo given) (row[e] + row_lo[e]) + bias[e].
 template <int kPerLane>
-__device__ __forceinline__ void topk_one_token(const float* __restrict__ row, int num_experts, int top_k,
+__device__ __forceinline__ void topk_one_token(const float* __restrict__ row,
+                                               const float* __restrict__ row_lo,
+                                               const float* __restrict__ bias, int num_experts, int top_k,
                                                int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
                                                int* smem_idx) {
   float v[kPerLane];
@@ -31,6 +34,7 @@ __device__ __forceinline__ void topk_one_token(const float* __restrict__ row, in
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
     v[i] = e < num_experts ? row[e] : 0.0f;
+    if (row_lo != nullptr && e < num_experts) v[i] = (v[i] + row_lo[e]) + bias[e];
   }
   unsigned taken = 0;
   float sel_v[kMoeMaxTopK];
@@ -82,12 +86,14 @@ __device__ __forceinline__ void topk_one_token(const float* __restrict__ row, in
 }
 
 template <int kPerLane>
-__global__ void topk_softmax_kernel(const float* __restrict__ logits, int num_tokens, int num_experts,
+__global__ void topk_softmax_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
+                                    const float* __restrict__ bias, int num_tokens, int num_experts,
                                     int top_k, int* __restrict__ topk_idx, float* __restrict__ topk_w) {
   const int token = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
   const int lane = threadIdx.x % 32;
   if (token >= num_tokens) return;
-  topk_one_token<kPerLane>(logits + int64_t(token) * num_experts, num_experts, top_k, lane,
+  const int64_t at = int64_t(token) * num_experts;
+  topk_one_token<kPerLane>(logits + at, logits_lo ? logits_lo + at : nullptr, bias, num_experts, top_k, lane,
                            topk_idx + int64_t(token) * top_k, topk_w + int64_t(token) * top_k, nullptr);
 }
 
@@ -179,7 +185,8 @@ __global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num
 // launch instead of four (launch gaps dominate a decode step's routing). Same results as the general path.
 template <int kPerLane>
 __global__ void __launch_bounds__(kPermuteChunk)
-    route_small_kernel(const float* __restrict__ logits, int num_tokens, int num_experts, int top_k,
+    route_small_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
+                       const float* __restrict__ bias, int num_tokens, int num_experts, int top_k,
                        int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
   __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
   __shared__ int s_idx[kPermuteChunk];
@@ -188,8 +195,10 @@ __global__ void __launch_bounds__(kPermuteChunk)
   const int items = num_tokens * top_k;
   for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
   for (int t = warp; t < num_tokens; t += kPermuteChunk / 32)
-    topk_one_token<kPerLane>(logits + int64_t(t) * num_experts, num_experts, top_k, lane,
-                             topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k, s_idx + t * top_k);
+    topk_one_token<kPerLane>(logits + int64_t(t) * num_experts,
+                             logits_lo ? logits_lo + int64_t(t) * num_experts : nullptr, bias, num_experts,
+                             top_k, lane, topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k,
+                             s_idx + t * top_k);
   __syncthreads();
   const int e = tid < items ? s_idx[tid] : -1;
   const unsigned peers = __match_any_sync(0xffffffffu, e);
@@ -247,7 +256,9 @@ size_t align16(size_t x) {
 }  // namespace
 
 void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx,
-                      float* topk_w, cudaStream_t stream) {
+                      float* topk_w, cudaStream_t stream, const float* logits_lo, const float* bias) {
+  ORCHID_KERNEL_REQUIRE(logits_lo == nullptr || bias != nullptr,
+                        "moe_topk_softmax: split logits need the bias");
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts,
                         "moe_topk_softmax: bad expert count");
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts,
@@ -256,17 +267,17 @@ void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int 
   const int threads = 128;
   const int blocks = int((int64_t(num_tokens) * 32 + threads - 1) / threads);
   if (num_experts <= 32) {
-    topk_softmax_kernel<1>
-        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<1><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w);
   } else if (num_experts <= 64) {
-    topk_softmax_kernel<2>
-        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<2><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w);
   } else if (num_experts <= 128) {
-    topk_softmax_kernel<4>
-        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<4><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w);
   } else {
-    topk_softmax_kernel<8>
-        <<<blocks, threads, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w);
+    topk_softmax_kernel<8><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
@@ -308,11 +319,13 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
 }
 
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
-               const MoeRouting& out, void* scratch, cudaStream_t stream) {
+               const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo,
+               const float* bias) {
+  ORCHID_KERNEL_REQUIRE(logits_lo == nullptr || bias != nullptr, "moe_route: split logits need the bias");
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
   if (int64_t(num_tokens) * top_k > kPermuteChunk || num_tokens <= 0) {
-    moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream);
+    moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream, logits_lo, bias);
     moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream);
     return;
   }
@@ -320,17 +333,17 @@ void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, 
       out.offsets && out.row_token && out.row_expert && out.slot_row && out.active && out.num_active,
       "moe_route: null pointer");
   if (num_experts <= 32) {
-    route_small_kernel<1>
-        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+    route_small_kernel<1><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w, out);
   } else if (num_experts <= 64) {
-    route_small_kernel<2>
-        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+    route_small_kernel<2><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w, out);
   } else if (num_experts <= 128) {
-    route_small_kernel<4>
-        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+    route_small_kernel<4><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w, out);
   } else {
-    route_small_kernel<8>
-        <<<1, kPermuteChunk, 0, stream>>>(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, out);
+    route_small_kernel<8><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
+                                                           top_k, topk_idx, topk_w, out);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }

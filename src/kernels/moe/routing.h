@@ -23,8 +23,11 @@ constexpr int kMoeMaxExperts = 256;
 constexpr int kMoeMaxTopK = 8;
 
 // logits: fp32 [T, E] (the router GEMM output, bias included). E <= kMoeMaxExperts, k <= min(E, kMoeMaxTopK).
+// Split router (moe_forward with a split input): logits and logits_lo are the GEMM outputs of the hi and lo
+// halves without bias, and the logit of (t, e) is (logits + logits_lo) + bias[e].
 void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx,
-                      float* topk_w, cudaStream_t stream);
+                      float* topk_w, cudaStream_t stream, const float* logits_lo = nullptr,
+                      const float* bias = nullptr);
 
 struct MoeRouting {
   int* offsets = nullptr;     // [E+1]
@@ -44,6 +47,7 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
 // moe_topk_softmax + moe_permute. For decode-sized batches (num_tokens * top_k <= 1024) both run in one
 // single-CTA kernel (one launch instead of four); results are identical. scratch as for moe_permute.
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
-               const MoeRouting& out, void* scratch, cudaStream_t stream);
+               const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo = nullptr,
+               const float* bias = nullptr);
 
 }  // namespace orchid::kernels

@@ -30,9 +30,21 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-__global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
+// Eight delta elements as floats: bf16 (one 16-byte load) or fp32 (two).
+__device__ __forceinline__ void load_delta8(const __nv_bfloat16* d, int idx, float (&f)[8]) {
+  bf16x8_to_float(reinterpret_cast<const uint4*>(d)[idx], f);
+}
+__device__ __forceinline__ void load_delta8(const float* d, int idx, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(d)[2 * idx];
+  const float4 b = reinterpret_cast<const float4*>(d)[2 * idx + 1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// DeltaT: bf16 or fp32 delta. out_lo (optional): bf16(y - float(out)), the rest the first rounding lost.
+template <typename DeltaT>
+__global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const DeltaT* __restrict__ delta,
                                         const float* __restrict__ gamma, __nv_bfloat16* __restrict__ out,
-                                        int hidden, float eps) {
+                                        __nv_bfloat16* __restrict__ out_lo, int hidden, float eps) {
   const int n_chunks = hidden >> 3;
   const size_t row_off = size_t(blockIdx.x) * size_t(hidden);
   float* res = residual + row_off;
@@ -48,7 +60,7 @@ __global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const __nv
       v[c][4] = b.x, v[c][5] = b.y, v[c][6] = b.z, v[c][7] = b.w;
       if (delta != nullptr) {
         float d[8];
-        bf16x8_to_float(reinterpret_cast<const uint4*>(delta + row_off)[idx], d);
+        load_delta8(delta + row_off, idx, d);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[c][e] = __fadd_rn(v[c][e], d[e]);
         reinterpret_cast<float4*>(res)[2 * idx] = make_float4(v[c][0], v[c][1], v[c][2], v[c][3]);
@@ -87,27 +99,56 @@ __global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const __nv
       o.z = pack2(y[4], y[5]);
       o.w = pack2(y[6], y[7]);
       reinterpret_cast<uint4*>(out + row_off)[idx] = o;
+      if (out_lo != nullptr) {
+        float r8[8];
+        bf16x8_to_float(o, r8);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) r8[e] = __fsub_rn(y[e], r8[e]);  // exact (Sterbenz)
+        reinterpret_cast<uint4*>(out_lo + row_off)[idx] =
+            make_uint4(pack2(r8[0], r8[1]), pack2(r8[2], r8[3]), pack2(r8[4], r8[5]), pack2(r8[6], r8[7]));
+      }
     }
   }
+}
+
+template <typename DeltaT>
+void launch(float* residual, const DeltaT* delta, const float* gamma, __nv_bfloat16* out,
+            __nv_bfloat16* out_lo, int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(hidden > 0 && hidden % 8 == 0, "rmsnorm: hidden must be a positive multiple of 8");
+  ORCHID_KERNEL_REQUIRE(hidden <= int64_t(kMaxChunks) * kMaxThreads * 8, "rmsnorm: hidden above 32768");
+  ORCHID_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rmsnorm: bad row count");
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  ORCHID_KERNEL_REQUIRE(
+      aligned(residual) && aligned(delta) && aligned(gamma) && aligned(out) && aligned(out_lo),
+      "rmsnorm: pointers must be 16-byte aligned");
+  if (rows == 0) return;
+  const int n_chunks = int(hidden / 8);
+  const int per_thread = (n_chunks + kMaxChunks - 1) / kMaxChunks;
+  const int threads = ((per_thread + 31) / 32) * 32;
+  rmsnorm_residual_kernel<DeltaT>
+      <<<unsigned(rows), threads, 0, stream>>>(residual, delta, gamma, out, out_lo, int(hidden), eps);
+  ORCHID_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void rmsnorm_residual(float* residual, const __nv_bfloat16* delta, const float* gamma, __nv_bfloat16* out,
                       int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
-  ORCHID_KERNEL_REQUIRE(hidden > 0 && hidden % 8 == 0, "rmsnorm: hidden must be a positive multiple of 8");
-  ORCHID_KERNEL_REQUIRE(hidden <= int64_t(kMaxChunks) * kMaxThreads * 8, "rmsnorm: hidden above 32768");
-  ORCHID_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rmsnorm: bad row count");
-  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  ORCHID_KERNEL_REQUIRE(aligned(residual) && aligned(delta) && aligned(gamma) && aligned(out),
-                        "rmsnorm: pointers must be 16-byte aligned");
-  if (rows == 0) return;
-  const int n_chunks = int(hidden / 8);
-  const int per_thread = (n_chunks + kMaxChunks - 1) / kMaxChunks;
-  const int threads = ((per_thread + 31) / 32) * 32;
-  rmsnorm_residual_kernel<<<unsigned(rows), threads, 0, stream>>>(residual, delta, gamma, out, int(hidden),
-                                                                  eps);
-  ORCHID_CUDA_CHECK_LAUNCH();
+  launch(residual, delta, gamma, out, nullptr, rows, hidden, eps, stream);
+}
+
+void rmsnorm_residual_split(float* residual, const __nv_bfloat16* delta, const float* gamma,
+                            __nv_bfloat16* out_hi, __nv_bfloat16* out_lo, int64_t rows, int64_t hidden,
+                            float eps, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(out_lo != nullptr || rows == 0, "rmsnorm: split output needs its low half");
+  launch(residual, delta, gamma, out_hi, out_lo, rows, hidden, eps, stream);
+}
+
+void rmsnorm_residual_split(float* residual, const float* delta, const float* gamma, __nv_bfloat16* out_hi,
+                            __nv_bfloat16* out_lo, int64_t rows, int64_t hidden, float eps,
+                            cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(out_lo != nullptr || rows == 0, "rmsnorm: split output needs its low half");
+  launch(residual, delta, gamma, out_hi, out_lo, rows, hidden, eps, stream);
 }
 
 }  // namespace orchid::kernels::norm

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/attention/kv_layout.h"
+#include "kernels/attention/precise_attention.h"
 #include "kernels/attention/sink_attention.h"
 #include "kernels/attention/yarn.h"
 #include "kernels/common/cuda_check.h"
@@ -99,8 +100,14 @@ void CudaBackend::plan_memory() {
   off_full_ = off_rows_ + align256(cap_rows_);
   off_sliding_ = off_full_ + align256(cap_table_);
   meta_cap_ = off_sliding_ + align256(cap_table_);
+  // Precise routing: the norm outputs keep their low BF16 halves (h_ holds 2T rows), and the precise
+  // layer's QKV rows (then its O-projection output) are fp32.
+  precise_layer_ = opts_.precise_routing && c.num_layers > 0 && c.is_sliding(0) ? 0 : -1;
+  const bool precise = precise_layer_ >= 0;
+  const size_t qkv_bytes = precise ? size_t(T * std::max(qkv_dim, H)) * 4 : size_t(T * qkv_dim) * 2;
+  const size_t h_rows = size_t(opts_.precise_routing ? 2 * T : T);
   const size_t ws_bytes =
-      align256(size_t(T * H) * 4) + align256(size_t(T * H) * 2) + align256(size_t(T * qkv_dim) * 2) +
+      align256(size_t(T * H) * 4) + align256(h_rows * size_t(H) * 2) + align256(qkv_bytes) +
       2 * align256(size_t(T * c.q_dim()) * 2) + align256(size_t(T * H) * 2) +
       align256(kernels::moe_workspace_bytes(moe_cfg_)) + align256(decode_ws) +
       align256(kernels::DenseGemm::kRecommendedWorkspace) + align256(size_t(logits_rows_cap_ * H) * 4) +
@@ -108,8 +115,10 @@ void CudaBackend::plan_memory() {
       2 * align256(size_t(S) * 4) + meta_cap_;
   ws_ = DeviceArena(ws_bytes, "step workspace");
   x_ = ws_.take<float>(size_t(T * H));
-  h_ = ws_.take<__nv_bfloat16>(size_t(T * H));
-  qkv_ = ws_.take<__nv_bfloat16>(size_t(T * qkv_dim));
+  h_ = ws_.take<__nv_bfloat16>(h_rows * size_t(H));
+  void* qkv = ws_.take_bytes(qkv_bytes);
+  qkv_ = static_cast<__nv_bfloat16*>(qkv);
+  qkv_f32_ = static_cast<float*>(qkv);
   q_ = ws_.take<__nv_bfloat16>(size_t(T * c.q_dim()));
   attn_ = ws_.take<__nv_bfloat16>(size_t(T * c.q_dim()));
   o_ = ws_.take<__nv_bfloat16>(size_t(T * H));
@@ -142,7 +151,10 @@ void CudaBackend::plan_memory() {
   const auto mem = device_memory_info();
   const size_t reserve = size_t(1) << 30;  // CUDA context, cuBLASLt, fragmentation
   const double budget = double(mem.total) * opts_.gpu_memory_utilization - double(mem.total - mem.free);
-  const double sliding_bytes = double(spec_.num_sliding_pages) * double(sliding) * double(page_layer_bytes);
+  // A precise layer's pools hold fp32: it counts as two layers of its kind.
+  const int64_t sliding_units = sliding + (precise ? 1 : 0);
+  const double sliding_bytes =
+      double(spec_.num_sliding_pages) * double(sliding_units) * double(page_layer_bytes);
   const double left = budget - double(reserve) - sliding_bytes;
   int64_t full_pages = full > 0 ? int64_t(left / (double(full) * double(page_layer_bytes))) : 0;
   if (opts_.kv_pages > 0) full_pages = opts_.kv_pages;
@@ -156,12 +168,12 @@ void CudaBackend::plan_memory() {
   spec_.num_full_pages = int32_t(std::min<int64_t>(full_pages, INT32_MAX));
   const size_t pool_full = size_t(spec_.num_full_pages) * page_layer_bytes / 2;  // one of K or V
   const size_t pool_sliding = size_t(spec_.num_sliding_pages) * page_layer_bytes / 2;
-  kv_ = DeviceBuffer(size_t(full) * 2 * pool_full + size_t(sliding) * 2 * pool_sliding, "KV cache");
+  kv_ = DeviceBuffer(size_t(full) * 2 * pool_full + size_t(sliding_units) * 2 * pool_sliding, "KV cache");
   uint8_t* p = kv_.data();
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const size_t bytes = c.is_sliding(l) ? pool_sliding : pool_full;
-    k_pool_.push_back(reinterpret_cast<__nv_bfloat16*>(p));
-    v_pool_.push_back(reinterpret_cast<__nv_bfloat16*>(p + bytes));
+    const size_t bytes = (c.is_sliding(l) ? pool_sliding : pool_full) * (l == precise_layer_ ? 2 : 1);
+    k_pool_.push_back(p);
+    v_pool_.push_back(p + bytes);
     p += 2 * bytes;
   }
   spdlog::info(
@@ -170,6 +182,9 @@ void CudaBackend::plan_memory() {
       double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30),
       double(kv_.size()) / (1 << 30), spec_.num_full_pages, int64_t(spec_.num_full_pages) * opts_.page_size,
       spec_.num_sliding_pages);
+  if (opts_.precise_routing)
+    spdlog::info("precise routing: router inputs at fp32 accuracy{} (--bf16-routing turns it off)",
+                 precise ? ", layer 0's attention in fp32" : "");
 }
 
 void CudaBackend::validate(const StepBatch& b) const {
@@ -257,6 +272,7 @@ CudaBackend::StepMeta CudaBackend::upload_step(const std::vector<int32_t>& token
 }
 
 void CudaBackend::layer(int64_t l, const StepMeta& m, int64_t T) {
+  if (l == precise_layer_) return precise_layer(l, m, T);
   const auto& c = config_;
   const int64_t H = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
@@ -287,8 +303,8 @@ void CudaBackend::layer(int64_t l, const StepMeta& m, int64_t T) {
 
   attn::SinkAttentionArgs a;
   a.q = q_;
-  a.k_pool = k_pool_[size_t(l)];
-  a.v_pool = v_pool_[size_t(l)];
+  a.k_pool = static_cast<const __nv_bfloat16*>(k_pool_[size_t(l)]);
+  a.v_pool = static_cast<const __nv_bfloat16*>(v_pool_[size_t(l)]);
   a.page_table = r.page_table;
   a.table_kind = r.table_kind;
   a.page_size = spec_.page_size;
@@ -307,8 +323,87 @@ void CudaBackend::layer(int64_t l, const StepMeta& m, int64_t T) {
   g.bias = L.o_b;
   g.y = o_;
   gemm_->run(g, stream_);
-  kernels::norm::rmsnorm_residual(x_, o_, L.post_norm, h_, T, H, eps, stream_);
-  kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_);
+  if (opts_.precise_routing) {  // the router reads the norm output at fp32 accuracy (hi rows, then lo rows)
+    kernels::norm::rmsnorm_residual_split(x_, o_, L.post_norm, h_, h_ + T * H, T, H, eps, stream_);
+  } else {
+    kernels::norm::rmsnorm_residual(x_, o_, L.post_norm, h_, T, H, eps, stream_);
+  }
+  kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, opts_.precise_routing);
+}
+
+// The same layer with its attention block above BF16: every activation BF16 would round is fp32, or two
+// BF16 halves (hi + lo) where a BF16 GEMM takes it (the second call accumulating into the fp32 output).
+// Weights stay as they are. The experts take the BF16 (hi) norm output like every layer; the router takes
+// both halves. Buffers: h_ holds the norm outputs' hi rows then lo rows; qkv_f32_ the fp32 QKV rows (Q
+// rotated in place), then the O-projection output; attn_ / q_ the attention output's hi / lo halves.
+void CudaBackend::precise_layer(int64_t l, const StepMeta& m, int64_t T) {
+  const auto& c = config_;
+  const int64_t H = c.hidden_size;
+  const int qkv_dim = int(c.q_dim() + 2 * c.kv_dim());
+  const float eps = float(c.rms_norm_eps);
+  const DeviceLayer& L = weights_.layers[size_t(l)];
+  __nv_bfloat16* h_lo = h_ + T * H;
+  kernels::norm::rmsnorm_residual_split(x_, static_cast<const float*>(nullptr), L.input_norm, h_, h_lo, T, H,
+                                        eps, stream_);
+  kernels::DenseGemmArgs g;
+  g.m = int(T);
+  g.n = qkv_dim;
+  g.k = int(H);
+  g.w = L.qkv_w;
+  g.y = qkv_f32_;
+  g.out = kernels::GemmOut::kF32;
+  g.x = h_;
+  gemm_->run(g, stream_);
+  g.x = h_lo;
+  g.accumulate = true;
+  gemm_->run(g, stream_);
+
+  attn::RopeKvWriteArgs r;
+  r.fp32 = true;
+  r.qkv = qkv_f32_;
+  r.bias = L.qkv_b;
+  r.bias_fp32 = true;
+  r.rope = rope_;
+  r.q_out = qkv_f32_;
+  r.q_stride = qkv_dim;
+  r.k_pool = k_pool_[size_t(l)];
+  r.v_pool = v_pool_[size_t(l)];
+  r.page_table = m.sliding;
+  r.table_kind = attn::kSlidingTable;
+  r.page_size = spec_.page_size;
+  attn::rope_kv_write(r, m.plan, stream_);
+
+  attn::PreciseAttentionArgs a;
+  a.q = qkv_f32_;
+  a.q_stride = qkv_dim;
+  a.k_pool = static_cast<const float*>(k_pool_[size_t(l)]);
+  a.v_pool = static_cast<const float*>(v_pool_[size_t(l)]);
+  a.page_table = m.sliding;
+  a.table_kind = attn::kSlidingTable;
+  a.page_size = spec_.page_size;
+  a.sinks = L.sinks;
+  a.window = int(c.sliding_window);
+  a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
+  a.out_hi = attn_;
+  a.out_lo = q_;
+  attn::precise_sink_attention(a, m.plan, stream_);
+
+  g = {};
+  g.m = int(T);
+  g.n = int(H);
+  g.k = int(c.q_dim());
+  g.w = L.o_w;
+  g.y = qkv_f32_;  // the QKV rows are consumed
+  g.out = kernels::GemmOut::kF32;
+  g.x = attn_;
+  g.bias = L.o_b_f32;
+  gemm_->run(g, stream_);
+  g.x = q_;
+  g.bias = nullptr;
+  g.accumulate = true;
+  gemm_->run(g, stream_);
+  kernels::norm::rmsnorm_residual_split(x_, qkv_f32_, L.post_norm, h_, h_lo, T, H, eps, stream_);
+  kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, true);
 }
 
 std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x, int64_t n,

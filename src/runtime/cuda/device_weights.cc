@@ -128,11 +128,12 @@ size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeig
   const size_t qkv = size_t(c.q_dim() + 2 * c.kv_dim()), I = size_t(c.intermediate_size);
   size_t total = arena_bytes(V * H * 2) * (c.tie_word_embeddings ? 1 : 2) + arena_bytes(H * 4);
   const ExpertBytes eb = expert_bytes(c, format);
-  const size_t per_layer =
-      2 * arena_bytes(H * 4) + arena_bytes(size_t(c.num_heads) * 4) + arena_bytes(qkv * H * 2) +
-      arena_bytes(qkv * 4) + arena_bytes(H * size_t(c.q_dim()) * 2) + arena_bytes(H * 2) +
-      arena_bytes(E * H * 2) + arena_bytes(E * 4) + arena_bytes(E * 2 * I * 2) + arena_bytes(E * H * 2) +
-      arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) + arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
+  const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(c.num_heads) * 4) +
+                           arena_bytes(qkv * H * 2) + arena_bytes(qkv * 4) +
+                           arena_bytes(H * size_t(c.q_dim()) * 2) + arena_bytes(H * 2) + arena_bytes(H * 4) +
+                           arena_bytes(E * H * 2) + arena_bytes(E * 4) + arena_bytes(E * 2 * I * 2) +
+                           arena_bytes(E * H * 2) + arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) +
+                           arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
   return total + per_layer * size_t(c.num_layers);
 }
 
@@ -210,6 +211,7 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
     f32(p + "self_attn.v_proj.bias", L.qkv_b + q_rows + kv_rows);
     L.o_w = bf16(p + "self_attn.o_proj.weight");
     L.o_b = bf16(p + "self_attn.o_proj.bias");
+    L.o_b_f32 = f32(p + "self_attn.o_proj.bias");
     L.moe.router_w = bf16(p + "mlp.router.weight");
     L.moe.router_b = f32(p + "mlp.router.bias");
     L.moe.b1 = bf16(p + "mlp.experts.gate_up_proj_bias");

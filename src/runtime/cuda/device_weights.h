@@ -1,6 +1,6 @@
 // gpt-oss weights on the GPU, in the layouts the kernels take:
 //   embedding, lm_head, fused QKV [q_dim + 2 kv_dim, H], O [H, q_dim], router [E, H]   BF16
-//   norms, sinks, QKV bias, router bias                                               fp32
+//   norms, sinks, QKV bias, router bias, O bias (a second copy for the precise layer) fp32
 //   O bias, expert biases                                                             BF16 (GEMM epilogues)
 //   experts: `--weights` mxfp4 (the checkpoint's blocks + E8M0 scales, as stored), fp8 (e4m3 with fp32
 //   128x128 block scales, converted on the GPU) or bf16 (exact dequantization on the GPU).
@@ -28,6 +28,7 @@ struct DeviceLayer {
   float* qkv_b = nullptr;
   __nv_bfloat16* o_w = nullptr;
   __nv_bfloat16* o_b = nullptr;
+  float* o_b_f32 = nullptr;  // the same bias in fp32, for the precise layer's fp32 O projection
   kernels::MoeLayerWeights moe;
 };
 

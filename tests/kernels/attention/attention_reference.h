@@ -35,21 +35,31 @@ inline void rope_cos_sin(int pos, const RopeFrequencies& f, float* c, float* s) 
   for (int j = 0; j < 32; ++j) model::rope_cos_sin(f, pos, j, &c[j], &s[j]);
 }
 
-inline void qkv_rope_row(const float* x, const float* bias, int pos, const RopeFrequencies& f, int hq,
-                         int hkv, uint16_t* q, uint16_t* k, uint16_t* v) {
+// The same row in fp32 (precise layers: no rounding of q, k, v).
+inline void qkv_rope_row_f32(const float* x, const float* bias, int pos, const RopeFrequencies& f, int hq,
+                             int hkv, float* q, float* k, float* v) {
   float c[32], s[32];
   rope_cos_sin(pos, f, c, s);
   auto xb = [&](int col) { return bias != nullptr ? x[col] + bias[col] : x[col]; };
   for (int head = 0; head < hq + hkv; ++head) {
-    uint16_t* dst = head < hq ? q + head * 64 : k + (head - hq) * 64;
+    float* dst = head < hq ? q + head * 64 : k + (head - hq) * 64;
     for (int j = 0; j < 32; ++j) {
       const float a = xb(head * 64 + j), b = xb(head * 64 + j + 32);
       const float p1 = a * c[j], p2 = b * s[j], p3 = b * c[j], p4 = a * s[j];
-      dst[j] = float_to_bf16(p1 - p2);
-      dst[j + 32] = float_to_bf16(p3 + p4);
+      dst[j] = p1 - p2;
+      dst[j + 32] = p3 + p4;
     }
   }
-  for (int i = 0; i < hkv * 64; ++i) v[i] = float_to_bf16(xb((hq + hkv) * 64 + i));
+  for (int i = 0; i < hkv * 64; ++i) v[i] = xb((hq + hkv) * 64 + i);
+}
+
+inline void qkv_rope_row(const float* x, const float* bias, int pos, const RopeFrequencies& f, int hq,
+                         int hkv, uint16_t* q, uint16_t* k, uint16_t* v) {
+  std::vector<float> qf(size_t(hq) * 64), kf(size_t(hkv) * 64), vf(size_t(hkv) * 64);
+  qkv_rope_row_f32(x, bias, pos, f, hq, hkv, qf.data(), kf.data(), vf.data());
+  for (size_t i = 0; i < qf.size(); ++i) q[i] = float_to_bf16(qf[i]);
+  for (size_t i = 0; i < kf.size(); ++i) k[i] = float_to_bf16(kf[i]);
+  for (size_t i = 0; i < vf.size(); ++i) v[i] = float_to_bf16(vf[i]);
 }
 
 // Attention of one query row over keys [lo, hi] (inclusive) of one KV head, in double.

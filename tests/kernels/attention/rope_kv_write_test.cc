@@ -1,10 +1,12 @@
 // QKV bias + YaRN RoPE + paged KV write against the fp32 reference (attention_reference.h) on random rows:
 // bias none / bf16 / fp32, page sizes 16..128, positions up to 131071, padding tokens, a page marked kNoPage
 // (its tokens' K/V must be skipped). Every element of q_out and of both pools is checked: written ones
-// against the reference, all others still holding the poison pattern.
+// against the reference, all others still holding the poison pattern. The fp32 mode of precise layers
+// likewise, with q rotated in place.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -207,6 +209,102 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   check("v_pool", d_v.download(), v_want, 64);
 }
 
+// fp32 mode (precise layers): fp32 qkv rows with an fp32 bias, q rotated in place inside the qkv buffer
+// (q_stride = row width), fp32 pools. Values agree with the fp32 reference up to the cos/sin ulp; elements
+// nobody should write keep their contents (NaN in the pools, the input in the k/v columns and padding rows).
+void run_fp32_case(const RopeCase& rc, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int hq = rc.hq, hkv = rc.hkv, ps = rc.page_size;
+  const int width = (hq + 2 * hkv) * 64;
+  model::ModelConfig cfg = model::preset_config("20b");
+  const RopeFrequencies freqs = yarn_inv_freq(cfg);
+  std::vector<PlanSequence> seqs;
+  std::vector<int32_t> table;
+  int cursor = 0, next_page = 0;
+  for (auto [num_q, start] : rc.seqs) {
+    PlanSequence s;
+    s.q_start = cursor;
+    s.num_q = num_q;
+    s.start_pos = start;
+    cursor += num_q;
+    const int first_page = start / ps, end_page = (start + num_q + ps - 1) / ps;
+    const int32_t row = int32_t(table.size());
+    for (int pg = 0; pg < end_page; ++pg) table.push_back(pg >= first_page ? next_page++ : kNoPage);
+    s.full_table_begin = s.sliding_table_begin = row;
+    seqs.push_back(s);
+  }
+  if (table.empty()) table.push_back(kNoPage);
+  const int num_pages = std::max(next_page, 1);
+  const int token_rows = cursor + rc.extra_tokens;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv(size_t(token_rows) * width), bias(static_cast<size_t>(width));
+  for (float& x : qkv) x = nd(rng);
+  for (float& x : bias) x = 0.5f * nd(rng);
+  AttentionPlanBuilder plan;
+  PlanOptions o;
+  o.num_q_heads = hq;
+  o.num_kv_heads = hkv;
+  o.token_bucket = token_rows;
+  plan.build(seqs, cursor, o);
+  const size_t pool_elems = kv_pool_elements(num_pages, hkv, ps);
+  DeviceBuffer<float> d_qkv(qkv), d_bias(bias), d_k(std::vector<float>(pool_elems, NAN)),
+      d_v(std::vector<float>(pool_elems, NAN));
+  DeviceBuffer<int32_t> d_table(table), d_blob(plan.blob());
+  RopeKvWriteArgs a;
+  a.fp32 = true;
+  a.qkv = d_qkv.get();
+  a.bias = d_bias.get();
+  a.bias_fp32 = true;
+  std::copy(freqs.inv_freq.begin(), freqs.inv_freq.end(), a.rope.inv_freq);
+  a.rope.concentration = freqs.concentration;
+  a.q_out = d_qkv.get();
+  a.q_stride = width;
+  a.k_pool = d_k.get();
+  a.v_pool = d_v.get();
+  a.page_table = d_table.get();
+  a.table_kind = rc.kind;
+  a.page_size = ps;
+  rope_kv_write(a, plan.device_view(d_blob.get()), nullptr);
+  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<float> qkv_want = qkv, k_want(pool_elems, NAN), v_want(pool_elems, NAN);
+  std::vector<float> kr(size_t(hkv) * 64), vr(size_t(hkv) * 64);
+  for (const PlanSequence& s : seqs) {
+    for (int i = 0; i < s.num_q; ++i) {
+      const int t = s.q_start + i, pos = s.start_pos + i;
+      reference::qkv_rope_row_f32(&qkv[size_t(t) * width], bias.data(), pos, freqs, hq, hkv,
+                                  &qkv_want[size_t(t) * width], kr.data(), vr.data());
+      const int32_t page = table[size_t(s.full_table_begin + pos / ps)];
+      for (int h = 0; h < hkv && page >= 0; ++h)
+        for (int d = 0; d < 64; ++d) {
+          const size_t at = ((size_t(page) * hkv + h) * ps + size_t(pos % ps)) * 64 + d;
+          k_want[at] = kr[size_t(h) * 64 + d];
+          v_want[at] = vr[size_t(h) * 64 + d];
+        }
+    }
+  }
+  auto check = [&](const char* what, const std::vector<float>& got, const std::vector<float>& want) {
+    size_t bad = 0, compared = 0;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(want[i])) {
+        bad += !std::isnan(got[i]);
+        continue;
+      }
+      ++compared;
+      const double err = std::abs(double(got[i]) - double(want[i]));
+      worst = std::max(worst, err);
+      // a few fp32 ulps of the inputs (|x| < ~8; cos/sin within an ulp), never NaN
+      bad += !(err <= 4e-7 * std::abs(double(want[i])) + 2e-6);
+    }
+    std::printf("    fp32 %s: %zu compared, %zu bad, worst abs error %.2e\n", what, compared, bad, worst);
+    EXPECT_EQ(bad, 0u) << what;
+  };
+  check("qkv (q in place)", d_qkv.download(), qkv_want);
+  check("k_pool", d_k.download(), k_want);
+  check("v_pool", d_v.download(), v_want);
+}
+
 class RopeKvWrite : public ::testing::Test {
  protected:
   void SetUp() override { ORCHID_REQUIRE_GPU_OR_SKIP(); }
@@ -248,6 +346,20 @@ TEST_F(RopeKvWrite, HeadCountsAndManyTokens) {
     rc.seqs = {{3000, 0}, {1000, 50000}};
     run_case(rc, seed_ + ++k);
   }
+}
+
+TEST_F(RopeKvWrite, SmallFp32InPlace) {
+  SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
+  RopeCase rc;
+  rc.kind = kSlidingTable;
+  rc.seqs = {{37, 0}, {1, 4095}, {5, 100}, {0, 3}, {20, 131000}};
+  rc.extra_tokens = 3;
+  run_fp32_case(rc, seed_);
+  rc.hq = 10;
+  rc.hkv = 2;
+  rc.page_size = 64;
+  rc.seqs = {{300, 7}, {1, 64}};
+  run_fp32_case(rc, seed_ + 1);
 }
 
 TEST_F(RopeKvWrite, SmallEmpty) {

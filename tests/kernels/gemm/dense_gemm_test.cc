@@ -1,5 +1,6 @@
 // cuBLASLt BF16 GEMM wrapper vs an fp64 CPU reference, at the model's shapes (QKV, O-proj, router, lm_head),
-// odd and single-row M, strided operands, bf16 and fp32 outputs, with and without bias.
+// odd and single-row M, strided operands, bf16 and fp32 outputs, with and without bias; and the split-input
+// product of precise layers (an fp32 activation as two BF16 halves, the second call accumulating).
 #include "kernels/gemm/dense_gemm.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +115,85 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"strided_m17", 17, 512, 1024, 1536, 640, GemmOut::kBf16, true},
                       Case{"strided_m9_f32", 9, 96, 1024, 1040, 104, GemmOut::kF32, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// y = x W^T + b with x fp32 (not BF16-representable), computed as hi W^T + b, then += lo W^T where
+// hi = bf16(x), lo = bf16(x - hi): close to the fp32 product, far closer than the hi half alone.
+void run_split_case(const char* name, int m, int n, int k) {
+  std::mt19937_64 rng(orchid::testing::named_seed(name));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(m) * k);
+  for (float& v : x) v = nd(rng);
+  std::vector<uint16_t> hi(x.size()), lo(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    hi[i] = float_to_bf16(x[i]);
+    lo[i] = float_to_bf16(x[i] - bf16_to_float(hi[i]));
+  }
+  auto w = orchid::testing::random_bf16(rng, size_t(n) * k, 1.0f / std::sqrt(float(k)));
+  std::vector<float> bias(static_cast<size_t>(n));
+  for (float& v : bias) v = 0.5f * nd(rng);
+  DeviceBuffer<uint16_t> dhi, dlo, dw;
+  DeviceBuffer<float> db, dy(size_t(m) * n);
+  dhi.upload(hi);
+  dlo.upload(lo);
+  dw.upload(w);
+  db.upload(bias);
+  DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
+  DenseGemm gemm(ws.get(), ws.size());
+  DenseGemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x = dhi.get();
+  a.w = dw.get();
+  a.bias = db.get();
+  a.y = dy.get();
+  a.out = GemmOut::kF32;
+  gemm.run(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> hi_only = dy.download();
+  a.x = dlo.get();
+  a.bias = nullptr;
+  a.accumulate = true;
+  gemm.run(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> split = dy.download();
+
+  std::vector<double> ref(size_t(m) * n);
+  const auto wf = orchid::testing::bf16_to_floats(w);
+  orchid::ref::gemm(m, n, k, x.data(), k, wf.data(), bias.data(), ref.data());
+  auto rel_l2 = [&](const std::vector<float>& got) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / den);
+  };
+  const double e_split = rel_l2(split), e_hi = rel_l2(hi_only);
+  std::printf("[info] %s: relative L2 vs fp64 on the fp32 input: hi+lo %.3e, hi only %.3e\n", name, e_split,
+              e_hi);
+  EXPECT_LT(e_split, 2e-5) << name;
+  EXPECT_LT(e_split * 20, e_hi) << name;
+}
+
+TEST(DenseGemmSplitInput, ReachesFp32Accuracy) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  run_split_case("split_qkv_m67", 67, 5120, 2880);
+  run_split_case("split_oproj_m37", 37, 2880, 4096);
+  run_split_case("split_router_m129", 129, 32, 2880);
+  run_split_case("split_m1", 1, 5120, 2880);
+}
+
+TEST(DenseGemmSplitInput, AccumulateNeedsFp32Output) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace), buf(1024);
+  DenseGemm gemm(ws.get(), ws.size());
+  DenseGemmArgs a;
+  a.m = a.n = a.k = 8;
+  a.x = a.w = a.y = buf.get();
+  a.accumulate = true;
+  EXPECT_THROW(gemm.run(a, nullptr), std::exception);
+}
 
 }  // namespace
 }  // namespace orchid::kernels

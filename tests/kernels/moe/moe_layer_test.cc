@@ -2,11 +2,12 @@
 // references fed with the device's previous stage (so the first wrong stage is named), then end to end
 // against an fp64 reference without intermediate rounding. Also: bitwise determinism and CUDA-graph
 // capture/replay. Weights are random MXFP4 (the checkpoint format); the BF16 and FP8 formats are made from
-// them with the load-time converters (tested in weight_convert_test).
+// them with the load-time converters (tested in weight_convert_test). And the split router input.
 #include "kernels/moe/moe_layer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -372,6 +373,126 @@ INSTANTIATE_TEST_SUITE_P(Formats, MoeLayerTest,
                                            Case{"mxfp4_h128_i96_t55", MoeWeights::kMxfp4, 55, 8, 128, 96},
                                            Case{"mxfp4_h128_i96_t70", MoeWeights::kMxfp4, 70, 8, 128, 96}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// The split router input (moe_forward with split_input): h is an fp32 activation given as 2T BF16 rows,
+// hi then lo. The router GEMM covers both halves without bias, routing uses (hi + lo) + bias and thus agrees
+// with the fp32 input's routing, and the experts read the hi rows: on tokens routed alike, the output is the
+// unsplit call's on hi but for the routing weights (which see the lo part). BF16 experts, the fused
+// (T*k <= 1024) and the general routing path.
+TEST(MoeLayerSplitRouter, RoutesTheFp32Input) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  for (int T : {37, 300}) {
+    MoeConfig cfg;
+    cfg.experts = 32;
+    cfg.hidden = 256;
+    cfg.inter = 128;
+    cfg.weights = MoeWeights::kBf16;
+    cfg.max_tokens = T;
+    const int E = cfg.experts, K = cfg.top_k, H = cfg.hidden, I = cfg.inter;
+    std::mt19937_64 rng(orchid::testing::named_seed("split_router") + uint64_t(T));
+    auto wr = orchid::testing::random_bf16(rng, size_t(E) * H, 0.2f);
+    auto br16 = orchid::testing::random_bf16(rng, size_t(E), 0.5f);
+    std::vector<float> br = orchid::testing::bf16_to_floats(br16);
+    auto w1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I * H, 0.05f);
+    auto w2 = orchid::testing::random_bf16(rng, size_t(E) * H * I, 0.05f);
+    auto b1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I, 0.5f);
+    auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.1f);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> h32(size_t(T) * H), x0(size_t(T) * H);
+    for (auto& v : h32) v = nd(rng);
+    for (auto& v : x0) v = nd(rng);
+    std::vector<uint16_t> h2(size_t(2) * T * H);  // hi rows, then lo rows
+    for (size_t i = 0; i < h32.size(); ++i) {
+      h2[i] = float_to_bf16(h32[i]);
+      h2[h32.size() + i] = float_to_bf16(h32[i] - bf16_to_float(h2[i]));
+    }
+    DeviceBuffer<uint16_t> d_wr, d_w1, d_w2, d_b1, d_b2, d_h2;
+    DeviceBuffer<float> d_br, d_x_split, d_x_plain;
+    d_wr.upload(wr);
+    d_w1.upload(w1);
+    d_w2.upload(w2);
+    d_b1.upload(b1);
+    d_b2.upload(b2);
+    d_h2.upload(h2);
+    d_br.upload(br);
+    d_x_split.upload(x0);
+    d_x_plain.upload(x0);
+    MoeLayerWeights lw;
+    lw.router_w = d_wr.get();
+    lw.router_b = d_br.get();
+    lw.w1 = d_w1.get();
+    lw.w2 = d_w2.get();
+    lw.b1 = d_b1.get();
+    lw.b2 = d_b2.get();
+    DeviceBuffer<uint8_t> gemm_ws(DenseGemm::kRecommendedWorkspace);
+    DenseGemm router(gemm_ws.get(), gemm_ws.size());
+    DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
+    orchid::testing::poison(ws);
+    const MoeBuffers b = moe_buffers(cfg, ws.get());
+    moe_forward(cfg, lw, d_h2.get(), d_x_split.get(), T, router, ws.get(), nullptr, true);
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+    const auto logits = fetch<float>(b.logits, size_t(2) * T * E);
+    const auto idx = fetch<int>(b.topk_idx, size_t(T) * K);
+    const auto x_split = d_x_split.download();
+    moe_forward(cfg, lw, d_h2.get(), d_x_plain.get(), T, router, ws.get(), nullptr);  // hi rows only
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+    const auto idx_plain = fetch<int>(b.topk_idx, size_t(T) * K);
+    const auto x_plain = d_x_plain.download();
+
+    // The GEMM's two halves against the reference, then routing on their sum as specified.
+    const auto wrf = orchid::testing::bf16_to_floats(wr);
+    const auto h2f = orchid::testing::bf16_to_floats(h2);
+    std::vector<double> ref2(size_t(2) * T * E);
+    orchid::ref::gemm(2 * T, E, H, h2f.data(), H, wrf.data(), nullptr, ref2.data());
+    EXPECT_TRUE(orchid::testing::check_close("split router logits (hi and lo rows)", logits, ref2,
+                                             1e-4 * rms_of(ref2), 1e-3, 1e-4));
+    std::vector<float> sum(size_t(T) * E);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = (logits[i] + logits[sum.size() + i]) + br[i % size_t(E)];
+    std::vector<int> ri(size_t(T) * K);
+    std::vector<float> rw(ri.size());
+    orchid::ref::topk_softmax(sum.data(), T, E, K, ri.data(), rw.data());
+    EXPECT_TRUE(orchid::testing::check_exact("split router top-k", idx, ri));
+    // Against the fp32 input's routing (fp64 logits): the split sees the same experts wherever the k-th and
+    // (k+1)-th logits are more than 1e-4 apart; hi alone is reported (it flips near-ties).
+    std::vector<double> ref32(size_t(T) * E);
+    orchid::ref::gemm(T, E, H, h32.data(), H, wrf.data(), br.data(), ref32.data());
+    int decided = 0, split_miss = 0, plain_miss = 0, same_tokens = 0;
+    double err2 = 0, ref2n = 0;
+    for (int t = 0; t < T; ++t) {
+      std::vector<std::pair<double, int>> v;
+      for (int e = 0; e < E; ++e) v.push_back({-ref32[size_t(t) * E + e], e});
+      std::sort(v.begin(), v.end());
+      std::vector<int> want;
+      for (int j = 0; j < K; ++j) want.push_back(v[size_t(j)].second);
+      std::sort(want.begin(), want.end());
+      auto set_of = [&](const std::vector<int>& a) {
+        std::vector<int> s(a.begin() + size_t(t) * K, a.begin() + size_t(t + 1) * K);
+        std::sort(s.begin(), s.end());
+        return s;
+      };
+      const bool dec = v[size_t(K)].first - v[size_t(K - 1)].first > 1e-4;
+      decided += dec;
+      split_miss += dec && set_of(idx) != want;
+      plain_miss += set_of(idx_plain) != want;
+      if (set_of(idx) == set_of(idx_plain)) {
+        ++same_tokens;
+        for (int c = 0; c < H; ++c) {
+          const double d = double(x_split[size_t(t) * H + c]) - double(x_plain[size_t(t) * H + c]);
+          err2 += d * d;
+          ref2n += double(x_plain[size_t(t) * H + c]) * double(x_plain[size_t(t) * H + c]);
+        }
+      }
+    }
+    const double x_rel = same_tokens ? std::sqrt(err2 / ref2n) : 0.0;
+    std::printf(
+        "    T=%d: %d of %d tokens decided; experts unlike fp32's: split %d, hi only %d (all tokens); "
+        "output vs the unsplit call on %d alike-routed tokens: rel L2 %.2e\n",
+        T, decided, T, split_miss, plain_miss, same_tokens, x_rel);
+    EXPECT_EQ(split_miss, 0);
+    EXPECT_GT(same_tokens, 0);
+    EXPECT_LT(x_rel, 1e-2);  // the routing weights differ by the lo part (~2^-9 of a logit), nothing else
+  }
+}
 
 }  // namespace
 }  // namespace orchid::kernels

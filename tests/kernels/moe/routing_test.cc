@@ -1,6 +1,6 @@
 // Router top-k + softmax and the token permutation vs CPU references: ties (lower expert wins), E = 32 and
 // 128, a single token (decode), odd token counts, experts with no tokens, skewed routing, several counting
-// chunks (T*k > 1024).
+// chunks (T*k > 1024); logits split into hi, lo and bias (the split router).
 #include "kernels/moe/routing.h"
 
 #include <gtest/gtest.h>
@@ -150,6 +150,44 @@ TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
   ref_active.resize(c.experts, -1);
   EXPECT_TRUE(orchid::testing::check_exact((n + " active").c_str(), act.download(), ref_active));
   EXPECT_EQ(nact.download()[0], int(ref.active.size()));
+}
+
+// The split router: logits given as hi and lo GEMM outputs without bias; the kernels must route exactly as
+// the reference does on (hi + lo) + bias, on both paths.
+TEST_P(RouteTest, SplitLogitsRouteLikeTheirSum) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const RouteCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name) + 1);
+  const int items = c.tokens * c.top_k;
+  const size_t n_logits = size_t(c.tokens) * c.experts;
+  std::vector<float> hi(n_logits), lo(n_logits), bias(static_cast<size_t>(c.experts)), sum(n_logits);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (auto& v : hi) v = nd(rng);
+  for (auto& v : lo) v = 1e-3f * nd(rng);
+  for (auto& v : bias) v = 0.5f * nd(rng);
+  for (size_t i = 0; i < n_logits; ++i) sum[i] = (hi[i] + lo[i]) + bias[i % size_t(c.experts)];
+  std::vector<int> ri(items);
+  std::vector<float> rw(items);
+  orchid::ref::topk_softmax(sum.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
+  const auto ref = orchid::ref::permute(ri.data(), c.tokens, c.experts, c.top_k);
+  DeviceBuffer<float> dhi, dlo, db, dw(items);
+  DeviceBuffer<int> di(items), off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
+  DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
+  dhi.upload(hi);
+  dlo.upload(lo);
+  db.upload(bias);
+  for (auto* b : {&di, &off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
+  orchid::testing::poison(dw);
+  MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
+  moe_route(dhi.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr, dlo.get(),
+            db.get());
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const std::string n = std::string(c.name) + (items <= 1024 ? " split (fused)" : " split (general)");
+  EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
+  EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
+                                           std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+  EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
 }
 
 INSTANTIATE_TEST_SUITE_P(

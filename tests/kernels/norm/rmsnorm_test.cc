@@ -113,6 +113,67 @@ TEST_F(RmsNorm, GptOssAndLargeHidden) {
   run_case(5, 16392, false, seed_ + 2);
 }
 
+// rmsnorm_residual_split: fp32 delta (or none); the residual is the exact fp32 sum, out_hi is what the
+// BF16 variant writes (within one ulp of the exact rounding) and out_hi + out_lo is the fp32 value to ~2^-16.
+void run_split_case(int64_t rows, int64_t hidden, bool with_delta, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t n = size_t(rows * hidden);
+  std::normal_distribution<float> rd(0.0f, 3.0f), gd(1.0f, 0.3f), dd(0.0f, 1.0f);
+  std::vector<float> residual(n), gamma(static_cast<size_t>(hidden)), delta(n);
+  for (auto& x : residual) x = rd(rng);
+  for (auto& g : gamma) g = gd(rng);
+  for (auto& d : delta) d = dd(rng);
+  DeviceBuffer<float> d_res(residual), d_gamma(gamma), d_delta(delta);
+  DeviceBuffer<uint16_t> d_hi(std::vector<uint16_t>(n, kPoisonBf16)),
+      d_lo(std::vector<uint16_t>(n, kPoisonBf16));
+  rmsnorm_residual_split(d_res.get(), with_delta ? d_delta.get() : nullptr, d_gamma.get(),
+                         reinterpret_cast<__nv_bfloat16*>(d_hi.get()),
+                         reinterpret_cast<__nv_bfloat16*>(d_lo.get()), rows, hidden, 1e-5f, nullptr);
+  ORCHID_CUDA_CHECK(cudaGetLastError());
+  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> res_got = d_res.download();
+  const std::vector<uint16_t> hi = d_hi.download(), lo = d_lo.download();
+  size_t res_bad = 0, hi_bad = 0;
+  double err2_split = 0, err2_hi = 0, ref2 = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> t(static_cast<size_t>(hidden));
+    double ss = 0;
+    for (int64_t c = 0; c < hidden; ++c) {
+      const size_t i = size_t(r * hidden + c);
+      t[size_t(c)] = with_delta ? residual[i] + delta[i] : residual[i];
+      res_bad += res_got[i] != t[size_t(c)];
+      ss += double(t[size_t(c)]) * t[size_t(c)];
+    }
+    const double inv = 1.0 / std::sqrt(ss / double(hidden) + 1e-5);
+    for (int64_t c = 0; c < hidden; ++c) {
+      const size_t i = size_t(r * hidden + c);
+      const double want = double(t[size_t(c)]) * inv * double(gamma[size_t(c)]);
+      hi_bad += std::abs(ordered(hi[i]) - ordered(float_to_bf16(float(want)))) > 1 ||
+                std::isnan(bf16_to_float(hi[i])) || std::isnan(bf16_to_float(lo[i]));
+      const double got = double(bf16_to_float(hi[i])) + double(bf16_to_float(lo[i]));
+      err2_split += (got - want) * (got - want);
+      err2_hi += (bf16_to_float(hi[i]) - want) * (bf16_to_float(hi[i]) - want);
+      ref2 += want * want;
+    }
+  }
+  if (rows == 0) return;
+  const double split = std::sqrt(err2_split / ref2), hi_only = std::sqrt(err2_hi / ref2);
+  std::printf("    split rows %lld hidden %lld delta %d: rel_l2 hi+lo %.3g, hi %.3g\n", (long long)rows,
+              (long long)hidden, int(with_delta), split, hi_only);
+  EXPECT_EQ(res_bad, 0u);
+  EXPECT_EQ(hi_bad, 0u);
+  EXPECT_LT(split, 2e-5);
+  EXPECT_LT(split * 50, hi_only);
+}
+
+TEST_F(RmsNorm, SplitOutputKeepsFp32Accuracy) {
+  SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
+  run_split_case(1, 2880, true, seed_);
+  run_split_case(37, 2880, true, seed_ + 1);
+  run_split_case(9, 24, false, seed_ + 2);
+  run_split_case(0, 2880, true, seed_ + 3);
+}
+
 TEST_F(RmsNorm, SmallZeroRows) {
   SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
   run_case(0, 2880, true, seed_);
