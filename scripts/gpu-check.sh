@@ -3,8 +3,9 @@
 # (scripts/setup.sh --cuda && cmake --preset cuda && cmake --build --preset cuda):
 #   1. the kernel suites (tests, compute-sanitizer subsets, micro-benchmarks) of each kernel area,
 #   2. the other GPU tests (synthetic weights on the GPU, small ops),
-#   3. the whole model on the CUDA backend against transformers' FP32 logits (golden tiny checkpoint), and the
-#      server on synthetic gpt-oss-20b (sampling on the GPU, batching, streaming, SIGTERM),
+#   3. the whole model on the CUDA backend against transformers' FP32 logits (golden tiny checkpoint), every
+#      layer of synthetic gpt-oss-20b against transformers' FP32 layer (teacher forcing), and the server on
+#      synthetic gpt-oss-20b (sampling on the GPU, batching, streaming, SIGTERM),
 #   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights.
 #   scripts/gpu-check.sh [--quick]      --quick: fewer benchmark shapes
 # Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
@@ -41,9 +42,15 @@ step sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report ha
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
 step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+# Every layer of synthetic 20b against transformers' FP32 layer (teacher forcing), all three formats.
+ck20=$(mktemp -d)/ck20  # 13.8 GB, removed at the end
+step synth-20b "$bin" synth "$ck20" --preset 20b
+step layer-check-20b python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
+  --layers "$(seq -s, 0 23)" --tokens 1024 --orchid "$bin"
 step serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64 --steps 8
+rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"
 printf '%s\n' "${summary[@]}"
 exit $status
