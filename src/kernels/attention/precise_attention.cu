@@ -1,13 +1,19 @@
-// Napkin math (gpt-oss, 8192 tokens, window 128): 8192 x 8 CTAs each read <= 160 keys of K and V in fp32
-// (80 KB, mostly from L2: neighbouring tokens share their keys), 5.2 GB of L2 traffic; 2 x 64 FMAs per key
-// and head: 17 GFLOP on CUDA cores. About a millisecond per prefill of 8k, once per model (the first layer).
+// Napkin math (gpt-oss, 8192 tokens, window 128): per (token, head, key) 64 FMAs for the score and 64 for the
+// value sum: 17 GFLOP on CUDA cores (0.26 ms at the 67 TFLOP/s FP32 peak). K/V of a KV head are staged once
+// for 8 neighbouring tokens (135 keys instead of 8 x 128): 8192 / 8 x 8 CTAs x 5 tiles x 16 KB = 0.7 GB,
+// mostly from L2.
 //
-// CTA: 8 warps; warp w serves the query heads w, w + 8, ... of the KV head's group (one for gpt-oss). Keys
-// come in tiles of 32 staged in shared memory (K rows padded to 65 floats: lane j reads key j's row without
-// bank conflicts); lane j scores key j, the warp keeps an online softmax (m, l) and each lane accumulates two
-// of the 64 output dimensions over the tile's keys.
+// CTA = 8 consecutive token rows x one KV head, 8 warps; warp w serves row w and the query heads of the KV
+// head, 8 per pass (a step of decodes only: one row per CTA, its heads spread over the warps). Rows of one
+// sequence form a run; a run's keys (the union of its rows' windows) come in
+// tiles of 32 through shared memory (K rows padded to 68 floats: float4 reads free of bank conflicts). Lane j
+// scores key j for every head of the pass (each K float4 read once for all heads), the warp keeps an online
+// softmax (m, l) per head, and each lane accumulates two of the 64 output dimensions over the tile's keys
+// (each V pair read once for all heads; probabilities pass through shared memory).
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/precise_attention.h"
+
+#include <climits>
 
 #include "kernels/common/cuda_check.h"
 
@@ -16,16 +22,16 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTile = 32;
-constexpr int kMaxHeadsPerWarp = kMaxDecodeGroup / kWarps;  // groups up to 64 heads
-constexpr int kKStride = kHeadDim + 1;
+constexpr int kHeads = 8;               // query heads per warp and pass (larger groups take several passes)
+constexpr int kTile = 32;               // keys per staged tile: lane j scores key j
+constexpr int kKStride = kHeadDim + 4;  // K rows padded to 68 floats: float4 reads without bank conflicts
 
 struct Params {
   PreciseAttentionArgs a;
   const AttnSeq* seqs;
   const int32_t* token_seq;
   const int32_t* token_pos;
-  int num_q_heads, num_kv_heads, group, page_size_log2;
+  int num_tokens, num_q_heads, num_kv_heads, group, page_size_log2;
 };
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -39,91 +45,164 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+struct __align__(16) Smem {
+  float k[kTile][kKStride];
+  float v[kTile][kHeadDim];
+  float q[kWarps][kHeads][kHeadDim];  // each warp's queries of the pass
+  float p[kWarps][kHeads][kTile];
+  int seq[kWarps], pos[kWarps];
+};
+
+// kRows token rows per CTA, kWarps / kRows warps per row: warp w serves row w / (kWarps / kRows) and, of the
+// KV head's query heads, those congruent to w modulo kWarps / kRows. kRows = 8 (prefill: neighbouring rows
+// share the staged keys) or 1 (decode: the heads of one row spread over the warps).
+template <int kRows>
 __global__ void __launch_bounds__(kThreads) precise_attention_kernel(const __grid_constant__ Params p) {
-  const int t = blockIdx.x, g = blockIdx.y;
-  const int seq = p.token_seq[t];
-  if (seq < 0) return;
-  const int pos = p.token_pos[t];
-  const int lo = p.a.window > 0 ? max(0, pos - p.a.window + 1) : 0;
-  const int32_t* table = p.a.page_table + (&p.seqs[seq].table_begin[0])[p.a.table_kind];
-  const int q_stride = p.a.q_stride ? p.a.q_stride : p.num_q_heads * kHeadDim;
-
-  __shared__ float s_q[kMaxDecodeGroup][kHeadDim];
-  __shared__ float s_k[kTile][kKStride];
-  __shared__ float s_v[kTile][kHeadDim];
-  const float* q_row = p.a.q + size_t(t) * size_t(q_stride) + size_t(g) * p.group * kHeadDim;
-  for (int i = threadIdx.x; i < p.group * kHeadDim; i += kThreads) s_q[i / kHeadDim][i % kHeadDim] = q_row[i];
-
+  constexpr int kWarpsPerRow = kWarps / kRows;
+  __shared__ Smem s;
+  const int t0 = blockIdx.x * kRows, g = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float m[kMaxHeadsPerWarp], l[kMaxHeadsPerWarp], acc[kMaxHeadsPerWarp][2];
-#pragma unroll
-  for (int i = 0; i < kMaxHeadsPerWarp; ++i) m[i] = -INFINITY, l[i] = 0.0f, acc[i][0] = acc[i][1] = 0.0f;
-
-  for (int k0 = lo; k0 <= pos; k0 += kTile) {
-    __syncthreads();  // the previous tile is consumed (and s_q is written before the first)
-    // Stage keys k0 .. k0 + 31 (those beyond pos as zeros): 32 x 64 floats of K and of V, 8 per thread.
-    for (int i = threadIdx.x; i < kTile * kHeadDim / 4; i += kThreads) {
-      const int j = i / (kHeadDim / 4), d = (i % (kHeadDim / 4)) * 4;
-      const int key = k0 + j;
-      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
-      if (key <= pos) {
-        const int32_t page = table[key >> p.page_size_log2];
-        const size_t off =
-            kv_offset(page, g, key & ((1 << p.page_size_log2) - 1), p.num_kv_heads, p.page_size_log2) +
-            size_t(d);
-        kv = *reinterpret_cast<const float4*>(p.a.k_pool + off);
-        vv = *reinterpret_cast<const float4*>(p.a.v_pool + off);
-      }
-      s_k[j][d] = kv.x, s_k[j][d + 1] = kv.y, s_k[j][d + 2] = kv.z, s_k[j][d + 3] = kv.w;
-      *reinterpret_cast<float4*>(&s_v[j][d]) = vv;
-    }
-    __syncthreads();
-    const bool valid = k0 + lane <= pos;
-#pragma unroll
-    for (int i = 0; i < kMaxHeadsPerWarp; ++i) {
-      const int h = warp + i * kWarps;  // head within the group
-      if (h >= p.group) break;
-      float s = 0.0f;
-#pragma unroll 16
-      for (int d = 0; d < kHeadDim; ++d) s = fmaf(s_q[h][d], s_k[lane][d], s);
-      s = valid ? s * p.a.softmax_scale : -INFINITY;
-      const float m_new = fmaxf(m[i], warp_max(s));  // finite: key k0 <= pos is always valid
-      const float corr = expf(m[i] - m_new);
-      const float pr = valid ? expf(s - m_new) : 0.0f;
-      l[i] = l[i] * corr + warp_sum(pr);
-      float o0 = acc[i][0] * corr, o1 = acc[i][1] * corr;
-#pragma unroll 8
-      for (int j = 0; j < kTile; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, pr, j);
-        const float2 v = *reinterpret_cast<const float2*>(&s_v[j][2 * lane]);
-        o0 = fmaf(pj, v.x, o0);
-        o1 = fmaf(pj, v.y, o1);
-      }
-      acc[i][0] = o0, acc[i][1] = o1;
-      m[i] = m_new;
-    }
+  const int row = warp / kWarpsPerRow, head_off = warp % kWarpsPerRow;
+  if (threadIdx.x < kRows) {
+    const int t = t0 + threadIdx.x;
+    s.seq[threadIdx.x] = t < p.num_tokens ? p.token_seq[t] : -1;
+    s.pos[threadIdx.x] = t < p.num_tokens ? p.token_pos[t] : 0;
   }
-  // The sink joins the denominator once: rescale to the common max and divide.
-#pragma unroll
-  for (int i = 0; i < kMaxHeadsPerWarp; ++i) {
-    const int h = warp + i * kWarps;
-    if (h >= p.group) break;
-    const int head = g * p.group + h;
-    float mm = m[i], denom = l[i];
-    float scale = 1.0f;
-    if (p.a.sinks != nullptr) {
-      const float sink = p.a.sinks[head];
-      const float m_all = fmaxf(mm, sink);
-      scale = expf(mm - m_all);
-      denom = denom * scale + expf(sink - m_all);
+  __syncthreads();
+  const int q_stride = p.a.q_stride ? p.a.q_stride : p.num_q_heads * kHeadDim;
+  const int window = p.a.window;
+  const int my_pos = s.pos[row];
+  const int my_lo = window > 0 ? max(0, my_pos - window + 1) : 0;
+
+  // Runs: rows of one sequence are adjacent in the plan, so a CTA holds a few runs (one in a prefill, up to
+  // eight in a batch of decodes). Each run stages the union of its rows' keys once.
+  for (int r0 = 0; r0 < kRows;) {
+    const int seq = s.seq[r0];
+    int r1 = r0 + 1;
+    while (r1 < kRows && s.seq[r1] == seq) ++r1;
+    if (seq < 0) {  // padding rows
+      r0 = r1;
+      continue;
     }
-    const float o0 = acc[i][0] * scale / denom, o1 = acc[i][1] * scale / denom;
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(o0, o1);
-    const float2 hf = __bfloat1622float2(hi);
-    const __nv_bfloat162 lo2 = __floats2bfloat162_rn(o0 - hf.x, o1 - hf.y);
-    const size_t at = (size_t(t) * p.num_q_heads + head) * kHeadDim + 2 * lane;
-    *reinterpret_cast<__nv_bfloat162*>(p.a.out_hi + at) = hi;
-    *reinterpret_cast<__nv_bfloat162*>(p.a.out_lo + at) = lo2;
+    int kbeg = INT_MAX, kend = -1;
+    for (int r = r0; r < r1; ++r) {
+      kbeg = min(kbeg, window > 0 ? max(0, s.pos[r] - window + 1) : 0);
+      kend = max(kend, s.pos[r]);
+    }
+    const int32_t* table = p.a.page_table + (&p.seqs[seq].table_begin[0])[p.a.table_kind];
+    const bool in_run = row >= r0 && row < r1;
+    for (int h0 = 0; h0 < p.group; h0 += kHeads * kWarpsPerRow) {
+      // This warp's heads of the pass: h0 + head_off + kWarpsPerRow * i for i < nh.
+      const int mine = p.group - h0 - head_off;
+      const int nh = mine <= 0 ? 0 : min(kHeads, (mine + kWarpsPerRow - 1) / kWarpsPerRow);
+      const bool active = in_run && nh > 0;
+      __syncwarp();  // the previous pass is done with this warp's s.q
+      if (active) {
+        for (int i = lane; i < nh * (kHeadDim / 4); i += 32) {
+          const int d4 = i % (kHeadDim / 4), h = i / (kHeadDim / 4);
+          const int head = g * p.group + h0 + head_off + kWarpsPerRow * h;
+          const float* src = p.a.q + size_t(t0 + row) * size_t(q_stride) + size_t(head) * kHeadDim;
+          *reinterpret_cast<float4*>(&s.q[warp][h][4 * d4]) = reinterpret_cast<const float4*>(src)[d4];
+        }
+      }
+      float m[kHeads], l[kHeads], acc[kHeads][2];
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) m[h] = -INFINITY, l[h] = 0.0f, acc[h][0] = acc[h][1] = 0.0f;
+
+      for (int k0 = kbeg; k0 <= kend; k0 += kTile) {
+        __syncthreads();  // the previous tile is consumed (and s.q is written before the first)
+        for (int i = threadIdx.x; i < kTile * kHeadDim / 4; i += kThreads) {
+          const int j = i / (kHeadDim / 4), d = (i % (kHeadDim / 4)) * 4;
+          const int key = k0 + j;
+          float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+          if (key <= kend) {
+            const int32_t page = table[key >> p.page_size_log2];
+            const size_t off =
+                kv_offset(page, g, key & ((1 << p.page_size_log2) - 1), p.num_kv_heads, p.page_size_log2) +
+                size_t(d);
+            kv = *reinterpret_cast<const float4*>(p.a.k_pool + off);
+            vv = *reinterpret_cast<const float4*>(p.a.v_pool + off);
+          }
+          *reinterpret_cast<float4*>(&s.k[j][d]) = kv;
+          *reinterpret_cast<float4*>(&s.v[j][d]) = vv;
+        }
+        __syncthreads();
+        const int key = k0 + lane;
+        const bool valid = active && key >= my_lo && key <= my_pos;
+        if (!active || k0 > my_pos || k0 + kTile <= my_lo) continue;  // warp-uniform
+        // Scores of key `lane` for the pass's heads: each K float4 is read once for all heads.
+        float sc[kHeads];
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) sc[h] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < kHeadDim; d += 4) {
+          const float4 kk = *reinterpret_cast<const float4*>(&s.k[lane][d]);
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) {
+            if (h < nh) {
+              const float4 qq = *reinterpret_cast<const float4*>(&s.q[warp][h][d]);
+              sc[h] = fmaf(qq.x, kk.x, sc[h]);
+              sc[h] = fmaf(qq.y, kk.y, sc[h]);
+              sc[h] = fmaf(qq.z, kk.z, sc[h]);
+              sc[h] = fmaf(qq.w, kk.w, sc[h]);
+            }
+          }
+        }
+        // Online softmax per head; this tile holds at least one of the row's keys, so m_new is finite.
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+          if (h < nh) {
+            const float sv = valid ? sc[h] * p.a.softmax_scale : -INFINITY;
+            const float m_new = fmaxf(m[h], warp_max(sv));
+            const float corr = expf(m[h] - m_new);
+            const float pr = valid ? expf(sv - m_new) : 0.0f;
+            l[h] = l[h] * corr + warp_sum(pr);
+            acc[h][0] *= corr;
+            acc[h][1] *= corr;
+            m[h] = m_new;
+            s.p[warp][h][lane] = pr;
+          }
+        }
+        __syncwarp();
+        // Values: lane owns dimensions 2 lane, 2 lane + 1; each V pair is read once for all heads.
+#pragma unroll 4
+        for (int j = 0; j < kTile; ++j) {
+          const float2 vv = *reinterpret_cast<const float2*>(&s.v[j][2 * lane]);
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) {
+            if (h < nh) {
+              const float pj = s.p[warp][h][j];
+              acc[h][0] = fmaf(pj, vv.x, acc[h][0]);
+              acc[h][1] = fmaf(pj, vv.y, acc[h][1]);
+            }
+          }
+        }
+        __syncwarp();  // s.p is rewritten by the next tile
+      }
+      if (!active) continue;
+        // The sink joins the denominator once: rescale to the common max and divide.
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        if (h < nh) {
+          const int head = g * p.group + h0 + head_off + kWarpsPerRow * h;
+          float scale = 1.0f, denom = l[h];
+          if (p.a.sinks != nullptr) {
+            const float sink = p.a.sinks[head];
+            const float m_all = fmaxf(m[h], sink);
+            scale = expf(m[h] - m_all);
+            denom = denom * scale + expf(sink - m_all);
+          }
+          const float o0 = acc[h][0] * scale / denom, o1 = acc[h][1] * scale / denom;
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(o0, o1);
+          const float2 hf = __bfloat1622float2(hi);
+          const __nv_bfloat162 lo2 = __floats2bfloat162_rn(o0 - hf.x, o1 - hf.y);
+          const size_t at = (size_t(t0 + row) * p.num_q_heads + head) * kHeadDim + 2 * lane;
+          *reinterpret_cast<__nv_bfloat162*>(p.a.out_hi + at) = hi;
+          *reinterpret_cast<__nv_bfloat162*>(p.a.out_lo + at) = lo2;
+        }
+      }
+    }
+    r0 = r1;
   }
 }
 
@@ -150,12 +229,20 @@ void precise_sink_attention(const PreciseAttentionArgs& a, const AttentionPlan& 
   p.seqs = plan.seqs;
   p.token_seq = plan.token_seq;
   p.token_pos = plan.token_pos;
+  p.num_tokens = plan.num_tokens;
   p.num_q_heads = plan.num_q_heads;
   p.num_kv_heads = plan.num_kv_heads;
   p.group = group;
   p.page_size_log2 = log2_page;
-  precise_attention_kernel<<<dim3(unsigned(plan.num_tokens), unsigned(plan.num_kv_heads)), kThreads, 0,
-                             stream>>>(p);
+  // A step without prefill tiles is all decodes (one row per sequence): one row per CTA, heads over the
+  // warps.
+  if (plan.num_prefill_tiles == 0) {
+    precise_attention_kernel<1>
+        <<<dim3(unsigned(plan.num_tokens), unsigned(plan.num_kv_heads)), kThreads, 0, stream>>>(p);
+  } else {
+    const unsigned blocks = unsigned((plan.num_tokens + kWarps - 1) / kWarps);
+    precise_attention_kernel<kWarps><<<dim3(blocks, unsigned(plan.num_kv_heads)), kThreads, 0, stream>>>(p);
+  }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,9 +6,9 @@
 // (Q/K/V, P, the QKV input) move the router's logits by 2-5e-2 (bench/RESULTS.md, router_precision.py) and
 // change the routing of tokens whose 4th and 5th experts are that close; fp32 removes those errors.
 //
-// One CTA per (token, KV head) serves every token of the plan, prefill and decode alike (padding tokens
-// return at once), so a decode step stays graph-capturable. Cost grows with the keys per query: meant for
-// sliding-window layers (128 keys); the backend allows no full-attention layer here.
+// One kernel serves every token of the plan, prefill and decode alike (padding tokens are skipped), over a
+// grid that depends only on the token count, so a decode step stays graph-capturable. Cost grows with the keys
+// per query: meant for sliding-window layers (128 keys); the backend runs no full-attention layer here.
 #pragma once
 
 #include <cuda_bf16.h>

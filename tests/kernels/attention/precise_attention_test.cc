@@ -1,9 +1,9 @@
 // The precise layers' fp32 sink attention against the double-precision reference on random fp32 inputs:
 // GQA ratios, page sizes, full and sliding windows (kNoPage for pages that left the window), odd lengths,
-// prefill and decode tokens in one plan, padding tokens, queries read through a row stride (the fp32 QKV
-// rows). Cache entries a query may not read are NaN; padding rows of the output must stay untouched.
-// hi + lo must match the reference to its 16 significant bits (2^-17, far below BF16's 2^-9), hi alone to a
-// BF16 rounding.
+// prefill and decode tokens in one plan, decode-only steps, padding tokens, queries read through a row stride
+// (the fp32 QKV rows). Cache entries a query may not read are NaN; padding rows of the output must stay
+// untouched. hi + lo must match the reference to its 16 significant bits (2^-17, far below BF16's 2^-9), hi
+// alone to a BF16 rounding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -197,6 +197,22 @@ TEST_F(PreciseAttention, WindowsPagesAndGroups) {
         c.extra_tokens = int(k % 2);
         run_case(c, seed_ + ++k);
       }
+}
+
+TEST_F(PreciseAttention, DecodeOnlySteps) {  // no prefill tile: the one-row-per-CTA launch
+  SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
+  uint64_t k = 100;
+  for (auto [hq, hkv] : {std::pair{64, 8}, std::pair{10, 2}, std::pair{64, 1}, std::pair{8, 8}})
+    for (int window : {0, 128}) {
+      Case c;
+      c.hq = hq;
+      c.hkv = hkv;
+      c.window = window;
+      c.seqs = {{1, 0}, {1, 127}, {1, 128}, {1, 700}, {1, 33}};
+      c.extra_tokens = 3;
+      c.q_stride_pad = 2 * hkv * 64;
+      run_case(c, seed_ + ++k);
+    }
 }
 
 TEST_F(PreciseAttention, SmallEmpty) {
