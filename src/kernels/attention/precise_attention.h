@@ -7,8 +7,8 @@
 // change the routing of tokens whose 4th and 5th experts are that close; fp32 removes those errors.
 //
 // One kernel serves every token of the plan, prefill and decode alike (padding tokens are skipped), over a
-// grid that depends only on the token count, so a decode step stays graph-capturable. Cost grows with the keys
-// per query: meant for sliding-window layers (128 keys); the backend runs no full-attention layer here.
+// grid that depends only on the token count, so a decode step stays graph-capturable. Cost grows with the
+// keys per query: meant for sliding-window layers (128 keys); the backend runs no full-attention layer here.
 #pragma once
 
 #include <cuda_bf16.h>
