@@ -225,19 +225,34 @@ void bench_rope(int tokens, int ps) {
            0, double(bytes) / us / 1e3});
 }
 
+// One sequence of `num_q` new tokens after `start` cached ones over shuffled pages: its plan and page table
+// on the device.
+struct OneSequenceStep {
+  AttentionPlanBuilder plan;
+  PagedSetup pages;
+  std::unique_ptr<Dev<int32_t>> blob, table;
+  size_t pool = 0;  // K or V pool elements
+  AttentionPlan view;
+  OneSequenceStep(int num_q, int start, int ps, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    pages = random_pages(start + num_q, ps, rng);
+    PlanOptions o;
+    o.sm_count = device_info().sm_count;
+    plan.build({{0, num_q, start, 0, 0}}, num_q, o);
+    blob = std::make_unique<Dev<int32_t>>(plan.blob().size());
+    table = std::make_unique<Dev<int32_t>>(pages.table.size());
+    ORCHID_CUDA_CHECK(cudaMemcpy(blob->p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
+    ORCHID_CUDA_CHECK(
+        cudaMemcpy(table->p, pages.table.data(), pages.table.size() * 4, cudaMemcpyHostToDevice));
+    pool = kv_pool_elements(pages.num_pages, kHkv, ps);
+    view = plan.device_view(blob->p);
+  }
+};
+
 // Prefill of `num_q` new tokens after `start` cached ones, one sequence; returns microseconds.
 double bench_prefill(int num_q, int start, int window, int ps, const char* label, PrefillVariant variant) {
-  std::mt19937_64 rng(2);
-  const int ctx = start + num_q;
-  const PagedSetup pages = random_pages(ctx, ps, rng);
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.sm_count = device_info().sm_count;
-  plan.build({{0, num_q, start, 0, 0}}, num_q, o);
-  Dev<int32_t> blob(plan.blob().size()), table(pages.table.size());
-  ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
-  ORCHID_CUDA_CHECK(cudaMemcpy(table.p, pages.table.data(), pages.table.size() * 4, cudaMemcpyHostToDevice));
-  const size_t pool = kv_pool_elements(pages.num_pages, kHkv, ps);
+  const OneSequenceStep st(num_q, start, ps, 2);
+  const size_t pool = st.pool;
   const size_t qn = size_t(num_q) * kHq * 64;
   const int sets = rotation_sets((2 * pool + 2 * qn) * 2, 4);
   std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> q, k, v, out;
@@ -252,9 +267,9 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   }
   Dev<float> sinks(kHq);
   random_f32(sinks.p, kHq, 2.0f, 1.0f);
-  const AttentionPlan view = plan.device_view(blob.p);
+  const AttentionPlan& view = st.view;
   SinkAttentionArgs a;
-  a.page_table = table.p;
+  a.page_table = st.table->p;
   a.page_size = ps;
   a.sinks = sinks.p;
   a.window = window;
@@ -285,17 +300,9 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
 // The precise layer's fp32 attention (CUDA cores): `num_q` tokens of one sequence from `start`, window 128,
 // q inside fp32 QKV rows; useful FLOPs against the FP32 CUDA-core ceiling.
 double bench_precise(int num_q, int start, int ps) {
-  std::mt19937_64 rng(4);
-  const int ctx = start + num_q, window = 128, q_stride = (kHq + 2 * kHkv) * 64;
-  const PagedSetup pages = random_pages(ctx, ps, rng);
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.sm_count = device_info().sm_count;
-  plan.build({{0, num_q, start, 0, 0}}, num_q, o);
-  Dev<int32_t> blob(plan.blob().size()), table(pages.table.size());
-  ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
-  ORCHID_CUDA_CHECK(cudaMemcpy(table.p, pages.table.data(), pages.table.size() * 4, cudaMemcpyHostToDevice));
-  const size_t pool = kv_pool_elements(pages.num_pages, kHkv, ps);
+  const int window = 128, q_stride = (kHq + 2 * kHkv) * 64;
+  const OneSequenceStep st(num_q, start, ps, 4);
+  const size_t pool = st.pool;
   const size_t qn = size_t(num_q) * q_stride, on = size_t(num_q) * kHq * 64;
   const int sets = rotation_sets((2 * pool + qn) * 4 + on * 4, 4);
   std::vector<std::unique_ptr<Dev<float>>> q, k, v;
@@ -312,10 +319,10 @@ double bench_precise(int num_q, int start, int ps) {
   }
   Dev<float> sinks(kHq);
   random_f32(sinks.p, kHq, 2.0f, 1.0f);
-  const AttentionPlan view = plan.device_view(blob.p);
+  const AttentionPlan& view = st.view;
   PreciseAttentionArgs a;
   a.q_stride = q_stride;
-  a.page_table = table.p;
+  a.page_table = st.table->p;
   a.table_kind = kFullTable;
   a.page_size = ps;
   a.sinks = sinks.p;

@@ -343,20 +343,26 @@ void CudaBackend::precise_layer(int64_t l, const StepMeta& m, int64_t T) {
   const float eps = float(c.rms_norm_eps);
   const DeviceLayer& L = weights_.layers[size_t(l)];
   __nv_bfloat16* h_lo = h_ + T * H;
+  // qkv_f32_ = (hi + lo) W^T + bias: two BF16 GEMMs, the second accumulating.
+  auto split_gemm = [&](const void* hi, const void* lo, const void* w, const float* bias, int n, int k) {
+    kernels::DenseGemmArgs g;
+    g.m = int(T);
+    g.n = n;
+    g.k = k;
+    g.w = w;
+    g.y = qkv_f32_;
+    g.out = kernels::GemmOut::kF32;
+    g.x = hi;
+    g.bias = bias;
+    gemm_->run(g, stream_);
+    g.x = lo;
+    g.bias = nullptr;
+    g.accumulate = true;
+    gemm_->run(g, stream_);
+  };
   kernels::norm::rmsnorm_residual_split(x_, static_cast<const float*>(nullptr), L.input_norm, h_, h_lo, T, H,
                                         eps, stream_);
-  kernels::DenseGemmArgs g;
-  g.m = int(T);
-  g.n = qkv_dim;
-  g.k = int(H);
-  g.w = L.qkv_w;
-  g.y = qkv_f32_;
-  g.out = kernels::GemmOut::kF32;
-  g.x = h_;
-  gemm_->run(g, stream_);
-  g.x = h_lo;
-  g.accumulate = true;
-  gemm_->run(g, stream_);
+  split_gemm(h_, h_lo, L.qkv_w, nullptr, qkv_dim, int(H));  // bias: added with RoPE
 
   attn::RopeKvWriteArgs r;
   r.fp32 = true;
@@ -388,20 +394,8 @@ void CudaBackend::precise_layer(int64_t l, const StepMeta& m, int64_t T) {
   a.out_lo = q_;
   attn::precise_sink_attention(a, m.plan, stream_);
 
-  g = {};
-  g.m = int(T);
-  g.n = int(H);
-  g.k = int(c.q_dim());
-  g.w = L.o_w;
-  g.y = qkv_f32_;  // the QKV rows are consumed
-  g.out = kernels::GemmOut::kF32;
-  g.x = attn_;
-  g.bias = L.o_b_f32;
-  gemm_->run(g, stream_);
-  g.x = q_;
-  g.bias = nullptr;
-  g.accumulate = true;
-  gemm_->run(g, stream_);
+  // The O projection into qkv_f32_ (the QKV rows are consumed), then the residual.
+  split_gemm(attn_, q_, L.o_w, L.o_b_f32, int(H), int(c.q_dim()));
   kernels::norm::rmsnorm_residual_split(x_, qkv_f32_, L.post_norm, h_, h_lo, T, H, eps, stream_);
   kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, true);
 }

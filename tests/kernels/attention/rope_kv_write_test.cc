@@ -72,6 +72,48 @@ struct UlpCheck {
   }
 };
 
+// A step's sequences and page table: tokens back to back; pages only for positions of new tokens (older
+// entries are kNoPage: never read), their ids shuffled so that page order differs from position order.
+struct PagedStep {
+  std::vector<PlanSequence> seqs;
+  std::vector<int32_t> table;
+  int num_pages = 0, num_tokens = 0;
+};
+
+PagedStep make_step(const RopeCase& rc, std::mt19937_64& rng) {
+  PagedStep st;
+  const int ps = rc.page_size;
+  int next_page = 0;
+  for (auto [num_q, start] : rc.seqs) {
+    PlanSequence s;
+    s.q_start = st.num_tokens;
+    s.num_q = num_q;
+    s.start_pos = start;
+    st.num_tokens += num_q;
+    const int first_page = start / ps, end_page = (start + num_q + ps - 1) / ps;
+    const int32_t row = int32_t(st.table.size());
+    for (int pg = 0; pg < end_page; ++pg) st.table.push_back(pg >= first_page ? next_page++ : kNoPage);
+    s.full_table_begin = rc.kind == kFullTable ? row : 0;
+    s.sliding_table_begin = rc.kind == kSlidingTable ? row : 0;
+    st.seqs.push_back(s);
+  }
+  if (rc.drop_a_page) {
+    for (auto& id : st.table)
+      if (id >= 0) {
+        id = kNoPage;
+        break;
+      }
+  }
+  if (st.table.empty()) st.table.push_back(kNoPage);
+  st.num_pages = std::max(next_page, 1);
+  std::vector<int32_t> perm(static_cast<size_t>(st.num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (auto& id : st.table)
+    if (id >= 0) id = perm[size_t(id)];
+  return st;
+}
+
 void run_case(const RopeCase& rc, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int hq = rc.hq, hkv = rc.hkv, ps = rc.page_size;
@@ -80,39 +122,11 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   cfg.head_dim = 64;
   const RopeFrequencies freqs = yarn_inv_freq(cfg);
 
-  // Tokens back to back; pages only for positions of new tokens (older entries are kNoPage: never read).
-  std::vector<PlanSequence> seqs;
-  std::vector<int32_t> table;
-  int cursor = 0, next_page = 0;
-  for (auto [num_q, start] : rc.seqs) {
-    PlanSequence s;
-    s.q_start = cursor;
-    s.num_q = num_q;
-    s.start_pos = start;
-    cursor += num_q;
-    const int first_page = start / ps, end_page = (start + num_q + ps - 1) / ps;
-    const int32_t row = int32_t(table.size());
-    for (int pg = 0; pg < end_page; ++pg) table.push_back(pg >= first_page ? next_page++ : kNoPage);
-    s.full_table_begin = rc.kind == kFullTable ? row : 0;
-    s.sliding_table_begin = rc.kind == kSlidingTable ? row : 0;
-    seqs.push_back(s);
-  }
-  if (rc.drop_a_page) {
-    for (auto& id : table)
-      if (id >= 0) {
-        id = kNoPage;
-        break;
-      }
-  }
-  if (table.empty()) table.push_back(kNoPage);
-  const int num_pages = std::max(next_page, 1);
-  const int num_tokens = cursor, token_rows = cursor + rc.extra_tokens;
-  // Shuffle page ids so that page order differs from position order.
-  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  for (auto& id : table)
-    if (id >= 0) id = perm[size_t(id)];
+  const PagedStep step = make_step(rc, rng);
+  const std::vector<PlanSequence>& seqs = step.seqs;
+  const std::vector<int32_t>& table = step.table;
+  const int num_pages = step.num_pages, num_tokens = step.num_tokens;
+  const int token_rows = num_tokens + rc.extra_tokens;
 
   const std::vector<uint16_t> qkv = orchid::testing::random_bf16(rng, size_t(token_rows) * width, 1.0f);
   std::vector<float> bias_f(size_t(width), 0.0f);
@@ -218,23 +232,10 @@ void run_fp32_case(const RopeCase& rc, uint64_t seed) {
   const int width = (hq + 2 * hkv) * 64;
   model::ModelConfig cfg = model::preset_config("20b");
   const RopeFrequencies freqs = yarn_inv_freq(cfg);
-  std::vector<PlanSequence> seqs;
-  std::vector<int32_t> table;
-  int cursor = 0, next_page = 0;
-  for (auto [num_q, start] : rc.seqs) {
-    PlanSequence s;
-    s.q_start = cursor;
-    s.num_q = num_q;
-    s.start_pos = start;
-    cursor += num_q;
-    const int first_page = start / ps, end_page = (start + num_q + ps - 1) / ps;
-    const int32_t row = int32_t(table.size());
-    for (int pg = 0; pg < end_page; ++pg) table.push_back(pg >= first_page ? next_page++ : kNoPage);
-    s.full_table_begin = s.sliding_table_begin = row;
-    seqs.push_back(s);
-  }
-  if (table.empty()) table.push_back(kNoPage);
-  const int num_pages = std::max(next_page, 1);
+  const PagedStep step = make_step(rc, rng);
+  const std::vector<PlanSequence>& seqs = step.seqs;
+  const std::vector<int32_t>& table = step.table;
+  const int num_pages = step.num_pages, cursor = step.num_tokens;
   const int token_rows = cursor + rc.extra_tokens;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> qkv(size_t(token_rows) * width), bias(static_cast<size_t>(width));
@@ -274,7 +275,8 @@ void run_fp32_case(const RopeCase& rc, uint64_t seed) {
       const int t = s.q_start + i, pos = s.start_pos + i;
       reference::qkv_rope_row_f32(&qkv[size_t(t) * width], bias.data(), pos, freqs, hq, hkv,
                                   &qkv_want[size_t(t) * width], kr.data(), vr.data());
-      const int32_t page = table[size_t(s.full_table_begin + pos / ps)];
+      const int row = rc.kind == kFullTable ? s.full_table_begin : s.sliding_table_begin;
+      const int32_t page = table[size_t(row + pos / ps)];
       for (int h = 0; h < hkv && page >= 0; ++h)
         for (int d = 0; d < 64; ++d) {
           const size_t at = ((size_t(page) * hkv + h) * ps + size_t(pos % ps)) * 64 + d;
