@@ -8,49 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_string.h"
 
 namespace orchid::harmony {
 namespace {
-
-void append_escaped(const std::string& s, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (c < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 15]);
-        } else {
-          out->push_back(ch);
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 void append_value(const Json& v, std::string* out) {
   switch (v.type()) {
@@ -70,7 +31,7 @@ void append_value(const Json& v, std::string* out) {
       out->append(ryu_format(v.get<double>()));
       break;
     case Json::value_t::string:
-      append_escaped(v.get_ref<const std::string&>(), out);
+      append_json_string(out, v.get_ref<const std::string&>());
       break;
     case Json::value_t::array: {
       out->push_back('[');
@@ -89,7 +50,7 @@ void append_value(const Json& v, std::string* out) {
       for (const auto& [k, e] : v.items()) {
         if (!first) out->push_back(',');
         first = false;
-        append_escaped(k, out);
+        append_json_string(out, k);
         out->push_back(':');
         append_value(e, out);
       }

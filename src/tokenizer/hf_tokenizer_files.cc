@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/json_string.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/rank_map.h"
@@ -27,44 +28,6 @@ constexpr int32_t kPadId = 199999;  // <|endoftext|>
 // transformers' "no limit" for model_max_length: int(1e30), which the published file spells out in full.
 // It does not fit a 64-bit integer, so it is written as text.
 constexpr std::string_view kNoMaxLength = "1000000000000000019884624838656";
-
-// A JSON string as serde_json (which writes tokenizer.json) and Python's json (tokenizer_config.json) write
-// it: UTF-8 kept as is, only quotes, backslashes and control characters escaped.
-void append_json_string(std::string* out, std::string_view s) {
-  out->push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out->append(fmt::format("\\u{:04x}", static_cast<unsigned char>(c)));
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 // Writes one pretty-printed JSON object (two-space indent, as both writers of the published files do) member
 // by member, so that the large members can be streamed and the rest come from nlohmann::json.
