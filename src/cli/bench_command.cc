@@ -10,6 +10,7 @@
 
 #include "cli/backend_options.h"
 #include "cli/bench_reference.h"
+#include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -264,6 +265,40 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   decode->add_option("--top-k", a->top_k, "top-k sampling (0: off)")->check(CLI::Range(0, 1 << 30));
   decode->callback([a] { run_decode(*a); });
+
+  auto s = std::make_shared<ServeBenchOptions>();
+  auto* serve = bench->add_subcommand(
+      "serve",
+      "Load test of an OpenAI-compatible server (orchid serve, vLLM, ...): throughput, TTFT/TPOT/ITL");
+  serve->add_option("--url", s->url, "the server, http://HOST:PORT")->capture_default_str();
+  serve->add_option("--served-model", s->model, "the requests' model name (default: the server's first)");
+  serve->add_option("--api-key", s->api_key, "sent as Authorization: Bearer KEY");
+  serve->add_option("--num-prompts", s->num_prompts, "requests to send")
+      ->check(CLI::Range(int64_t(1), int64_t(10000000)))
+      ->capture_default_str();
+  serve->add_option("--input-len", s->input_len, "random prompt length in tokens")
+      ->check(CLI::Range(int64_t(1), int64_t(10000000)))
+      ->capture_default_str();
+  serve->add_option("--output-len", s->output_len, "max_tokens of each request")
+      ->check(CLI::Range(int64_t(1), int64_t(10000000)))
+      ->capture_default_str();
+  serve->add_option("--max-concurrency", s->max_concurrency, "requests in flight at most (0: no limit)")
+      ->check(CLI::Range(int64_t(0), int64_t(10000000)))
+      ->capture_default_str();
+  serve->add_option("--request-rate", s->request_rate, "Poisson arrivals per second (0: all at once)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  serve->add_option("--dataset", s->dataset, "JSONL prompts: {\"prompt\": text or ids, \"max_tokens\": n}");
+  serve->add_option("--seed", s->seed, "seed of the random prompts and arrivals")->capture_default_str();
+  serve->add_option("--timeout", s->timeout_s, "seconds per request")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  serve->add_flag("!--no-ignore-eos", s->ignore_eos, "let outputs stop at the end-of-sequence token");
+  serve->add_flag("--json", s->json, "print JSON instead of a table");
+  serve->callback([s] {
+    const int rc = run_serve_bench(*s);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
 }
 
 }  // namespace orchid::cli

@@ -21,6 +21,7 @@
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/moe_layer.h"
 #include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/weight_convert.h"
 
@@ -310,7 +311,7 @@ struct Routed {
 // ---------------------------------------------------------------- MXFP4 streaming GEMM
 void bench_mxfp4(const Options& o, cudaStream_t s) {
   for (int E : {32, 128}) {
-    for (int T : {1, 4, 16, 64}) {
+    for (int T : {1, 4, 8, 16, 32, 64, 128}) {
       for (int proj = 0; proj < 2; ++proj) {
         const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;
         const std::string name = std::string("mxfp4 stream ") + (proj == 0 ? "gate_up" : "down") + " E" +
@@ -354,6 +355,70 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
   }
 }
 
+// ---------------------------------------------------------------- MXFP4 tiled GEMM
+// Each tile size on the gpt-oss projections (gate_up with its fused SwiGLU epilogue, as the layer runs it),
+// against the weight bytes of the experts used: the tables behind mxfp4_path's choices.
+void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
+  std::vector<int> token_counts = {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  if (o.quick) token_counts = {16, 64, 256, 1024};
+  for (int E : {32, 128}) {
+    for (int T : token_counts) {
+      if (o.quick && E == 128 && T != 64) continue;
+      for (int proj = 0; proj < 2; ++proj) {
+        for (int tt : kMxfp4TileTokens) {
+          const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
+          const std::string name = std::string("mxfp4 tiled") + std::to_string(tt) + " " +
+                                   (proj == 0 ? "gate_up" : "down") + " E" + std::to_string(E) + " T" +
+                                   std::to_string(T);
+          if (!want(o, name)) continue;
+          Routed rt(T, E, K, 77 + T);
+          std::vector<int> off(E + 1);
+          ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
+          int active = 0;
+          for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
+          const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+          const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
+          const int copies = copies_for(active_bytes);
+          std::vector<Buf> bl, sc;
+          for (int i = 0; i < copies; ++i) {
+            bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
+            sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
+          }
+          Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), x16(size_t(M) * k * 2, Fill::kBytes, 0);
+          Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
+          mxfp4_activation_f16(xb.p, M, k, x16.p, s);
+          const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
+          Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
+          mxfp4_tiled_plan(rt.r.offsets, E, tt, tiles.as<int>(), max_tiles, s);
+          const double us = median_us(s, 5, o.quick ? 20 : 50, [&](int i) {
+            Mxfp4TiledArgs a;
+            a.num_experts = E;
+            a.n = n;
+            a.k = k;
+            a.tile_tokens = tt;
+            a.offsets = rt.r.offsets;
+            a.tiles = tiles.as<int>();
+            a.max_tiles = max_tiles;
+            a.blocks = bl[i % copies].as<uint8_t>();
+            a.scales = sc[i % copies].as<uint8_t>();
+            a.x = x16.p;
+            a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
+            a.y = y.p;
+            a.swiglu_bias = proj == 0 ? b1.p : nullptr;
+            mxfp4_tiled_gemm(a, s);
+          });
+          const double flops = 2.0 * M * n * k;
+          const double bytes = double(active_bytes + size_t(M) * k * 2 + size_t(M) * n * (proj == 0 ? 1 : 2));
+          // Bandwidth-bound below ~64 rows per expert; the TFLOP/s figure is against the f16 MMA rate.
+          const bool bw_bound = M / active < 64;
+          report(name, std::to_string(active) + " experts n" + std::to_string(n) + " k" + std::to_string(k),
+                 us, bw_bound ? 0 : flops, bytes, bw_bound ? 0 : kBf16Tflops);
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- conversions
 void bench_convert(const Options& o, cudaStream_t s) {
   const int E = 32, n = 5760, k = 2880, kp = round_up_128(k);
@@ -379,18 +444,35 @@ void bench_convert(const Options& o, cudaStream_t s) {
 }
 
 // ---------------------------------------------------------------- whole MoE layer
+// The layer as the runtime runs it ("mxfp4": mxfp4_path's choice), and each MXFP4 path forced, so the
+// crossovers can be read off one table.
 void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
-  const MoeWeights formats[] = {MoeWeights::kMxfp4, MoeWeights::kFp8, MoeWeights::kBf16};
-  const char* fname[] = {"mxfp4", "fp8", "bf16"};
-  std::vector<int> token_counts = {1, 8, 64, 8192};
+  struct Variant {
+    MoeWeights format;
+    const char* label;
+    int stream_max, tiled_max, max_t;  // forced MXFP4 path bounds (-1: defaults); largest T run
+  };
+  constexpr int kAll = 1 << 20;
+  const Variant variants[] = {{MoeWeights::kMxfp4, "mxfp4", -1, -1, kAll},
+                              {MoeWeights::kMxfp4, "mxfp4-stream", kAll, kAll, 256},
+                              {MoeWeights::kMxfp4, "mxfp4-tiled", 0, kAll, 8192},
+                              {MoeWeights::kMxfp4, "mxfp4-via-fp8", 0, 0, kAll},
+                              {MoeWeights::kFp8, "fp8", -1, -1, kAll},
+                              {MoeWeights::kBf16, "bf16", -1, -1, kAll}};
+  std::vector<int> token_counts = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 8192};
+  if (o.quick) token_counts = {1, 64, 256, 1024, 8192};
   if (!o.quick) token_counts.push_back(32768);
-  for (int f = 0; f < 3; ++f) {
+  for (const Variant& v : variants) {
     for (int T : token_counts) {
-      const std::string name = std::string("moe layer ") + fname[f] + " T" + std::to_string(T);
-      if (!want(o, name)) continue;
+      const std::string name = std::string("moe layer ") + v.label + " T" + std::to_string(T);
+      if (!want(o, name) || T > v.max_t) continue;
+      const int f = v.format == MoeWeights::kMxfp4 ? 0 : v.format == MoeWeights::kFp8 ? 1 : 2;
+      const MoeWeights formats[] = {MoeWeights::kMxfp4, MoeWeights::kFp8, MoeWeights::kBf16};
       MoeConfig cfg;
-      cfg.weights = formats[f];
+      cfg.weights = v.format;
       cfg.max_tokens = T;
+      cfg.mxfp4_stream_max_tokens = v.stream_max;
+      cfg.mxfp4_tiled_max_tokens = v.tiled_max;
       const int E = cfg.experts, H = cfg.hidden, I = cfg.inter, Hp = round_up_128(H), Ip = round_up_128(I);
       size_t w1b, w1s, w2b, w2s;
       Fill wf = Fill::kBytes, sf = Fill::kE8m0;
@@ -406,8 +488,7 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
         w1b = size_t(E) * 2 * I * H * 2, w1s = 0, w2b = size_t(E) * H * I * 2, w2s = 0;
         wf = Fill::kBf16;
       }
-      const int copies =
-          copies_for(T <= 64 ? (w1b + w2b) / 8 : w1b + w2b);  // decode touches ~4/32 of the experts
+      const int copies = copies_for(T <= 8 ? (w1b + w2b) / 8 : w1b + w2b);  // T = 1 touches 4/32 experts
       std::vector<Buf> w1, s1, w2, s2;
       for (int i = 0; i < copies; ++i) {
         w1.emplace_back(w1b, wf, 40 + i);
@@ -432,7 +513,7 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
         return lw;
       };
       double us;
-      if (T <= 64) {  // decode: as the runtime runs it, one CUDA graph per step
+      if (T <= 256) {  // decode: as the runtime runs it, one CUDA graph per step
         moe_forward(cfg, weights(0), h.p, x.as<float>(), T, router_gemm, ws.p, s);  // plans, attributes
         ORCHID_CUDA_CHECK(cudaStreamSynchronize(s));
         std::vector<cudaGraphExec_t> execs(copies);
@@ -455,8 +536,9 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
       const double flops = 2.0 * T * cfg.top_k * (2.0 * I * H + double(H) * I) + 2.0 * T * E * H;
       const double per_expert = double(w1b + w1s + w2b + w2s) / E;
       const double active = std::min<double>(E, T * cfg.top_k);  // upper bound on experts touched
-      report(name, "E32 H2880 I2880 top4", us, T <= 64 ? 0 : flops, per_expert * active,
-             T <= 64 ? 0 : (formats[f] == MoeWeights::kBf16 ? kBf16Tflops : kFp8Tflops));
+      const bool bw_bound = T <= 256;
+      report(name, "E32 H2880 I2880 top4", us, bw_bound ? 0 : flops, per_expert * active,
+             bw_bound ? 0 : (formats[f] == MoeWeights::kBf16 ? kBf16Tflops : kFp8Tflops));
     }
   }
 }
@@ -490,6 +572,7 @@ int main(int argc, char** argv) {
     bench_dense(o, s, gemm);
     bench_grouped(o, s);
     bench_mxfp4(o, s);
+    bench_mxfp4_tiled(o, s);
     bench_convert(o, s);
     bench_layer(o, s, gemm);
     std::printf(

@@ -6,6 +6,7 @@
 #include "kernels/gemm/grouped_gemm.h"
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/weight_convert.h"
 
 namespace orchid::kernels {
@@ -15,9 +16,27 @@ size_t align256(size_t x) {
   return (x + 255) & ~size_t(255);
 }
 
+// Measured defaults (bench/RESULTS.md, moe_bench "mxfp4 path" rows on an H200): token counts up to
+// kStreamMaxTokens take the streaming kernel, up to kTiledMaxTokens the tiled one.
+constexpr int kStreamMaxTokens = 8;
+constexpr int kTiledMaxTokens = 2048;
+// Tiled: the tile of token rows by the average rows per expert (T * k / E), smallest first.
+struct TileChoice {
+  int max_avg_rows, tile_tokens;
+};
+constexpr TileChoice kTileTable[] = {{12, 16}, {40, 32}, {1 << 30, 64}};
+
+int stream_max(const MoeConfig& c) {
+  return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
+}
+int tiled_max(const MoeConfig& c) {
+  return c.mxfp4_tiled_max_tokens >= 0 ? c.mxfp4_tiled_max_tokens : kTiledMaxTokens;
+}
 bool needs_fp8_path(const MoeConfig& c) {
-  return c.weights == MoeWeights::kFp8 ||
-         (c.weights == MoeWeights::kMxfp4 && c.max_tokens > c.mxfp4_direct_max_tokens);
+  return c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && c.max_tokens > tiled_max(c));
+}
+bool needs_tiled(const MoeConfig& c) {
+  return c.weights == MoeWeights::kMxfp4 && c.max_tokens > stream_max(c) && tiled_max(c) > stream_max(c);
 }
 bool needs_bf16_z(const MoeConfig& c) {
   return c.weights == MoeWeights::kBf16 || c.weights == MoeWeights::kMxfp4;
@@ -52,6 +71,10 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
     b.z_scale = static_cast<float*>(take(M * (Ip / 128) * 4));
   }
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
+  if (needs_tiled(c)) {
+    b.x_f16 = take(T * H * 2);
+    b.tiles = static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(E), kMxfp4TileTokens[0])) * 8));
+  }
   if (needs_bf16_z(c)) b.z_bf16 = take(M * I * 2);
   b.u = take(M * 2 * I * 2);
   b.y = take(M * H * 2);
@@ -71,6 +94,23 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
 }
 
 }  // namespace
+
+Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
+  Mxfp4Path p;
+  if (num_tokens <= stream_max(c)) return p;
+  if (num_tokens > tiled_max(c)) {
+    p.kind = Mxfp4Path::kConvertFp8;
+    return p;
+  }
+  p.kind = Mxfp4Path::kTiled;
+  const int avg_rows = num_tokens * c.top_k / std::max(1, c.experts);
+  for (const TileChoice& t : kTileTable)
+    if (avg_rows <= t.max_avg_rows) {
+      p.tile_tokens = t.tile_tokens;
+      break;
+    }
+  return p;
+}
 
 size_t moe_workspace_bytes(const MoeConfig& cfg) {
   size_t total = 0;
@@ -116,7 +156,8 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream);
   }
 
-  const bool mxfp4_direct = c.weights == MoeWeights::kMxfp4 && T <= c.mxfp4_direct_max_tokens;
+  const Mxfp4Path path = c.weights == MoeWeights::kMxfp4 ? mxfp4_path(c, T) : Mxfp4Path{};
+  const bool mxfp4_stream = c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kStream;
   if (c.weights == MoeWeights::kBf16) {
     moe_gather_bf16(h, b.routing.row_token, M, H, b.a_bf16, stream);
     GroupedGemmArgs g;
@@ -137,7 +178,36 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.b = w.w2;
     g.d = b.y;
     grouped_gemm_bf16(g, stream);
-  } else if (mxfp4_direct) {
+  } else if (c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kTiled) {
+    ORCHID_KERNEL_REQUIRE(b.tiles != nullptr, "moe_forward: workspace sized without the MXFP4 tiled path");
+    Mxfp4TiledArgs g;
+    g.num_experts = E;
+    g.tile_tokens = path.tile_tokens;
+    g.offsets = b.routing.offsets;
+    g.tiles = b.tiles;
+    g.max_tiles = mxfp4_tiled_max_tiles(M, E, path.tile_tokens);
+    mxfp4_tiled_plan(b.routing.offsets, E, g.tile_tokens, b.tiles, g.max_tiles, stream);  // both GEMMs
+    mxfp4_activation_f16(h, T, H, b.x_f16, stream);  // the hi rows of a split input
+    g.n = 2 * I;
+    g.k = H;
+    g.blocks = static_cast<const uint8_t*>(w.w1);
+    g.scales = static_cast<const uint8_t*>(w.w1_scale);
+    g.x = b.x_f16;
+    g.x_rows = b.routing.row_token;
+    g.y = b.z_bf16;  // z in f16 MX order: the down GEMM's input as is
+    g.swiglu_bias = w.b1;
+    g.swiglu = sp;
+    mxfp4_tiled_gemm(g, stream);
+    g.swiglu_bias = nullptr;
+    g.n = H;
+    g.k = I;
+    g.blocks = static_cast<const uint8_t*>(w.w2);
+    g.scales = static_cast<const uint8_t*>(w.w2_scale);
+    g.x = b.z_bf16;
+    g.x_rows = nullptr;
+    g.y = b.y;
+    mxfp4_tiled_gemm(g, stream);
+  } else if (mxfp4_stream) {
     Mxfp4GemmArgs g;
     g.num_experts = E;
     g.offsets = b.routing.offsets;

@@ -11,8 +11,10 @@
 //   Ip/128]
 //           (Hp, Ip = H, I rounded up to 128; weight_convert.h makes them)   -> FP8 blockwise grouped GEMM
 //   kMxfp4: w1 blocks u8 [E, 2I, H/32, 16] + e8m0 [E, 2I, H/32], w2 [E, H, I/32, 16] + [E, H, I/32], as in
-//           the checkpoint. Up to mxfp4_direct_max_tokens tokens: the MXFP4 streaming kernel; above: the
-//           layer's (used) experts are converted to the FP8 block format in the workspace, then the FP8 path.
+//           the checkpoint, read as stored by the MXFP4 kernels (mxfp4_path() picks one per step): the
+//           streaming kernel for the smallest batches, the tiled kernel above; beyond mxfp4_tiled_max_tokens
+//           (long prefill chunks) the layer's used experts are converted to the FP8 block format in the
+//           workspace and take the FP8 path, whose tensor-core rate is twice the f16 MMAs'.
 // gate_up rows are interleaved (even = gate, odd = up), as in the checkpoint.
 #pragma once
 
@@ -33,10 +35,21 @@ struct MoeConfig {
   int hidden = 2880, inter = 2880, experts = 32, top_k = 4;
   float swiglu_limit = 7.0f, swiglu_alpha = 1.702f;
   MoeWeights weights = MoeWeights::kMxfp4;
-  int max_tokens = 1;                // the largest num_tokens a forward call will get (workspace sizing)
-  int mxfp4_direct_max_tokens = 64;  // MXFP4 only: token counts up to this use the streaming kernel
+  int max_tokens = 1;  // the largest num_tokens a forward call will get (workspace sizing)
+  // MXFP4 only: up to mxfp4_stream_max_tokens tokens the streaming kernel, up to mxfp4_tiled_max_tokens the
+  // tiled kernel (tile size from mxfp4_path's measured table), above the FP8 conversion. -1: the measured
+  // defaults (moe_layer.cu).
+  int mxfp4_stream_max_tokens = -1;
+  int mxfp4_tiled_max_tokens = -1;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
 };
+
+// Which MXFP4 kernel a step of num_tokens tokens takes.
+struct Mxfp4Path {
+  enum Kind : uint8_t { kStream, kTiled, kConvertFp8 } kind = kStream;
+  int tile_tokens = 0;  // kTiled: token rows per CTA tile
+};
+Mxfp4Path mxfp4_path(const MoeConfig& cfg, int num_tokens);
 
 struct MoeLayerWeights {
   const void* router_w = nullptr;   // bf16 [E, H]
@@ -59,10 +72,12 @@ struct MoeBuffers {
   uint8_t* a_q = nullptr;  // FP8 expert input [M, Hp] + scales [M, Hp/128]
   float* a_scale = nullptr;
   void* a_bf16 = nullptr;  // BF16 expert input [M, H]
-  void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 decode path)
+  void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 paths)
+  void* x_f16 = nullptr;   // MXFP4 tiled: the expert input in f16 MX order [T, H]
+  int* tiles = nullptr;    // MXFP4 tiled: the work list (int2 per tile)
   uint8_t* z_q = nullptr;  // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
   float* z_scale = nullptr;
-  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I]
+  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I] (MXFP4 tiled: f16 in MX order)
   void* y = nullptr;          // down output, bf16 [M, H], no bias
   uint8_t* w1_fp8 = nullptr;  // MXFP4 prefill: the layer's experts in the FP8 block format
   float* w1_fp8_scale = nullptr;

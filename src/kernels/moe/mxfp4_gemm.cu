@@ -13,21 +13,21 @@
 // each other after the activation tile is in shared memory. Tokens form the MMA's n8 dimension
 // (m16n8k16, f16 x f16 -> f32), 8 * kNT tokens per pass.
 //
-// NOTES: the k order inside an MMA is free as long as A and B agree. Lane (g = lane/4, t = lane%4) takes the
-// 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) for rows g and g+8 and pairs element i with i+4 in
-// each f16x2 register; the activation tile is stored with each 8-group permuted to [0,4,1,5,2,6,3,7], so one
-// 16-byte shared load gives the B registers of both k16 steps of the block.
+// NOTES: the MMA fragments and the activations' "MX order" are described in mxfp4_mma.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
-
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
+#include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_gemm.h"
+#include "kernels/moe/mxfp4_mma.cuh"
 #include "kernels/moe/swiglu.cuh"
 
 namespace orchid::kernels {
 namespace {
+
+using namespace mxfp4_detail;
 
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 16;
@@ -42,44 +42,6 @@ __host__ __device__ constexpr int x_row_bytes(int k) {
 
 __host__ __device__ constexpr int smem_bytes(int nt, int k) {
   return 8 * nt * x_row_bytes(k) + kWarps * (kStages * kStageBytes + kRowsPerWarp * (k / 32));
-}
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Element i and i+4 of the 8 e2m1 nibbles in w (element i = bits 4i..4i+3) -> one f16x2 holding
-// e2m1 * 2^-14 exactly: sign to bit 15, (e1 e0 m) to bits 11..9 (exponent field = e, mantissa msb = m;
-// e = 0 lands in the f16 subnormals, which is exactly 0 or 0.5 * 2^-14).
-template <int I>
-__device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
-  constexpr int kSign = 12 - 4 * I, kMag = 9 - 4 * I;
-  const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
-  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x0E000E00u;
-  return s | m;
-}
-
-// 2^(s-127) * 2^14 (undoing the f16 placement above). Scales above 2^113 saturate to infinity.
-__device__ __forceinline__ float mx_scale(uint32_t s) {
-  return __uint_as_float(min(s + 14u, 255u) << 23);
-}
-
-__device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 template <int kNT>
@@ -229,14 +191,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
 }
 
 template <int kNT>
+struct StreamingKernelTag {};
+
+template <int kNT>
 void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
-  static std::atomic<int> configured{0};
   const int bytes = smem_bytes(kNT, p.k);
-  if (configured.load() < bytes) {
-    ORCHID_CUDA_CHECK(
-        cudaFuncSetAttribute(mxfp4_moe_gemm_kernel<kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured.store(bytes);
-  }
+  // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
+  ensure_dynamic_smem<StreamingKernelTag<kNT>>(mxfp4_moe_gemm_kernel<kNT>,
+                                               device_info().max_smem_per_block_optin);
   const dim3 grid((p.n + kRowsPerCta - 1) / kRowsPerCta, p.max_active);
   mxfp4_moe_gemm_kernel<kNT><<<grid, kWarps * 32, bytes, stream>>>(p);
   ORCHID_CUDA_CHECK_LAUNCH();

@@ -56,7 +56,11 @@ struct Case {
   MoeWeights weights;
   int tokens, experts;
   int hidden = 2880, inter = 2880;  // the golden tiny checkpoint's 128 / 96 too: K not a multiple of a tile
+  // MXFP4: up to stream_max tokens the streaming kernel, up to tiled_max the tiled one, above via FP8.
+  int stream_max = 64, tiled_max = 0;
 };
+
+constexpr int kTiled = 1 << 20;  // tiled_max for cases that take the tiled MXFP4 kernel
 
 class MoeLayerTest : public ::testing::TestWithParam<Case> {};
 
@@ -69,10 +73,14 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   cfg.inter = c.inter;
   cfg.weights = c.weights;
   cfg.max_tokens = c.tokens;
-  cfg.mxfp4_direct_max_tokens = 64;
+  cfg.mxfp4_stream_max_tokens = c.stream_max;
+  cfg.mxfp4_tiled_max_tokens = c.tiled_max;
   const int T = c.tokens, E = cfg.experts, K = cfg.top_k, H = cfg.hidden, I = cfg.inter, M = T * K;
   const int Hp = round_up_128(H), Ip = round_up_128(I);
-  const bool fp8_path = c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && T > 64);
+  const Mxfp4Path::Kind path = mxfp4_path(cfg, T).kind;
+  const bool fp8_path =
+      c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && path == Mxfp4Path::kConvertFp8);
+  const bool tiled = c.weights == MoeWeights::kMxfp4 && path == Mxfp4Path::kTiled;
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
 
   // ---- weights: MXFP4 source, router and biases ----
@@ -225,8 +233,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   } else {
     for (int r = 0; r < M; ++r) std::copy_n(&hf[size_t(perm.row_token[r]) * H], H, &a_in[size_t(r) * H]);
   }
-  // The fused MXFP4 decode path applies bias + SwiGLU in the GEMM epilogue: u is never stored, so stage 5
-  // starts from the reference u there.
+  // The MXFP4 kernels apply bias + SwiGLU in the GEMM epilogue: u is never stored, so stage 5 starts from
+  // the reference u there.
   const bool fused_swiglu = c.weights == MoeWeights::kMxfp4 && !fp8_path;
   std::vector<float> u(size_t(M) * 2 * I);
   std::vector<float> z_in(size_t(M) * I);
@@ -265,7 +273,9 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       EXPECT_TRUE(
           orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.05));
     } else {
-      z_in = fetch_bf16(b.z_bf16, size_t(M) * I);
+      // The tiled MXFP4 kernel writes z in f16, in the MX order its down GEMM reads.
+      z_in = tiled ? orchid::testing::from_mx_order_f16(fetch<uint16_t>(b.z_bf16, size_t(M) * I), size_t(I))
+                   : fetch_bf16(b.z_bf16, size_t(M) * I);
       // Fused: z comes from the kernel's fp32 sums, the reference from fp64 ones (a bit more slack).
       EXPECT_TRUE(orchid::testing::check_close(
           fused_swiglu ? "4+5 gate_up + swiglu z (fused)" : "5 swiglu z (bf16)", z_in, ref,
@@ -359,20 +369,24 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   cudaStreamDestroy(stream);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, MoeLayerTest,
-                         ::testing::Values(Case{"bf16_t1", MoeWeights::kBf16, 1, 32},
-                                           Case{"bf16_t67", MoeWeights::kBf16, 67, 32},
-                                           Case{"fp8_t1", MoeWeights::kFp8, 1, 32},
-                                           Case{"fp8_t67", MoeWeights::kFp8, 67, 32},
-                                           Case{"mxfp4_t1", MoeWeights::kMxfp4, 1, 32},
-                                           Case{"mxfp4_t5", MoeWeights::kMxfp4, 5, 32},
-                                           Case{"mxfp4_t67_via_fp8", MoeWeights::kMxfp4, 67, 32},
-                                           Case{"mxfp4_e128_t3", MoeWeights::kMxfp4, 3, 128},
-                                           Case{"bf16_h128_i96_t55", MoeWeights::kBf16, 55, 8, 128, 96},
-                                           Case{"fp8_h128_i96_t55", MoeWeights::kFp8, 55, 8, 128, 96},
-                                           Case{"mxfp4_h128_i96_t55", MoeWeights::kMxfp4, 55, 8, 128, 96},
-                                           Case{"mxfp4_h128_i96_t70", MoeWeights::kMxfp4, 70, 8, 128, 96}),
-                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Formats, MoeLayerTest,
+    ::testing::Values(Case{"bf16_t1", MoeWeights::kBf16, 1, 32}, Case{"bf16_t67", MoeWeights::kBf16, 67, 32},
+                      Case{"fp8_t1", MoeWeights::kFp8, 1, 32}, Case{"fp8_t67", MoeWeights::kFp8, 67, 32},
+                      Case{"mxfp4_t1", MoeWeights::kMxfp4, 1, 32},
+                      Case{"mxfp4_t5", MoeWeights::kMxfp4, 5, 32},
+                      Case{"mxfp4_t67_via_fp8", MoeWeights::kMxfp4, 67, 32},
+                      Case{"mxfp4_e128_t3", MoeWeights::kMxfp4, 3, 128},
+                      Case{"bf16_h128_i96_t55", MoeWeights::kBf16, 55, 8, 128, 96},
+                      Case{"fp8_h128_i96_t55", MoeWeights::kFp8, 55, 8, 128, 96},
+                      Case{"mxfp4_h128_i96_t55", MoeWeights::kMxfp4, 55, 8, 128, 96},
+                      Case{"mxfp4_h128_i96_t70", MoeWeights::kMxfp4, 70, 8, 128, 96},
+                      Case{"mxfp4_t67_tiled", MoeWeights::kMxfp4, 67, 32, 2880, 2880, 0, kTiled},
+                      Case{"mxfp4_t300_tiled", MoeWeights::kMxfp4, 300, 32, 2880, 2880, 0, kTiled},
+                      Case{"mxfp4_t700_tiled", MoeWeights::kMxfp4, 700, 32, 2880, 2880, 0, kTiled},
+                      Case{"mxfp4_e128_t90_tiled", MoeWeights::kMxfp4, 90, 128, 2880, 2880, 0, kTiled},
+                      Case{"mxfp4_h128_i96_t70_tiled", MoeWeights::kMxfp4, 70, 8, 128, 96, 0, kTiled}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The split router input (moe_forward with split_input): h is an fp32 activation given as 2T BF16 rows,
 // hi then lo. The router GEMM covers both halves without bias, routing uses (hi + lo) + bias and thus agrees

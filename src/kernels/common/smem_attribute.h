@@ -9,7 +9,7 @@
 
 #include "kernels/common/cuda_check.h"
 
-namespace orchid::kernels::attention::detail {
+namespace orchid::kernels {
 
 // `Tag` distinguishes kernels (one flag set per instantiation); devices 0..63.
 template <typename Tag, typename Kernel>
@@ -23,4 +23,4 @@ void ensure_dynamic_smem(Kernel kernel, int bytes) {
   done.fetch_or(bit, std::memory_order_release);
 }
 
-}  // namespace orchid::kernels::attention::detail
+}  // namespace orchid::kernels

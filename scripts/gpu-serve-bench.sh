@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The serving benchmark in the terms of the decode-throughput issue: `orchid serve MODEL` on the GPU, then
+# `orchid bench serve` with one wave of N streamed requests of random token-id prompts (ignore_eos, so every
+# output has exactly its length) per workload, and a table of the figures last.
+#   scripts/gpu-serve-bench.sh [MODEL] [-- extra orchid serve flags]     (MODEL default synthetic:20b)
+#   ORCHID_SERVE_WORKLOADS="users:in:out ..." overrides the workloads (default 1:128:1024 64:128:1024
+#   256:128:1024 256:1024:256). Logs and JSON: build/cuda/gpu-serve-bench/ (or $ORCHID_LOG_DIR).
+# Exit status 0 when every request of every workload succeeded with its exact length.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${ORCHID_BUILD_DIR:-build/cuda}
+bin=$build/src/cli/orchid
+out=${ORCHID_LOG_DIR:-$build/gpu-serve-bench}
+mkdir -p "$out"
+model=synthetic:20b
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then model=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
+workloads=${ORCHID_SERVE_WORKLOADS:-"1:128:1024 64:128:1024 256:128:1024 256:1024:256"}
+[ -x "$bin" ] || { echo "missing $bin: build the cuda preset first" >&2; exit 2; }
+
+"$bin" serve "$model" --port 0 --backend cuda "$@" >"$out/server.out" 2>"$out/server.log" &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+port=""
+for _ in $(seq 1 600); do
+  port=$(grep -Eo 'listening on http://[^:]+:[0-9]+' "$out/server.log" | grep -Eo '[0-9]+$' | head -1)
+  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+  kill -0 $server 2>/dev/null || { echo "orchid serve exited:"; tail -20 "$out/server.log"; exit 1; }
+  sleep 0.5
+done
+[ -n "$port" ] || { echo "orchid serve did not come up"; tail -20 "$out/server.log"; exit 1; }
+grep -E "GPU memory|weights" "$out/server.log" | head -3
+status=0
+rows=()
+for w in $workloads; do
+  IFS=: read -r users in_len out_len <<<"$w"
+  name="u${users}_${in_len}_${out_len}"
+  "$bin" bench serve --url "http://127.0.0.1:$port" --num-prompts "$users" --max-concurrency "$users" \
+    --input-len "$in_len" --output-len "$out_len" --json >"$out/$name.json" 2>"$out/$name.err"
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  rows+=("$(python3 - "$out/$name.json" "$users" "$in_len" "$out_len" "$rc" <<'PY'
+import json, sys
+p, users, i, o, rc = sys.argv[1:]
+try:
+    r = json.load(open(p))
+except Exception as e:
+    print(f"| {users} | {i}/{o} | failed ({e}) |||||||")
+    sys.exit()
+print(f"| {users} | {i}/{o} | {r['output_tokens_per_s']:.0f} | {r['total_tokens_per_s']:.0f} | "
+      f"{r['ttft']['p50_ms']:.0f} / {r['ttft']['p99_ms']:.0f} | {r['tpot']['p50_ms']:.2f} / {r['tpot']['p99_ms']:.2f} | "
+      f"{r['itl']['p50_ms']:.2f} / {r['itl']['p99_ms']:.2f} | {r['completed']} | {r['errors']} | {r['length_mismatches']} |")
+PY
+)")
+done
+echo "==== gpu-serve-bench: $model $* (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+echo "| users | in/out | output tok/s | total tok/s | TTFT p50/p99 ms | TPOT p50/p99 ms | ITL p50/p99 ms | completed | errors | length mismatches |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+exit $status

@@ -1,0 +1,59 @@
+// Device helpers shared by the MXFP4 expert GEMMs (mxfp4_gemm.cu: streaming, mxfp4_tiled_gemm.cu: tiled):
+// cp.async, the e2m1 -> f16 placement, the e8m0 scale and the m16n8k16 f16 MMA.
+//
+// The k order inside an MMA is free as long as A and B agree. A lane (g = lane/4, t = lane%4) takes the
+// 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) and pairs element i with i+4 in each f16x2 register,
+// so the activations are stored with each 8-group permuted to [0,4,1,5,2,6,3,7] ("MX order"): one 16-byte
+// shared load then gives the B registers of both k16 steps of the block.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace orchid::kernels::mxfp4_detail {
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Element i and i+4 of the 8 e2m1 nibbles in w (element i = bits 4i..4i+3) -> one f16x2 holding
+// e2m1 * 2^-14 exactly: sign to bit 15, (e1 e0 m) to bits 11..9 (exponent field = e, mantissa msb = m;
+// e = 0 lands in the f16 subnormals, which is exactly 0 or 0.5 * 2^-14).
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
+  constexpr int kSign = 12 - 4 * I, kMag = 9 - 4 * I;
+  const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
+  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x0E000E00u;
+  return s | m;
+}
+
+// 2^(s-127) * 2^14 (undoing the f16 placement above). Scales above 2^113 saturate to infinity.
+__device__ __forceinline__ float mx_scale(uint32_t s) {
+  return __uint_as_float(min(s + 14u, 255u) << 23);
+}
+
+__device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Position of element e (0..7) of an 8-group in MX order.
+__host__ __device__ constexpr int mx_order_pos(int e) {
+  return e < 4 ? 2 * e : 2 * (e - 4) + 1;
+}
+
+}  // namespace orchid::kernels::mxfp4_detail

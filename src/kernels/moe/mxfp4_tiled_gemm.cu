@@ -1,0 +1,343 @@
+// MXFP4 tiled expert GEMM (see mxfp4_tiled_gemm.h).
+//
+// Napkin math, gpt-oss-20b decode at batch 256 (1024 routed rows, ~32 per expert, all 32 experts used), one
+// layer: gate_up 32 * 5760 * 2880 * 17/32 B = 282 MB, down 141 MB -> 101 us at 4.17 TB/s; 24 layers 2.4 ms.
+// FLOPs: 2 * 1024 * (5760 + 2880) * 2880 = 51 GFLOP per layer -> 0.10 ms at ~500 TFLOP/s (mma.sync f16),
+// so with ~32 tokens per tile the step is bound by the weight bytes, and at 64 tokens per tile it turns
+// compute bound. Weights are read once per (row tile, token tile): with one token tile per expert (decode)
+// they are read exactly once.
+//
+// Structure: CTA = 8 warps = 128 weight rows of one expert x tile_tokens token rows. Every stage of a
+// cp.async pipeline holds 4 MX blocks (k 128) of the 128 weight rows and of the token rows; each warp owns
+// 16 weight rows (one m16 MMA tile), dequantizes each weight once (mxfp4_mma.cuh) and runs it against all
+// token n-tiles of the stage. The MX scales of the CTA's rows are loaded once, with the first stage.
+//
+// NOTES: shared rows are padded so that the 16-byte fragment loads of a quarter warp hit distinct banks:
+// weight rows 64 + 16 B (rows g and g+1 differ by 80 B -> 20 banks), token rows 256 + 64 B.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
+#include "kernels/common/smem_attribute.h"
+#include "kernels/moe/mxfp4_mma.cuh"
+#include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/routing.h"
+#include "kernels/moe/swiglu.cuh"
+
+namespace orchid::kernels {
+namespace {
+
+using namespace mxfp4_detail;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = 16;
+constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
+constexpr int kChunkMx = 4;                         // MX blocks (of 32 k) per stage
+constexpr int kWRowBytes = kChunkMx * 16 + 16;      // one weight row of a stage, padded
+constexpr int kARowBytes = kChunkMx * 32 * 2 + 64;  // one token row of a stage (f16), padded
+constexpr int kWStageBytes = kRowsPerCta * kWRowBytes;
+
+__host__ __device__ constexpr int stages_for(int nt) {
+  return nt >= 8 ? 3 : 4;  // 64-token tiles: 3 stages keep two CTAs per SM
+}
+__host__ __device__ constexpr int stage_bytes(int nt) {
+  return kWStageBytes + 8 * nt * kARowBytes;
+}
+__host__ __device__ constexpr int scale_bytes(int k) {
+  return (kRowsPerCta * (k / 32) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr int smem_bytes(int nt, int k) {
+  return stages_for(nt) * stage_bytes(nt) + scale_bytes(k);
+}
+
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <int kNT, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 2) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
+  constexpr int kTokens = 8 * kNT, kStages = stages_for(kNT), kStageBytes = stage_bytes(kNT);
+  constexpr int kTokPerThread = (kTokens * 16 + kThreads - 1) / kThreads;  // 16 segments of 16 B per row
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.x];
+  const int e = tile.x;
+  if (e < 0) return;
+  const int rbase = p.offsets[e] + tile.y;  // first permuted row of this tile
+  const int m = min(p.offsets[e + 1] - rbase, kTokens);
+  const int n = p.n, k = p.k, kmx = k / 32, nchunks = (kmx + kChunkMx - 1) / kChunkMx;
+  const int n0 = blockIdx.y * kRowsPerCta;
+  const int cta_rows = min(kRowsPerCta, n - n0);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const bool warp_active = warp * kRowsPerWarp < cta_rows;
+
+  uint8_t* ss = smem + kStages * kStageBytes;  // scales [128][kmx]
+  {
+    const uint8_t* sg =
+        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 128 == 0, n % 16 == 0
+    for (int i = tid; i < cta_rows * kmx / 16; i += kThreads) cp_async_16(ss + 16 * i, sg + 16 * i, true);
+  }
+
+  // Copy assignments, fixed for the whole loop: weight rows wr[q] (segment tid % 4) and token rows ti[q]
+  // (segment tid % 16).
+  const int wseg = tid % 4, xseg = tid % 16;
+  const uint8_t* wsrc[2];
+  bool wvalid[2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int r = tid / 4 + 64 * q;
+    wvalid[q] = r < cta_rows;
+    wsrc[q] = p.blocks + ((int64_t(e) * n + n0 + r) * kmx + wseg) * 16;
+  }
+  const __half* xsrc[kTokPerThread];
+  bool xvalid[kTokPerThread];
+#pragma unroll
+  for (int q = 0; q < kTokPerThread; ++q) {
+    const int i = tid / 16 + 16 * q;
+    xvalid[q] = i < kTokens && i < m;
+    int64_t src = 0;
+    if (xvalid[q]) src = p.x_rows ? p.x_rows[rbase + i] : rbase + i;
+    xsrc[q] = static_cast<const __half*>(p.x) + src * k + xseg * 8;
+  }
+
+  auto issue = [&](int c) {
+    if (c < nchunks) {
+      uint8_t* st = smem + (c % kStages) * kStageBytes;
+      const bool mx_ok = kChunkMx * c + wseg < kmx;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int r = tid / 4 + 64 * q;
+        const bool v = wvalid[q] && mx_ok;
+        cp_async_16(st + r * kWRowBytes + wseg * 16, v ? wsrc[q] + c * (kChunkMx * 16) : p.blocks, v);
+      }
+      uint8_t* at = st + kWStageBytes;
+      const bool col_ok = c * (kChunkMx * 32) + xseg * 8 < k;
+#pragma unroll
+      for (int q = 0; q < kTokPerThread; ++q) {
+        const int i = tid / 16 + 16 * q;
+        if (i < kTokens) {
+          const bool v = xvalid[q] && col_ok;
+          cp_async_16(at + i * kARowBytes + xseg * 16, v ? xsrc[q] + c * (kChunkMx * 32) : p.x, v);
+        }
+      }
+    }
+    cp_async_commit();  // empty groups too: the wait below counts groups
+  };
+
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) issue(c);
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  const int valid_nt = (m + 7) / 8;        // n-tiles that hold a token row
+  const int wr = warp * kRowsPerWarp + g;  // this lane's rows wr and wr + 8 of the CTA
+
+  for (int c = 0; c < nchunks; ++c) {
+    cp_async_wait<kStages - 2>();  // chunk c (and the scales) of this thread have landed
+    __syncthreads();               // ... and of every thread; chunk c - 1's stage is free again
+    issue(c + kStages - 1);
+    if (!warp_active) continue;
+    const uint8_t* wst = smem + (c % kStages) * kStageBytes;
+    const uint8_t* ast = wst + kWStageBytes;
+#pragma unroll
+    for (int j = 0; j < kChunkMx; ++j) {
+      const int mx = kChunkMx * c + j;
+      if (mx >= kmx) break;
+      const uint32_t wa = lds32(wst + wr * kWRowBytes + j * 16 + 4 * t);
+      const uint32_t wb = lds32(wst + (wr + 8) * kWRowBytes + j * 16 + 4 * t);
+      const float sa = mx_scale(ss[wr * kmx + mx]);
+      const float sb = mx_scale(ss[(wr + 8) * kmx + mx]);
+      const uint32_t a0 = e2m1_pair_to_f16x2<0>(wa), a1 = e2m1_pair_to_f16x2<1>(wa);
+      const uint32_t a2 = e2m1_pair_to_f16x2<2>(wa), a3 = e2m1_pair_to_f16x2<3>(wa);
+      const uint32_t b0 = e2m1_pair_to_f16x2<0>(wb), b1 = e2m1_pair_to_f16x2<1>(wb);
+      const uint32_t b2 = e2m1_pair_to_f16x2<2>(wb), b3 = e2m1_pair_to_f16x2<3>(wb);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        if (nt < valid_nt) {
+          const uint4 xb = *reinterpret_cast<const uint4*>(ast + (nt * 8 + g) * kARowBytes + j * 64 + t * 16);
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_16816(part, a0, b0, a1, b1, xb.x, xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
+          mma_16816(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
+          acc[nt][0] += part[0] * sa;
+          acc[nt][1] += part[1] * sa;
+          acc[nt][2] += part[2] * sb;
+          acc[nt][3] += part[3] * sb;
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (!warp_active) return;
+
+  const int row = n0 + wr;  // and row + 8
+  if constexpr (!kSwiglu) {
+    __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = nt * 8 + 2 * t + (q & 1);
+        if (tok < m) y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] = __float2bfloat16_rn(acc[nt][q]);
+      }
+    }
+  } else {
+    // Row g's partner row g^1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2,
+    // at its MX-order position.
+    const __nv_bfloat16* bias = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
+    __half* z = static_cast<__half*>(p.y);
+    const int zn = n / 2;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float other = __shfl_xor_sync(0xffffffffu, acc[nt][q], 4);
+        const int tok = nt * 8 + 2 * t + (q & 1);
+        const int r = row + (q >> 1) * 8;
+        if ((g & 1) == 0 && tok < m) {
+          const float gate = acc[nt][q] + __bfloat162float(bias[r]);
+          const float up = other + __bfloat162float(bias[r + 1]);
+          const int i = r / 2;
+          z[(int64_t(rbase) + tok) * zn + (i & ~7) + mx_order_pos(i & 7)] =
+              __float2half_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
+        }
+      }
+    }
+  }
+}
+
+// One block: per-expert tile counts, an exclusive scan in shared memory, then every thread fills entries
+// (binary search for the expert of each entry).
+__global__ void __launch_bounds__(kMoeMaxExperts)
+    tiled_plan_kernel(const int* __restrict__ offsets, int E, int tile_tokens, int2* __restrict__ tiles,
+                      int max_tiles) {
+  __shared__ int start[kMoeMaxExperts + 1];
+  const int e = threadIdx.x;
+  const int cnt = e < E ? (offsets[e + 1] - offsets[e] + tile_tokens - 1) / tile_tokens : 0;
+  start[e + 1] = cnt;
+  if (e == 0) start[0] = 0;
+  __syncthreads();
+  for (int d = 1; d < kMoeMaxExperts; d *= 2) {  // inclusive scan of start[1..]
+    const int v = e >= d ? start[e + 1 - d] : 0;
+    __syncthreads();
+    start[e + 1] += v;
+    __syncthreads();
+  }
+  const int total = start[E];
+  for (int i = e; i < max_tiles; i += blockDim.x) {
+    if (i >= total) {
+      tiles[i] = make_int2(-1, 0);
+      continue;
+    }
+    int lo = 0, hi = E - 1;  // the last expert with start[x] <= i
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (start[mid] <= i)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    tiles[i] = make_int2(lo, (i - start[lo]) * tile_tokens);
+  }
+}
+
+__global__ void activation_f16_kernel(const uint4* __restrict__ x, int64_t groups, uint4* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = x[i];
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    float f[8];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      f[2 * q] = __uint_as_float(w[q] << 16);
+      f[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+    }
+    auto h2 = [](float lo, float hi) {
+      const __half2 h =
+          __floats2half2_rn(fminf(fmaxf(lo, -65504.0f), 65504.0f), fminf(fmaxf(hi, -65504.0f), 65504.0f));
+      return *reinterpret_cast<const uint32_t*>(&h);
+    };
+    out[i] = make_uint4(h2(f[0], f[4]), h2(f[1], f[5]), h2(f[2], f[6]), h2(f[3], f[7]));
+  }
+}
+
+template <int kNT, bool kSwiglu>
+struct TiledKernelTag {};
+
+template <int kNT, bool kSwiglu>
+void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+  const int bytes = smem_bytes(kNT, p.k);
+  ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
+                        "mxfp4_tiled_gemm: k too large for the shared scale tile");
+  // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
+  ensure_dynamic_smem<TiledKernelTag<kNT, kSwiglu>>(mxfp4_tiled_kernel<kNT, kSwiglu>,
+                                                    device_info().max_smem_per_block_optin);
+  const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + kRowsPerCta - 1) / kRowsPerCta));
+  mxfp4_tiled_kernel<kNT, kSwiglu><<<grid, kThreads, bytes, stream>>>(p);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kSwiglu>
+void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+  switch (p.tile_tokens) {
+    case 16:
+      return launch<2, kSwiglu>(p, stream);
+    case 32:
+      return launch<4, kSwiglu>(p, stream);
+    case 64:
+      return launch<8, kSwiglu>(p, stream);
+    default:
+      ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32 or 64");
+  }
+}
+
+}  // namespace
+
+int mxfp4_tiled_max_tiles(int rows, int num_experts, int tile_tokens) {
+  // sum_e ceil(m_e / tt) <= floor(rows / tt) + (experts with rows)
+  return rows / tile_tokens + std::min(num_experts, rows);
+}
+
+void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int* tiles, int max_tiles,
+                      cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(num_experts >= 1 && num_experts <= kMoeMaxExperts,
+                        "mxfp4_tiled_plan: expert count out of range");
+  ORCHID_KERNEL_REQUIRE(tile_tokens > 0 && offsets && tiles, "mxfp4_tiled_plan: bad arguments");
+  if (max_tiles <= 0) return;
+  tiled_plan_kernel<<<1, kMoeMaxExperts, 0, stream>>>(offsets, num_experts, tile_tokens,
+                                                      reinterpret_cast<int2*>(tiles), max_tiles);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp4_activation_f16(const void* x, int rows, int k, void* out, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 8 == 0, "mxfp4_activation_f16: k must be a multiple of 8");
+  const int64_t groups = int64_t(rows) * (k / 8);
+  if (groups == 0) return;
+  const int blocks = int(std::min<int64_t>((groups + 255) / 256, 4 * device_info().sm_count));
+  activation_f16_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(x), groups,
+                                                    static_cast<uint4*>(out));
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp4_tiled_gemm(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(p.n > 0 && p.n % 16 == 0, "mxfp4_tiled_gemm: n must be a positive multiple of 16");
+  ORCHID_KERNEL_REQUIRE(p.k > 0 && p.k % 32 == 0, "mxfp4_tiled_gemm: k must be a positive multiple of 32");
+  ORCHID_KERNEL_REQUIRE(p.offsets && p.tiles && p.blocks && p.scales && p.x && p.y,
+                        "mxfp4_tiled_gemm: null pointer");
+  ORCHID_KERNEL_REQUIRE((reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.blocks) |
+                         reinterpret_cast<uintptr_t>(p.scales)) %
+                                16 ==
+                            0,
+                        "mxfp4_tiled_gemm: x, blocks and scales must be 16-byte aligned");
+  if (p.max_tiles <= 0) return;
+  if (p.swiglu_bias)
+    dispatch<true>(p, stream);
+  else
+    dispatch<false>(p, stream);
+}
+
+}  // namespace orchid::kernels

@@ -1,0 +1,212 @@
+// MXFP4 tiled expert GEMM, its work plan and its f16 activation layout, against CPU references:
+// the plan exactly (empty experts, one expert holding every row, 128 experts, rows not a multiple of the
+// tile); the activation conversion exactly (saturation, subnormals); the GEMM against fp64 on the exactly
+// dequantized weights for every tile size, odd rows per expert, partial token tiles, a partial 128-row CTA
+// tile, k not a multiple of 128, gathered rows, and the fused SwiGLU epilogue (f16 MX-order output).
+#include "kernels/moe/mxfp4_tiled_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernel_reference.h"
+#include "kernel_test_util.h"
+
+namespace orchid::kernels {
+namespace {
+
+using orchid::testing::DeviceBuffer;
+
+std::vector<int> offsets_of(const std::vector<int>& sizes) {
+  std::vector<int> off(sizes.size() + 1, 0);
+  for (size_t e = 0; e < sizes.size(); ++e) off[e + 1] = off[e] + sizes[e];
+  return off;
+}
+
+// ---------------------------------------------------------------- plan
+TEST(Mxfp4TiledPlan, MatchesReference) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  std::mt19937_64 rng(orchid::testing::named_seed("tiled_plan"));
+  std::vector<std::vector<int>> cases = {
+      {0, 0, 0, 0}, {5, 0, 17, 32, 33, 0, 1, 64}, {0, 0, 1000, 0}, std::vector<int>(128, 3)};
+  std::vector<int> random_sizes(128);
+  for (auto& s : random_sizes) s = int(rng() % 80);
+  cases.push_back(random_sizes);
+  for (const auto& sizes : cases) {
+    for (int tt : kMxfp4TileTokens) {
+      const int E = int(sizes.size());
+      const auto off = offsets_of(sizes);
+      const int M = off[E];
+      const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
+      std::vector<int> want;
+      for (int e = 0; e < E; ++e)
+        for (int r = 0; r < sizes[e]; r += tt) want.insert(want.end(), {e, r});
+      ASSERT_LE(int(want.size()) / 2, max_tiles) << "the bound must hold";
+      // Entries past the real tiles are {-1, 0}.
+      const int real = int(want.size()) / 2;
+      want.resize(size_t(2 * max_tiles), 0);
+      for (int i = real; i < max_tiles; ++i) want[size_t(2 * i)] = -1;
+      if (max_tiles == 0) continue;
+      DeviceBuffer<int> doff, dtiles(size_t(2 * max_tiles));
+      doff.upload(off);
+      orchid::testing::poison(dtiles);
+      mxfp4_tiled_plan(doff.get(), E, tt, dtiles.get(), max_tiles, nullptr);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      const std::string name =
+          "plan E" + std::to_string(E) + " M" + std::to_string(M) + " tile" + std::to_string(tt);
+      EXPECT_TRUE(orchid::testing::check_exact(name.c_str(), dtiles.download(), want));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- activation layout
+TEST(Mxfp4ActivationF16, ExactConversionAndOrder) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  std::mt19937_64 rng(orchid::testing::named_seed("activation_f16"));
+  const int rows = 37, k = 2880;
+  auto x = orchid::testing::random_bf16(rng, size_t(rows) * k, 4.0f);
+  // Out-of-range and tiny values: saturation and f16 subnormals.
+  x[5] = float_to_bf16(1e6f);
+  x[6] = float_to_bf16(-7e4f);
+  x[7] = float_to_bf16(3e-6f);
+  x[8] = float_to_bf16(-1e-9f);
+  DeviceBuffer<uint16_t> dx, dout(size_t(rows) * k);
+  dx.upload(x);
+  orchid::testing::poison(dout);
+  mxfp4_activation_f16(dx.get(), rows, k, dout.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const auto got = orchid::testing::from_mx_order_f16(dout.download(), size_t(k));
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    ref[i] = std::fmin(std::fmax(double(bf16_to_float(x[i])), -65504.0), 65504.0);
+  // bf16 values in the f16 normal range are exact; below 2^-14 the f16 subnormal step is 2^-24.
+  EXPECT_TRUE(orchid::testing::check_close("f16 MX order", got, ref, std::ldexp(1.0, -25), 0.0, 1e-7));
+}
+
+// ---------------------------------------------------------------- GEMM
+struct Case {
+  const char* name;
+  int n, k, tile_tokens;
+  std::vector<int> sizes;  // rows per expert
+  bool gather;             // read x through a row map
+  bool swiglu = false;     // fused bias + SwiGLU epilogue (output n/2 columns, f16 MX order)
+};
+
+class Mxfp4TiledGemmTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const Case c = GetParam();
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+  const int E = int(c.sizes.size()), n = c.n, k = c.k, kb = k / 32;
+  const auto off = offsets_of(c.sizes);
+  const int M = off[E];
+
+  std::vector<uint8_t> blocks(size_t(E) * n * kb * 16), scales(size_t(E) * n * kb);
+  std::uniform_int_distribution<int> byte(0, 255), sc(118, 124);
+  for (auto& b : blocks) b = uint8_t(byte(rng));
+  for (auto& s : scales) s = uint8_t(sc(rng));
+  // x: bf16 values that fp16 holds exactly (|v| >= 2^-14 or 0), so the reference sees the kernel's operands.
+  const int xrows = c.gather ? M + 3 : M;
+  auto x = orchid::testing::random_bf16(rng, size_t(std::max(xrows, 1)) * k, 1.0f);
+  for (auto& v : x)
+    if (std::fabs(bf16_to_float(v)) < std::ldexp(1.0f, -14)) v = 0;
+  std::vector<int> map(std::max(M, 1));
+  for (int r = 0; r < M; ++r) map[r] = c.gather ? (r * 7 + 3) % xrows : r;
+  const auto xf = orchid::testing::bf16_to_floats(x);
+
+  std::vector<double> ref(size_t(M) * n);
+  std::vector<float> wf(size_t(n) * k), xe;
+  for (int e = 0; e < E; ++e) {
+    const int m = c.sizes[e];
+    if (m == 0) continue;
+    orchid::ref::mxfp4_to_float(&blocks[size_t(e) * n * kb * 16], &scales[size_t(e) * n * kb], n, k,
+                                wf.data());
+    xe.assign(size_t(m) * k, 0);
+    for (int i = 0; i < m; ++i) std::copy_n(&xf[size_t(map[off[e] + i]) * k], k, &xe[size_t(i) * k]);
+    orchid::ref::gemm(m, n, k, xe.data(), k, wf.data(), nullptr, &ref[size_t(off[e]) * n]);
+  }
+  const int out_cols = c.swiglu ? n / 2 : n;
+  auto bias = orchid::testing::random_bf16(rng, size_t(E) * n, 1.0f);
+  const auto bias_f = orchid::testing::bf16_to_floats(bias);
+  if (c.swiglu) {
+    std::vector<double> z(size_t(M) * out_cols);
+    const SwigluParams sp;
+    for (int e = 0; e < E; ++e)
+      for (int r = off[e]; r < off[e + 1]; ++r)
+        for (int i = 0; i < out_cols; ++i)
+          z[size_t(r) * out_cols + i] = orchid::ref::swiglu(
+              float(ref[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
+              float(ref[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]), sp.limit, sp.alpha);
+    ref = std::move(z);
+  }
+
+  DeviceBuffer<uint8_t> db, ds;
+  DeviceBuffer<uint16_t> dx, dx16(size_t(std::max(xrows, 1)) * k), dbias;
+  DeviceBuffer<int> doff, dmap;
+  db.upload(blocks);
+  ds.upload(scales);
+  dx.upload(x);
+  doff.upload(off);
+  dmap.upload(map);
+  dbias.upload(bias);
+  mxfp4_activation_f16(dx.get(), std::max(xrows, 1), k, dx16.get(), nullptr);
+  const int max_tiles = mxfp4_tiled_max_tiles(M, E, c.tile_tokens);
+  DeviceBuffer<int> dtiles(size_t(2 * std::max(max_tiles, 1)));
+  mxfp4_tiled_plan(doff.get(), E, c.tile_tokens, dtiles.get(), max_tiles, nullptr);
+  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * out_cols);
+  orchid::testing::poison(dy);
+  Mxfp4TiledArgs a;
+  a.num_experts = E;
+  a.n = n;
+  a.k = k;
+  a.tile_tokens = c.tile_tokens;
+  a.offsets = doff.get();
+  a.tiles = dtiles.get();
+  a.max_tiles = max_tiles;
+  a.blocks = db.get();
+  a.scales = ds.get();
+  a.x = dx16.get();
+  a.x_rows = c.gather ? dmap.get() : nullptr;
+  a.y = dy.get();
+  a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
+  mxfp4_tiled_gemm(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  auto raw = dy.download();
+  raw.resize(size_t(M) * out_cols);
+  const auto got = c.swiglu ? orchid::testing::from_mx_order_f16(raw, size_t(out_cols))
+                            : orchid::testing::bf16_to_floats(raw);
+  double rms = 0;
+  for (double v : ref) rms += v * v;
+  rms = std::sqrt(rms / double(std::max<size_t>(1, ref.size())));
+  // f16 output (z) keeps 11 bits, bf16 (y) 8: the relative bound is the output rounding's.
+  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, 2e-3 * rms, c.swiglu ? 2e-3 : 8e-3, 5e-3));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Mxfp4TiledGemmTest,
+    ::testing::Values(
+        Case{"t16_gate_up_odd_rows", 5760, 2880, 16, {0, 3, 0, 9, 1, 0, 17, 2}, true},
+        Case{"t32_down_partial_cta_tile", 2880, 2880, 32, {1, 0, 33, 40, 64, 31}, false},
+        Case{"t64_down_many_tiles", 2880, 2880, 64, {65, 0, 200, 1, 128, 7}, false},
+        Case{"t32_one_expert_holds_all", 2880, 2880, 32, {0, 0, 0, 301, 0, 0}, false},
+        Case{"t16_k96_partial_chunk", 64, 96, 16, {2, 0, 19, 16}, true},
+        Case{"t64_k160_partial_chunk", 128, 160, 64, {70, 0, 1}, true},
+        Case{"t32_gate_up_swiglu", 5760, 2880, 32, {12, 0, 1, 40, 33, 0, 0, 5}, true, true},
+        Case{"t64_swiglu_partial_cta", 2880 * 2 - 128 * 3 + 16, 2880, 64, {100, 3, 0, 64}, false, true},
+        Case{"t16_swiglu_small", 192, 96, 16, {5, 17, 0, 1}, true, true},
+        Case{"t32_all_empty", 256, 2880, 32, {0, 0, 0, 0}, false},
+        Case{"t16_e128_decode",
+             512,
+             2880,
+             16,
+             {1, 0, 2, 0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 0, 5, 0, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9,
+              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7},
+             true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace orchid::kernels

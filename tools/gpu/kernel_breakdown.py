@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Per-kernel breakdown of one decode step on the CUDA backend, against the floors of its parts.
+
+Runs `orchid bench decode MODEL --seq-lens L --batch-sizes B` under the CUPTI kernel tracer
+(bench/cuda/trace: CUDA_INJECTION64_PATH), takes the last graph-replayed step (all kernels of one graph
+launch share a correlation id), and prints a table: each part of the step (kernels grouped by what they do;
+cuBLASLt GEMMs named by the kernel that precedes them), its launches, device time, share of the step, and the
+floor of the parts that move real bytes (weights, KV) at the HBM ceiling. The step's span (first kernel start
+to last kernel end) minus the kernels' busy time is the idle time between kernels inside the graph.
+
+  kernel_breakdown.py --orchid build/cuda/src/cli/orchid --tracer build/cuda/bench/cuda/trace/liborchid_kernel_trace.so \
+      --model synthetic:20b --batch-sizes 1,256 --seq-len 1024 [--weights mxfp4] [--json OUT.json]
+Standard library only.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HBM = 4.17e12  # bytes/s, measured device-to-device copy (hopper.md)
+
+# gpt-oss-20b / 120b shapes (the spec): hidden, q dim, kv dim, vocab, intermediate, layers, experts.
+SHAPES = {"20b": dict(H=2880, Q=4096, KV=512, V=201088, I=2880, L=24, E=32, k=4),
+          "120b": dict(H=2880, Q=4096, KV=512, V=201088, I=2880, L=36, E=128, k=4)}
+
+# (substring of the demangled kernel name, part) in order: the first match names the part.
+PARTS = [
+    ("mxfp4_moe_gemm_kernel", "experts: MXFP4 streaming GEMM"),
+    ("mxfp4_tiled_kernel", "experts: MXFP4 tiled GEMM"),
+    ("tiled_plan_kernel", "experts: tile plan"),
+    ("activation_f16_kernel", "experts: f16 input"),
+    ("mxfp4_to_fp8", "experts: MXFP4 -> FP8 conversion"),
+    ("grouped_setup_kernel", "experts: grouped GEMM set-up"),
+    ("Fp8", "experts: FP8 grouped GEMM"),
+    ("KernelPtrArray", "experts: grouped GEMM"),
+    ("gather_quant_fp8", "experts: gather + FP8 quant"),
+    ("swiglu", "experts: SwiGLU"),
+    ("combine", "experts: weighted combine"),
+    ("route", "routing"),
+    ("topk", "routing"),
+    ("permute", "routing"),
+    ("precise", "attention: layer 0 fp32"),
+    ("decode_kernel", "attention: decode"),
+    ("decode_merge", "attention: split merge"),
+    ("merge", "attention: split merge"),
+    ("prefill", "attention: prefill tiles"),
+    ("rope", "RoPE + KV write"),
+    ("rmsnorm", "RMSNorm (+ residual)"),
+    ("embedding", "embedding"),
+    ("gather_rows", "final-norm gather"),
+    ("greedy", "arg-max"),
+    ("sample", "sampler"),
+]
+GEMM_MARKERS = ("gemm", "nvjet", "xmma", "cutlass", "Kernel2", "splitKreduce")
+
+
+def part_of(name):
+    for key, part in PARTS:
+        if key in name:
+            return part
+    if any(m in name for m in GEMM_MARKERS):
+        return "GEMM"  # cuBLASLt launches are told apart later, by what runs before them (name_gemms)
+    return "other: " + name.split("(")[0][:60]
+
+
+def name_gemms(rows):
+    """Gives each cuBLASLt GEMM a role from the part before it: qkv after the input norm, O after attention,
+    router after the post-attention norm, lm_head after the final norm."""
+    out, prev, norms_seen = [], None, 0
+    for r in rows:
+        p = r["part"]
+        if p == "GEMM":
+            if prev is not None and prev.startswith("attention"):
+                p = "GEMM: O projection"
+            elif prev is not None and prev.startswith("final-norm") or prev == "lm_head":
+                p = "GEMM: lm_head"
+            elif prev is not None and prev.startswith("RMSNorm"):
+                # the input norm precedes qkv, the post-attention norm precedes the router: alternate.
+                p = "GEMM: QKV projection" if norms_seen % 2 == 1 else "GEMM: router"
+            elif prev is not None and prev.startswith("GEMM"):
+                p = prev  # split-K or two-pass GEMMs stay with their role
+            else:
+                p = "GEMM: other"
+        if p.startswith("RMSNorm"):
+            norms_seen += 1
+        if p.startswith("GEMM: lm_head"):
+            p = "GEMM: lm_head"
+        r["part"] = p
+        prev = "final-norm" if p.startswith("final-norm") else p
+        out.append(r)
+    return out
+
+
+def floors(shape, B, ctx, weights):
+    """Bytes each part must move at least (HBM), for the parts whose bytes are not negligible."""
+    s = shape
+    e_bytes = 3 * s["H"] * s["I"] * (17 / 32 if weights == "mxfp4" else 1 + 4 / 128 / 128 if weights == "fp8" else 2)
+    active = s["E"] * (1 - (1 - s["k"] / s["E"]) ** B)
+    kv = 2 * s["KV"] * 2  # K and V, bf16, per token and layer
+    full, sliding = s["L"] // 2, s["L"] // 2
+    attn_kv = B * kv * (full * ctx + (sliding - 1) * min(ctx, 128) + 2 * min(ctx, 128))  # layer 0 is fp32
+    return {
+        "experts": s["L"] * active * e_bytes,
+        "attention": attn_kv,
+        "GEMM: QKV projection": s["L"] * 2 * s["H"] * (s["Q"] + 2 * s["KV"]),
+        "GEMM: O projection": s["L"] * 2 * s["Q"] * s["H"],
+        "GEMM: router": s["L"] * 2 * s["E"] * s["H"],
+        "GEMM: lm_head": 2 * s["V"] * s["H"] + 4 * B * s["V"],
+    }
+
+
+def trace_step(args, B):
+    fd, path = tempfile.mkstemp(suffix=".csv")
+    os.close(fd)
+    env = dict(os.environ, CUDA_INJECTION64_PATH=os.path.abspath(args.tracer), ORCHID_TRACE_OUT=path)
+    cmd = [args.orchid, "bench", "decode", args.model, "--weights", args.weights, "--seq-lens", str(args.seq_len),
+           "--batch-sizes", str(B), "--steps", "3", "--json"] + args.extra
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        sys.exit(f"kernel_breakdown: {' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
+    bench = json.loads(res.stdout)
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    os.unlink(path)
+    graph_rows = [r for r in rows if r["graph"] != "0"]
+    if not graph_rows:
+        sys.exit("kernel_breakdown: no graph-launched kernels in the trace (decode graphs off?)")
+    last = max(graph_rows, key=lambda r: int(r["start_ns"]))["correlation"]
+    step = sorted((r for r in graph_rows if r["correlation"] == last), key=lambda r: int(r["start_ns"]))
+    for r in step:
+        r["part"] = part_of(r["name"])
+    return name_gemms(step), bench
+
+
+def summarize(step, shape, B, ctx, weights):
+    start = min(int(r["start_ns"]) for r in step)
+    end = max(int(r["end_ns"]) for r in step)
+    busy, cur_s, cur_e = 0, None, None
+    for r in step:  # union of kernel intervals
+        s, e = int(r["start_ns"]), int(r["end_ns"])
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    parts = {}
+    for r in step:
+        p = parts.setdefault(r["part"], {"launches": 0, "ns": 0})
+        p["launches"] += 1
+        p["ns"] += int(r["end_ns"]) - int(r["start_ns"])
+    fl = floors(shape, B, ctx, weights)
+    table = []
+    for name, p in sorted(parts.items(), key=lambda kv: -kv[1]["ns"]):
+        key = "experts" if name.startswith("experts: MXFP4") or name.startswith("experts: FP8") or \
+            name == "experts: grouped GEMM" else "attention" if name == "attention: decode" else name
+        floor_us = fl[key] / HBM * 1e6 if key in fl else None
+        table.append({"part": name, "launches": p["launches"], "us": p["ns"] / 1e3,
+                      "share": p["ns"] / (end - start), "floor_us": floor_us})
+    return {"batch": B, "seq_len": ctx, "span_us": (end - start) / 1e3, "busy_us": busy / 1e3,
+            "idle_us": (end - start - busy) / 1e3, "kernels": len(step), "parts": table}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--orchid", default="build/cuda/src/cli/orchid")
+    ap.add_argument("--tracer", default="build/cuda/bench/cuda/trace/liborchid_kernel_trace.so")
+    ap.add_argument("--model", default="synthetic:20b")
+    ap.add_argument("--weights", default="mxfp4")
+    ap.add_argument("--batch-sizes", default="1,256")
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--json", help="also write the breakdown as JSON here")
+    ap.add_argument("extra", nargs="*", help="more flags for orchid bench decode (after --)")
+    args = ap.parse_args()
+    shape = SHAPES["120b" if "120b" in args.model else "20b"]
+    results = []
+    for B in [int(b) for b in args.batch_sizes.split(",")]:
+        step, bench = trace_step(args, B)
+        s = summarize(step, shape, B, args.seq_len, args.weights)
+        row = next((r for r in bench["rows"] if r.get("batch") == B), {})
+        s["bench_step_ms"] = 1e3 * row.get("step_s", 0)
+        s["bench_floor_ms"] = 1e3 * row.get("floor_s", 0)
+        results.append(s)
+        print(f"\n### {args.model} {args.weights}, batch {B}, context {args.seq_len}: step {s['bench_step_ms']:.3f} ms "
+              f"(host clock; floor {s['bench_floor_ms']:.3f} ms), graph span {s['span_us']:.1f} us, kernels busy "
+              f"{s['busy_us']:.1f} us, idle between kernels {s['idle_us']:.1f} us, {s['kernels']} kernels")
+        print("| part | launches | us | share of span | floor us | x floor |")
+        print("|---|---|---|---|---|---|")
+        for p in s["parts"]:
+            fl = p["floor_us"]
+            fl_text = "-" if fl is None else "%.1f" % fl
+            ratio = "-" if not fl else "%.2f" % (p["us"] / fl)
+            print("| %s | %d | %.1f | %.1f%% | %s | %s |" % (p["part"], p["launches"], p["us"], 100 * p["share"],
+                                                          fl_text, ratio))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
