@@ -165,37 +165,49 @@ void bench_dense(const Options& o, cudaStream_t s, DenseGemm& gemm) {
                      {"dense qkv decode", 1, 5120, 2880, GemmOut::kBf16, true},
                      {"dense oproj decode", 1, 2880, 4096, GemmOut::kBf16, true},
                      {"dense router decode", 1, 32, 2880, GemmOut::kF32, true},
+                     {"dense qkv batch8", 8, 5120, 2880, GemmOut::kBf16, true},
+                     {"dense oproj batch8", 8, 2880, 4096, GemmOut::kBf16, true},
+                     {"dense router split batch8", 16, 32, 2880, GemmOut::kF32, false},
                      {"dense lm_head decode", 1, 201088, 2880, GemmOut::kF32, false},
                      {"dense lm_head batch64", 64, 201088, 2880, GemmOut::kF32, false}};
-  for (const C& c : cases) {
-    if (!want(o, c.name)) continue;
-    const size_t wbytes = size_t(c.n) * c.k * 2, xbytes = size_t(c.m) * c.k * 2;
-    const size_t ybytes = size_t(c.m) * c.n * (c.out == GemmOut::kF32 ? 4 : 2);
-    const int copies = copies_for(wbytes + xbytes);
-    std::vector<Buf> w, x;
-    for (int i = 0; i < copies; ++i) {
-      w.emplace_back(wbytes, Fill::kBf16, 10 + i);
-      x.emplace_back(xbytes, Fill::kBf16, 100 + i);
+  for (const C& c0 : cases) {
+    for (int pol = 0; pol < (c0.m <= 16 ? 2 : 1); ++pol) {
+      C c = c0;
+      const std::string label = std::string(c0.name) + (c0.m > 16 ? "" : pol == 0 ? " cublas" : " orchid");
+      c.name = label.c_str();
+      gemm.set_small_m(c0.m > 16  ? DenseGemm::SmallM::kMeasured
+                       : pol == 0 ? DenseGemm::SmallM::kCublas
+                                  : DenseGemm::SmallM::kOrchid);
+      if (!want(o, c.name)) continue;
+      const size_t wbytes = size_t(c.n) * c.k * 2, xbytes = size_t(c.m) * c.k * 2;
+      const size_t ybytes = size_t(c.m) * c.n * (c.out == GemmOut::kF32 ? 4 : 2);
+      const int copies = copies_for(wbytes + xbytes);
+      std::vector<Buf> w, x;
+      for (int i = 0; i < copies; ++i) {
+        w.emplace_back(wbytes, Fill::kBf16, 10 + i);
+        x.emplace_back(xbytes, Fill::kBf16, 100 + i);
+      }
+      Buf bias(size_t(c.n) * 4, c.out == GemmOut::kF32 ? Fill::kScale : Fill::kBf16, 7),
+          y(ybytes, Fill::kBytes, 8);
+      const double us = median_us(s, 3, o.quick ? 10 : 30, [&](int i) {
+        DenseGemmArgs a;
+        a.m = c.m;
+        a.n = c.n;
+        a.k = c.k;
+        a.x = x[i % copies].p;
+        a.w = w[i % copies].p;
+        a.bias = c.bias ? bias.p : nullptr;
+        a.y = y.p;
+        a.out = c.out;
+        gemm.run(a, s);
+      });
+      const double flops = 2.0 * c.m * c.n * c.k;
+      const bool bw_bound = c.m <= 64;
+      report(c.name, shape3(c.m, c.n, c.k), us, bw_bound ? 0 : flops, double(wbytes + xbytes + ybytes),
+             bw_bound ? 0 : kBf16Tflops);
     }
-    Buf bias(size_t(c.n) * 4, c.out == GemmOut::kF32 ? Fill::kScale : Fill::kBf16, 7),
-        y(ybytes, Fill::kBytes, 8);
-    const double us = median_us(s, 3, o.quick ? 10 : 30, [&](int i) {
-      DenseGemmArgs a;
-      a.m = c.m;
-      a.n = c.n;
-      a.k = c.k;
-      a.x = x[i % copies].p;
-      a.w = w[i % copies].p;
-      a.bias = c.bias ? bias.p : nullptr;
-      a.y = y.p;
-      a.out = c.out;
-      gemm.run(a, s);
-    });
-    const double flops = 2.0 * c.m * c.n * c.k;
-    const bool bw_bound = c.m <= 64;
-    report(c.name, shape3(c.m, c.n, c.k), us, bw_bound ? 0 : flops, double(wbytes + xbytes + ybytes),
-           bw_bound ? 0 : kBf16Tflops);
   }
+  gemm.set_small_m(DenseGemm::SmallM::kMeasured);
 }
 
 // Uniform routing of T tokens over E experts with top-k: realistic per-expert row counts.
@@ -311,45 +323,50 @@ struct Routed {
 // ---------------------------------------------------------------- MXFP4 streaming GEMM
 void bench_mxfp4(const Options& o, cudaStream_t s) {
   for (int E : {32, 128}) {
-    for (int T : {1, 4, 8, 16, 32, 64, 128}) {
+    for (int T : {1, 2, 4, 8, 16, 32, 64}) {
       for (int proj = 0; proj < 2; ++proj) {
-        const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;
-        const std::string name = std::string("mxfp4 stream ") + (proj == 0 ? "gate_up" : "down") + " E" +
-                                 std::to_string(E) + " T" + std::to_string(T);
-        if (!want(o, name) || (o.quick && E == 128 && T > 1)) continue;
-        Routed rt(T, E, K, 77 + T);
-        std::vector<int> off(E + 1);
-        ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
-        int active = 0;
-        for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
-        const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
-        const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
-        const int copies = copies_for(active_bytes);
-        std::vector<Buf> bl, sc;
-        for (int i = 0; i < copies; ++i) {
-          bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
-          sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
+        for (auto [warps, stages] : {std::pair{8, 4}, {4, 4}, {4, 8}, {8, 8}}) {
+          const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;
+          const std::string name = std::string("mxfp4 stream w") + std::to_string(warps) + "s" +
+                                   std::to_string(stages) + " " + (proj == 0 ? "gate_up" : "down") + " E" +
+                                   std::to_string(E) + " T" + std::to_string(T);
+          if (!want(o, name) || (o.quick && E == 128 && T > 1)) continue;
+          Routed rt(T, E, K, 77 + T);
+          std::vector<int> off(E + 1);
+          ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
+          int active = 0;
+          for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
+          const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+          const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
+          const int copies = copies_for(active_bytes);
+          std::vector<Buf> bl, sc;
+          for (int i = 0; i < copies; ++i) {
+            bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
+            sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
+          }
+          Buf x(size_t(T) * K * k * 2, Fill::kBf16, 9), y(size_t(T) * K * n * 2, Fill::kBytes, 0);
+          const double us = median_us(s, 5, o.quick ? 20 : 50, [&](int i) {
+            Mxfp4GemmArgs a;
+            a.num_experts = E;
+            a.n = n;
+            a.k = k;
+            a.offsets = rt.r.offsets;
+            a.active = rt.r.active;
+            a.num_active = rt.r.num_active;
+            a.max_active = std::min(E, T * K);
+            a.max_rows_per_expert = T;
+            a.blocks = bl[i % copies].as<uint8_t>();
+            a.scales = sc[i % copies].as<uint8_t>();
+            a.x = x.p;
+            a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
+            a.y = y.p;
+            a.cta_warps = warps;
+            a.stages = stages;
+            mxfp4_moe_gemm(a, s);
+          });
+          report(name, std::to_string(active) + " experts n" + std::to_string(n) + " k" + std::to_string(k),
+                 us, 0, double(active_bytes + size_t(T) * K * (k + n) * 2), 0);
         }
-        Buf x(size_t(T) * K * k * 2, Fill::kBf16, 9), y(size_t(T) * K * n * 2, Fill::kBytes, 0);
-        const double us = median_us(s, 5, o.quick ? 20 : 50, [&](int i) {
-          Mxfp4GemmArgs a;
-          a.num_experts = E;
-          a.n = n;
-          a.k = k;
-          a.offsets = rt.r.offsets;
-          a.active = rt.r.active;
-          a.num_active = rt.r.num_active;
-          a.max_active = std::min(E, T * K);
-          a.max_rows_per_expert = T;
-          a.blocks = bl[i % copies].as<uint8_t>();
-          a.scales = sc[i % copies].as<uint8_t>();
-          a.x = x.p;
-          a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
-          a.y = y.p;
-          mxfp4_moe_gemm(a, s);
-        });
-        report(name, std::to_string(active) + " experts n" + std::to_string(n) + " k" + std::to_string(k), us,
-               0, double(active_bytes + size_t(T) * K * (k + n) * 2), 0);
       }
     }
   }

@@ -5,6 +5,9 @@
 //
 // The cuBLASLt algorithm is chosen by the heuristic once per shape and cached; the workspace is owned by the
 // caller and given at construction, so a call allocates nothing and can be captured in a CUDA graph.
+// For a few rows (m <= 16, decode) orchid's small_m_gemm competes: the first call of such a shape outside a
+// graph capture times both on the call's own operands and keeps the faster (cuBLASLt's heuristic picks
+// poorly there: ~3x the weight-streaming floor at m = 1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,11 +49,19 @@ class DenseGemm {
 
   void run(const DenseGemmArgs& args, cudaStream_t stream);
 
+  // Which kernel serves small-m shapes: the faster one measured (default), or one of them always
+  // (benchmarks).
+  enum class SmallM : uint8_t { kMeasured, kCublas, kOrchid };
+  void set_small_m(SmallM policy);
+  // For tests/benchmarks: whether this shape is (or would now be) served by small_m_gemm.
+  bool uses_small_m(const DenseGemmArgs& args);
+
   // How the last run of this shape was served (for tests/benchmarks): true when the bias came from the
   // cuBLASLt epilogue, false when a separate bias kernel ran after the GEMM.
   bool bias_fused(const DenseGemmArgs& args);
 
  private:
+  void run_cublas(const DenseGemmArgs& args, int64_t ldx, int64_t ldy, cudaStream_t stream);  // lock held
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -119,44 +119,56 @@ __global__ void swiglu_fp8_kernel(const __nv_bfloat16* __restrict__ u, const __n
 }
 
 // One block per token; each thread owns 8 consecutive hidden columns per step.
-__global__ void combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
-                               const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
-                               const int* __restrict__ slot_row, int top_k, int hidden,
-                               float* __restrict__ x) {
+// One thread per 8 columns of a token: the k (row, expert, weight) triples are read first, then all 2k
+// 16-byte loads are in flight together (a decode token's combine is one round trip, not k), then the sum in
+// the fixed order j = 0..k-1.
+constexpr int kCombineThreads = 64;
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
+                   const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
+                   const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x) {
+  constexpr int kMaxK = 8;  // kMoeMaxTopK
   const int64_t t = blockIdx.x;
-  const int vecs = hidden / 8;
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < top_k; ++j) {
-      const int64_t row = slot_row[t * top_k + j];
-      const int64_t e = topk_idx[t * top_k + j];
-      const float w = topk_w[t * top_k + j];
-      const uint4 yy = *reinterpret_cast<const uint4*>(y + row * hidden + v * 8);
-      const uint4 bb = *reinterpret_cast<const uint4*>(b2 + e * hidden + v * 8);
-      const uint32_t yw[4] = {yy.x, yy.y, yy.z, yy.w};
-      const uint32_t bw[4] = {bb.x, bb.y, bb.z, bb.w};
+  const int v = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (v >= hidden / 8) return;
+  int64_t row[kMaxK], e[kMaxK];
+  float w[kMaxK];
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j) {
+    if (j < top_k) {
+      row[j] = slot_row[t * top_k + j];
+      e[j] = topk_idx[t * top_k + j];
+      w[j] = topk_w[t * top_k + j];
+    }
+  }
+  uint4 yy[kMaxK], bb[kMaxK];
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j) {
+    if (j < top_k) {
+      yy[j] = *reinterpret_cast<const uint4*>(y + row[j] * hidden + v * 8);
+      bb[j] = *reinterpret_cast<const uint4*>(b2 + e[j] * hidden + v * 8);
+    }
+  }
+  float4* xp = reinterpret_cast<float4*>(x + t * hidden + v * 8);
+  const float4 x0 = xp[0], x1 = xp[1];
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j) {
+    if (j < top_k) {
+      const uint32_t yw[4] = {yy[j].x, yy[j].y, yy[j].z, yy[j].w};
+      const uint32_t bw[4] = {bb[j].x, bb[j].y, bb[j].z, bb[j].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float y0, y1, c0, c1;
         unpack_bf16x2(yw[i], y0, y1);
         unpack_bf16x2(bw[i], c0, c1);
-        acc[2 * i] += w * (y0 + c0);
-        acc[2 * i + 1] += w * (y1 + c1);
+        acc[2 * i] += w[j] * (y0 + c0);
+        acc[2 * i + 1] += w[j] * (y1 + c1);
       }
     }
-    float4* xp = reinterpret_cast<float4*>(x + t * hidden + v * 8);
-    float4 a = xp[0], b = xp[1];
-    a.x += acc[0];
-    a.y += acc[1];
-    a.z += acc[2];
-    a.w += acc[3];
-    b.x += acc[4];
-    b.y += acc[5];
-    b.z += acc[6];
-    b.w += acc[7];
-    xp[0] = a;
-    xp[1] = b;
   }
+  xp[0] = make_float4(x0.x + acc[0], x0.y + acc[1], x0.z + acc[2], x0.w + acc[3]);
+  xp[1] = make_float4(x1.x + acc[4], x1.y + acc[5], x1.z + acc[6], x1.w + acc[7]);
 }
 
 int grid_for(int64_t items, int threads) {
@@ -211,9 +223,11 @@ void moe_combine(const void* y, const void* b2, const int* topk_idx, const float
                  int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine: hidden must be a multiple of 8");
   if (num_tokens <= 0) return;
-  combine_kernel<<<num_tokens, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(y),
-                                                 static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
-                                                 slot_row, top_k, hidden, x);
+  ORCHID_KERNEL_REQUIRE(top_k >= 1 && top_k <= 8, "moe_combine: top_k must be in [1, 8]");
+  const dim3 grid(unsigned(num_tokens), unsigned((hidden / 8 + kCombineThreads - 1) / kCombineThreads));
+  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(y),
+                                                       static_cast<const __nv_bfloat16*>(b2), topk_idx,
+                                                       topk_w, slot_row, top_k, hidden, x);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

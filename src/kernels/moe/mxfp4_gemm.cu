@@ -29,10 +29,7 @@ namespace {
 
 using namespace mxfp4_detail;
 
-constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 16;
-constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
-constexpr int kStages = 4;
 constexpr int kStageRowBytes = 80;  // 4 MX blocks (64 B) + 16 B pad: rows g and g+1 hit different banks
 constexpr int kStageBytes = kRowsPerWarp * kStageRowBytes;
 
@@ -40,12 +37,14 @@ __host__ __device__ constexpr int x_row_bytes(int k) {
   return (k * 2 + 127) / 128 * 128 + 64;  // == 64 mod 128: the 8 lanes of a 16-byte phase hit distinct banks
 }
 
-__host__ __device__ constexpr int smem_bytes(int nt, int k) {
-  return 8 * nt * x_row_bytes(k) + kWarps * (kStages * kStageBytes + kRowsPerWarp * (k / 32));
+__host__ __device__ constexpr int smem_bytes(int nt, int warps, int stages, int k) {
+  return 8 * nt * x_row_bytes(k) + warps * (stages * kStageBytes + kRowsPerWarp * (k / 32));
 }
 
-template <int kNT>
+// kWarps warps of 16 rows per CTA, each with a ring of kStages chunks in flight.
+template <int kNT, int kWarps, int kStages>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
+  constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.y;
   if (slot >= *p.num_active) return;
@@ -190,18 +189,32 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   }
 }
 
-template <int kNT>
+template <int kNT, int kWarps, int kStages>
 struct StreamingKernelTag {};
 
-template <int kNT>
+template <int kNT, int kWarps, int kStages>
 void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
-  const int bytes = smem_bytes(kNT, p.k);
+  const int bytes = smem_bytes(kNT, kWarps, kStages, p.k);
+  ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
+                        "mxfp4_moe_gemm: k too large for the shared tile");
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<StreamingKernelTag<kNT>>(mxfp4_moe_gemm_kernel<kNT>,
-                                               device_info().max_smem_per_block_optin);
-  const dim3 grid((p.n + kRowsPerCta - 1) / kRowsPerCta, p.max_active);
-  mxfp4_moe_gemm_kernel<kNT><<<grid, kWarps * 32, bytes, stream>>>(p);
+  ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages>>(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>,
+                                                                device_info().max_smem_per_block_optin);
+  const int rows_per_cta = kWarps * kRowsPerWarp;
+  const dim3 grid((p.n + rows_per_cta - 1) / rows_per_cta, p.max_active);
+  mxfp4_moe_gemm_kernel<kNT, kWarps, kStages><<<grid, kWarps * 32, bytes, stream>>>(p);
   ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+template <int kNT>
+void launch_config(const Mxfp4GemmArgs& p, cudaStream_t stream) {
+  const int warps = p.cta_warps ? p.cta_warps : kMxfp4StreamDefaultWarps;
+  const int stages = p.stages ? p.stages : kMxfp4StreamDefaultStages;
+  if (warps == 4 && stages == 4) return launch<kNT, 4, 4>(p, stream);
+  if (warps == 4 && stages == 8) return launch<kNT, 4, 8>(p, stream);
+  if (warps == 8 && stages == 4) return launch<kNT, 8, 4>(p, stream);
+  if (warps == 8 && stages == 8) return launch<kNT, 8, 8>(p, stream);
+  ORCHID_KERNEL_REQUIRE(false, "mxfp4_moe_gemm: cta_warps and stages must be 4 or 8");
 }
 
 }  // namespace
@@ -211,13 +224,12 @@ void mxfp4_moe_gemm(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(p.k > 0 && p.k % 32 == 0, "mxfp4_moe_gemm: k must be a positive multiple of 32");
   ORCHID_KERNEL_REQUIRE(p.offsets && p.active && p.num_active && p.blocks && p.scales && p.x && p.y,
                         "mxfp4_moe_gemm: null pointer");
-  ORCHID_KERNEL_REQUIRE(smem_bytes(2, p.k) <= 227 * 1024, "mxfp4_moe_gemm: k too large for the shared tile");
   if (p.max_active <= 0) return;
   ORCHID_KERNEL_REQUIRE(p.max_active <= 65535, "mxfp4_moe_gemm: too many experts");
   if (p.max_rows_per_expert <= 8) {
-    launch<1>(p, stream);
+    launch_config<1>(p, stream);
   } else {
-    launch<2>(p, stream);
+    launch_config<2>(p, stream);
   }
 }
 

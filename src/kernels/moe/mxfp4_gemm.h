@@ -35,7 +35,13 @@ struct Mxfp4GemmArgs {
   // y[r, i] = swiglu(acc[2i] + b[e, 2i], acc[2i+1] + b[e, 2i+1]) as in moe_swiglu_bf16, from the fp32 sums.
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
+  // Shape of a CTA: warps of 16 weight rows (4 or 8) and cp.async stages per warp (4 or 8); 0: the defaults
+  // below (moe_bench times every combination).
+  int cta_warps = 0, stages = 0;
 };
+
+constexpr int kMxfp4StreamDefaultWarps = 8;
+constexpr int kMxfp4StreamDefaultStages = 4;
 
 void mxfp4_moe_gemm(const Mxfp4GemmArgs& args, cudaStream_t stream);
 

@@ -7,13 +7,18 @@
 // compute bound. Weights are read once per (row tile, token tile): with one token tile per expert (decode)
 // they are read exactly once.
 //
-// Structure: CTA = 8 warps = 128 weight rows of one expert x tile_tokens token rows. Every stage of a
-// cp.async pipeline holds 4 MX blocks (k 128) of the 128 weight rows and of the token rows; each warp owns
-// 16 weight rows (one m16 MMA tile), dequantizes each weight once (mxfp4_mma.cuh) and runs it against all
-// token n-tiles of the stage. The MX scales of the CTA's rows are loaded once, with the first stage.
+// Structure: CTA = 8 warps = 512 weight rows of one expert x tile_tokens token rows. Each warp owns 64 weight
+// rows (four m16 MMA tiles), dequantizes each weight once (mxfp4_mma.cuh) and runs it against every token
+// n-tile; each activation fragment is loaded once per warp and used by the four m-tiles. The token rows are
+// re-read by every row tile of the expert (from L2), so a CTA covers many weight rows: at 32 tokens the
+// activation bytes are 1/4 of the weight bytes (2 B per f16 element vs 0.53 B per weight, 32 vs 512 rows).
+// A cp.async pipeline of 4 stages holds 2 MX blocks (k 64) of the weight rows and of the token rows each;
+// the MX scales of the CTA's rows are loaded once, with the first stage.
 //
-// NOTES: shared rows are padded so that the 16-byte fragment loads of a quarter warp hit distinct banks:
-// weight rows 64 + 16 B (rows g and g+1 differ by 80 B -> 20 banks), token rows 256 + 64 B.
+// NOTES: shared rows are padded so that the fragment loads of a quarter warp hit distinct banks: weight rows
+// 32 + 16 B (rows g = 0..7 at 48 B steps cover distinct 16-byte windows of the 128), token rows 128 + 64 B.
+// One CTA per SM (the pipeline and the scales take ~150-190 KB); eight warps with 4 x kNT independent MMA
+// chains each keep the tensor pipes busy.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,16 +39,15 @@ using namespace mxfp4_detail;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = 16;
+constexpr int kMTiles = 4;  // m16 tiles per warp
+constexpr int kRowsPerWarp = 16 * kMTiles;
 constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
-constexpr int kChunkMx = 4;                         // MX blocks (of 32 k) per stage
+constexpr int kChunkMx = 2;                         // MX blocks (of 32 k) per stage
 constexpr int kWRowBytes = kChunkMx * 16 + 16;      // one weight row of a stage, padded
 constexpr int kARowBytes = kChunkMx * 32 * 2 + 64;  // one token row of a stage (f16), padded
 constexpr int kWStageBytes = kRowsPerCta * kWRowBytes;
+constexpr int kStages = 4;
 
-__host__ __device__ constexpr int stages_for(int nt) {
-  return nt >= 8 ? 3 : 4;  // 64-token tiles: 3 stages keep two CTAs per SM
-}
 __host__ __device__ constexpr int stage_bytes(int nt) {
   return kWStageBytes + 8 * nt * kARowBytes;
 }
@@ -51,7 +55,7 @@ __host__ __device__ constexpr int scale_bytes(int k) {
   return (kRowsPerCta * (k / 32) + 15) / 16 * 16;
 }
 __host__ __device__ constexpr int smem_bytes(int nt, int k) {
-  return stages_for(nt) * stage_bytes(nt) + scale_bytes(k);
+  return kStages * stage_bytes(nt) + scale_bytes(k);
 }
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
@@ -59,9 +63,13 @@ __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
 }
 
 template <int kNT, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, 2) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
-  constexpr int kTokens = 8 * kNT, kStages = stages_for(kNT), kStageBytes = stage_bytes(kNT);
-  constexpr int kTokPerThread = (kTokens * 16 + kThreads - 1) / kThreads;  // 16 segments of 16 B per row
+__global__ void __launch_bounds__(kThreads, 1) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
+  constexpr int kTokens = 8 * kNT, kStageBytes = stage_bytes(kNT);
+  constexpr int kSegsPerTok = kChunkMx * 4;  // 16-byte segments of a token row per stage
+  constexpr int kTokPerThread = (kTokens * kSegsPerTok + kThreads - 1) / kThreads;
+  constexpr int kWSegs = kRowsPerCta * kChunkMx;  // 16-byte weight segments per stage
+  constexpr int kWPerThread = kWSegs / kThreads;
+  static_assert(kWSegs % kThreads == 0, "weight segments divide over the threads");
   extern __shared__ __align__(128) uint8_t smem[];
 
   const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.x];
@@ -73,31 +81,33 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_tiled_kernel(Mxfp4TiledArgs
   const int n0 = blockIdx.y * kRowsPerCta;
   const int cta_rows = min(kRowsPerCta, n - n0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const bool warp_active = warp * kRowsPerWarp < cta_rows;
+  const int warp_rows = min(kRowsPerWarp, cta_rows - warp * kRowsPerWarp);  // <= 0: idle warp
 
-  uint8_t* ss = smem + kStages * kStageBytes;  // scales [128][kmx]
+  uint8_t* ss = smem + kStages * kStageBytes;  // scales [cta_rows][kmx]
   {
     const uint8_t* sg =
-        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 128 == 0, n % 16 == 0
+        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 512 == 0, n % 16 == 0
     for (int i = tid; i < cta_rows * kmx / 16; i += kThreads) cp_async_16(ss + 16 * i, sg + 16 * i, true);
   }
 
-  // Copy assignments, fixed for the whole loop: weight rows wr[q] (segment tid % 4) and token rows ti[q]
-  // (segment tid % 16).
-  const int wseg = tid % 4, xseg = tid % 16;
-  const uint8_t* wsrc[2];
-  bool wvalid[2];
+  // Copy assignments, fixed for the whole loop: weight segment (row, block) pairs and token rows.
+  const uint8_t* wsrc[kWPerThread];
+  int wdst[kWPerThread], wmx[kWPerThread];
+  bool wvalid[kWPerThread];
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int r = tid / 4 + 64 * q;
+  for (int q = 0; q < kWPerThread; ++q) {
+    const int seg = tid + kThreads * q, r = seg / kChunkMx, j = seg % kChunkMx;
     wvalid[q] = r < cta_rows;
-    wsrc[q] = p.blocks + ((int64_t(e) * n + n0 + r) * kmx + wseg) * 16;
+    wmx[q] = j;
+    wdst[q] = r * kWRowBytes + j * 16;
+    wsrc[q] = p.blocks + ((int64_t(e) * n + n0 + r) * kmx + j) * 16;
   }
+  const int xseg = tid % kSegsPerTok;
   const __half* xsrc[kTokPerThread];
   bool xvalid[kTokPerThread];
 #pragma unroll
   for (int q = 0; q < kTokPerThread; ++q) {
-    const int i = tid / 16 + 16 * q;
+    const int i = tid / kSegsPerTok + (kThreads / kSegsPerTok) * q;
     xvalid[q] = i < kTokens && i < m;
     int64_t src = 0;
     if (xvalid[q]) src = p.x_rows ? p.x_rows[rbase + i] : rbase + i;
@@ -107,18 +117,16 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_tiled_kernel(Mxfp4TiledArgs
   auto issue = [&](int c) {
     if (c < nchunks) {
       uint8_t* st = smem + (c % kStages) * kStageBytes;
-      const bool mx_ok = kChunkMx * c + wseg < kmx;
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int r = tid / 4 + 64 * q;
-        const bool v = wvalid[q] && mx_ok;
-        cp_async_16(st + r * kWRowBytes + wseg * 16, v ? wsrc[q] + c * (kChunkMx * 16) : p.blocks, v);
+      for (int q = 0; q < kWPerThread; ++q) {
+        const bool v = wvalid[q] && kChunkMx * c + wmx[q] < kmx;
+        cp_async_16(st + wdst[q], v ? wsrc[q] + c * (kChunkMx * 16) : p.blocks, v);
       }
       uint8_t* at = st + kWStageBytes;
       const bool col_ok = c * (kChunkMx * 32) + xseg * 8 < k;
 #pragma unroll
       for (int q = 0; q < kTokPerThread; ++q) {
-        const int i = tid / 16 + 16 * q;
+        const int i = tid / kSegsPerTok + (kThreads / kSegsPerTok) * q;
         if (i < kTokens) {
           const bool v = xvalid[q] && col_ok;
           cp_async_16(at + i * kARowBytes + xseg * 16, v ? xsrc[q] + c * (kChunkMx * 32) : p.x, v);
@@ -131,58 +139,84 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_tiled_kernel(Mxfp4TiledArgs
 #pragma unroll
   for (int c = 0; c < kStages - 1; ++c) issue(c);
 
-  float acc[kNT][4];
+  float acc[kMTiles][kNT][4];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  const int valid_nt = (m + 7) / 8;        // n-tiles that hold a token row
-  const int wr = warp * kRowsPerWarp + g;  // this lane's rows wr and wr + 8 of the CTA
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  const int valid_nt = (m + 7) / 8;             // n-tiles that hold a token row
+  const int valid_mt = max(0, warp_rows) / 16;  // m-tiles inside n
+  const int wr0 = warp * kRowsPerWarp + g;      // this lane's row in m-tile mt: wr0 + 16 mt (+ 8)
 
   for (int c = 0; c < nchunks; ++c) {
     cp_async_wait<kStages - 2>();  // chunk c (and the scales) of this thread have landed
     __syncthreads();               // ... and of every thread; chunk c - 1's stage is free again
     issue(c + kStages - 1);
-    if (!warp_active) continue;
+    if (warp_rows <= 0) continue;
     const uint8_t* wst = smem + (c % kStages) * kStageBytes;
     const uint8_t* ast = wst + kWStageBytes;
 #pragma unroll
     for (int j = 0; j < kChunkMx; ++j) {
       const int mx = kChunkMx * c + j;
       if (mx >= kmx) break;
-      const uint32_t wa = lds32(wst + wr * kWRowBytes + j * 16 + 4 * t);
-      const uint32_t wb = lds32(wst + (wr + 8) * kWRowBytes + j * 16 + 4 * t);
-      const float sa = mx_scale(ss[wr * kmx + mx]);
-      const float sb = mx_scale(ss[(wr + 8) * kmx + mx]);
-      const uint32_t a0 = e2m1_pair_to_f16x2<0>(wa), a1 = e2m1_pair_to_f16x2<1>(wa);
-      const uint32_t a2 = e2m1_pair_to_f16x2<2>(wa), a3 = e2m1_pair_to_f16x2<3>(wa);
-      const uint32_t b0 = e2m1_pair_to_f16x2<0>(wb), b1 = e2m1_pair_to_f16x2<1>(wb);
-      const uint32_t b2 = e2m1_pair_to_f16x2<2>(wb), b3 = e2m1_pair_to_f16x2<3>(wb);
+      uint32_t a[kMTiles][8];
+      float sa[kMTiles], sb[kMTiles];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if (mt < valid_mt) {
+          const int r = wr0 + 16 * mt;
+          const uint32_t wa = lds32(wst + r * kWRowBytes + j * 16 + 4 * t);
+          const uint32_t wb = lds32(wst + (r + 8) * kWRowBytes + j * 16 + 4 * t);
+          sa[mt] = mx_scale(ss[r * kmx + mx]);
+          sb[mt] = mx_scale(ss[(r + 8) * kmx + mx]);
+          a[mt][0] = e2m1_pair_to_f16x2<0>(wa);
+          a[mt][1] = e2m1_pair_to_f16x2<0>(wb);
+          a[mt][2] = e2m1_pair_to_f16x2<1>(wa);
+          a[mt][3] = e2m1_pair_to_f16x2<1>(wb);
+          a[mt][4] = e2m1_pair_to_f16x2<2>(wa);
+          a[mt][5] = e2m1_pair_to_f16x2<2>(wb);
+          a[mt][6] = e2m1_pair_to_f16x2<3>(wa);
+          a[mt][7] = e2m1_pair_to_f16x2<3>(wb);
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         if (nt < valid_nt) {
           const uint4 xb = *reinterpret_cast<const uint4*>(ast + (nt * 8 + g) * kARowBytes + j * 64 + t * 16);
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_16816(part, a0, b0, a1, b1, xb.x, xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
-          mma_16816(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
-          acc[nt][0] += part[0] * sa;
-          acc[nt][1] += part[1] * sa;
-          acc[nt][2] += part[2] * sb;
-          acc[nt][3] += part[3] * sb;
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            if (mt < valid_mt) {
+              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
+              mma_16816(part, a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
+              mma_16816(part, a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
+              acc[mt][nt][0] += part[0] * sa[mt];
+              acc[mt][nt][1] += part[1] * sa[mt];
+              acc[mt][nt][2] += part[2] * sb[mt];
+              acc[mt][nt][3] += part[3] * sb[mt];
+            }
+          }
         }
       }
     }
   }
   cp_async_wait<0>();
-  if (!warp_active) return;
+  if (warp_rows <= 0) return;
 
-  const int row = n0 + wr;  // and row + 8
   if constexpr (!kSwiglu) {
     __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if (mt >= valid_mt) break;
+      const int row = n0 + wr0 + 16 * mt;  // and row + 8
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tok = nt * 8 + 2 * t + (q & 1);
-        if (tok < m) y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] = __float2bfloat16_rn(acc[nt][q]);
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int tok = nt * 8 + 2 * t + (q & 1);
+          if (tok < m)
+            y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] = __float2bfloat16_rn(acc[mt][nt][q]);
+        }
       }
     }
   } else {
@@ -192,18 +226,23 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_tiled_kernel(Mxfp4TiledArgs
     __half* z = static_cast<__half*>(p.y);
     const int zn = n / 2;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if (mt >= valid_mt) break;  // warp-uniform: the shuffles below see every lane
+      const int row = n0 + wr0 + 16 * mt;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float other = __shfl_xor_sync(0xffffffffu, acc[nt][q], 4);
-        const int tok = nt * 8 + 2 * t + (q & 1);
-        const int r = row + (q >> 1) * 8;
-        if ((g & 1) == 0 && tok < m) {
-          const float gate = acc[nt][q] + __bfloat162float(bias[r]);
-          const float up = other + __bfloat162float(bias[r + 1]);
-          const int i = r / 2;
-          z[(int64_t(rbase) + tok) * zn + (i & ~7) + mx_order_pos(i & 7)] =
-              __float2half_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float other = __shfl_xor_sync(0xffffffffu, acc[mt][nt][q], 4);
+          const int tok = nt * 8 + 2 * t + (q & 1);
+          const int r = row + (q >> 1) * 8;
+          if ((g & 1) == 0 && tok < m) {
+            const float gate = acc[mt][nt][q] + __bfloat162float(bias[r]);
+            const float up = other + __bfloat162float(bias[r + 1]);
+            const int i = r / 2;
+            z[(int64_t(rbase) + tok) * zn + (i & ~7) + mx_order_pos(i & 7)] =
+                __float2half_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
+          }
         }
       }
     }

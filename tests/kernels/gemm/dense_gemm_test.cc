@@ -1,6 +1,7 @@
-// cuBLASLt BF16 GEMM wrapper vs an fp64 CPU reference, at the model's shapes (QKV, O-proj, router, lm_head),
-// odd and single-row M, strided operands, bf16 and fp32 outputs, with and without bias; and the split-input
-// product of precise layers (an fp32 activation as two BF16 halves, the second call accumulating).
+// The dense BF16 GEMM vs an fp64 CPU reference, at the model's shapes (QKV, O-proj, router, lm_head), odd
+// and single-row M, strided operands, bf16 and fp32 outputs, with and without bias; and the split-input
+// product of precise layers (an fp32 activation as two BF16 halves, the second call accumulating). Shapes of
+// at most 16 rows run twice: through cuBLASLt and through orchid's small_m_gemm, each forced.
 #include "kernels/gemm/dense_gemm.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
+#include "kernels/gemm/small_m_gemm.h"
 
 namespace orchid::kernels {
 namespace {
@@ -25,7 +27,7 @@ struct Case {
   bool bias;
 };
 
-void run_case(const Case& c) {
+void run_case(const Case& c, DenseGemm::SmallM policy) {
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int64_t ldx = c.ldx ? c.ldx : c.k, ldy = c.ldy ? c.ldy : c.n;
   auto x = orchid::testing::random_bf16(rng, size_t(c.m) * ldx, 1.0f);
@@ -45,6 +47,7 @@ void run_case(const Case& c) {
   DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
 
   DenseGemm gemm(ws.get(), ws.size());
+  gemm.set_small_m(policy);
   DenseGemmArgs a;
   a.m = c.m;
   a.n = c.n;
@@ -58,7 +61,10 @@ void run_case(const Case& c) {
   a.out = c.out;
   gemm.run(a, nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  if (c.bias)
+  const bool ours = gemm.uses_small_m(a);
+  EXPECT_EQ(ours, policy == DenseGemm::SmallM::kOrchid);
+  const std::string name = std::string(c.name) + (ours ? " (small_m_gemm)" : " (cuBLASLt)");
+  if (c.bias && !ours)
     std::printf("[info] %s: bias %s\n", c.name,
                 gemm.bias_fused(a) ? "in the cuBLASLt epilogue" : "separate kernel");
 
@@ -93,14 +99,16 @@ void run_case(const Case& c) {
   EXPECT_EQ(pad_written, 0) << "elements between n and ldy were written";
   // bf16 output: one rounding (2^-9 relative) on top of fp32 accumulation; fp32 output: accumulation only.
   const double rtol = f32 ? 1e-3 : 8e-3, atol = (f32 ? 1e-4 : 2e-3) * rms, l2 = f32 ? 1e-4 : 5e-3;
-  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, atol, rtol, l2));
+  EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, ref, atol, rtol, l2));
 }
 
 class DenseGemmTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DenseGemmTest, MatchesFp64Reference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  run_case(GetParam());
+  const Case& c = GetParam();
+  run_case(c, DenseGemm::SmallM::kCublas);
+  if (c.m <= kSmallMGemmMaxRows && c.k % 32 == 0) run_case(c, DenseGemm::SmallM::kOrchid);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -113,12 +121,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"lmhead_m3_f32", 3, 201088, 2880, 0, 0, GemmOut::kF32, false},
                       Case{"m257_nobias_bf16", 257, 640, 2880, 0, 0, GemmOut::kBf16, false},
                       Case{"strided_m17", 17, 512, 1024, 1536, 640, GemmOut::kBf16, true},
-                      Case{"strided_m9_f32", 9, 96, 1024, 1040, 104, GemmOut::kF32, true}),
+                      Case{"strided_m9_f32", 9, 96, 1024, 1040, 104, GemmOut::kF32, true},
+                      Case{"qkv_m16", 16, 5120, 2880, 0, 0, GemmOut::kBf16, true},
+                      Case{"oproj_m8", 8, 2880, 4096, 0, 0, GemmOut::kBf16, true},
+                      Case{"router_split_m2_f32", 2, 32, 2880, 0, 0, GemmOut::kF32, false},
+                      Case{"n40_k96_m13_f32", 13, 40, 96, 0, 0, GemmOut::kF32, true},
+                      Case{"lmhead_m1_f32", 1, 201088, 2880, 0, 0, GemmOut::kF32, false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // y = x W^T + b with x fp32 (not BF16-representable), computed as hi W^T + b, then += lo W^T where
 // hi = bf16(x), lo = bf16(x - hi): close to the fp32 product, far closer than the hi half alone.
-void run_split_case(const char* name, int m, int n, int k) {
+void run_split_case(const char* name, int m, int n, int k,
+                    DenseGemm::SmallM policy = DenseGemm::SmallM::kCublas) {
   std::mt19937_64 rng(orchid::testing::named_seed(name));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(size_t(m) * k);
@@ -139,6 +153,7 @@ void run_split_case(const char* name, int m, int n, int k) {
   db.upload(bias);
   DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
   DenseGemm gemm(ws.get(), ws.size());
+  gemm.set_small_m(policy);
   DenseGemmArgs a;
   a.m = m;
   a.n = n;
@@ -182,6 +197,8 @@ TEST(DenseGemmSplitInput, ReachesFp32Accuracy) {
   run_split_case("split_oproj_m37", 37, 2880, 4096);
   run_split_case("split_router_m129", 129, 32, 2880);
   run_split_case("split_m1", 1, 5120, 2880);
+  run_split_case("split_m1_small_m_gemm", 1, 5120, 2880, DenseGemm::SmallM::kOrchid);
+  run_split_case("split_oproj_m7_small_m_gemm", 7, 2880, 4096, DenseGemm::SmallM::kOrchid);
 }
 
 TEST(DenseGemmSplitInput, AccumulateNeedsFp32Output) {

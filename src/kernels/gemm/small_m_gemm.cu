@@ -1,0 +1,147 @@
+// Small-m BF16 GEMM (see small_m_gemm.h).
+//
+// Napkin math, gpt-oss decode at batch 1: QKV 5120 x 2880 bf16 = 29.5 MB -> 7.1 us at 4.17 TB/s, O 2880 x
+// 4096 = 23.6 MB -> 5.7 us, lm_head 201088 x 2880 = 1.16 GB -> 278 us. The FLOPs are 2 per weight per row:
+// nothing. So the kernel is a weight stream: many bytes in flight, nothing else in the way.
+//
+// Structure: a CTA of 4 warps owns 16 output features (one m16 MMA tile of W rows) and splits k over its
+// warps; each warp walks its k range in 32-column blocks, loading 16 bytes per lane of the two W rows
+// g and g + 8 and of x's row g (or g + 8) straight into registers, kUnroll blocks ahead of their use, then
+// the warps' partial sums meet in shared memory. Grid: ceil(n / 16) CTAs (320 for QKV, 180 for O).
+//
+// NOTES: the MMA's k order is free as long as A and B agree: lane t takes the 8 consecutive elements 8t..8t+7
+// of a 32-block, elements {0,1},{2,3} form k16 step 0 and {4,5},{6,7} step 1, for W and x alike. So both
+// operands are plain 16-byte loads in memory order.
+#include <cuda_bf16.h>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/small_m_gemm.h"
+
+namespace orchid::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kUnroll = 4;  // 32-column blocks in flight per warp
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {  // weights: read once, keep out of L1
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// kNT n-tiles of 8 rows of x (m <= 8 * kNT).
+template <int kNT, bool kF32Out>
+__global__ void __launch_bounds__(kWarps * 32)
+    small_m_gemm_kernel(DenseGemmArgs a, int64_t ldx, int64_t ldy) {
+  __shared__ float partial[kWarps][kNT][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * 16;
+  const int kblocks = a.k / 32;
+  const int kb0 = warp * kblocks / kWarps, kb1 = (warp + 1) * kblocks / kWarps;
+  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(a.w);
+  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
+  const bool row_a = n0 + g < a.n, row_b = n0 + g + 8 < a.n;
+  const __nv_bfloat16* wa = w + int64_t(row_a ? n0 + g : 0) * a.k + 8 * t;
+  const __nv_bfloat16* wb = w + int64_t(row_b ? n0 + g + 8 : 0) * a.k + 8 * t;
+  const __nv_bfloat16* xr[kNT];
+  bool xv[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    xv[nt] = nt * 8 + g < a.m;
+    xr[nt] = x + (xv[nt] ? int64_t(nt * 8 + g) * ldx : 0) + 8 * t;
+  }
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int kb = kb0; kb < kb1; kb += kUnroll) {
+    uint4 A[kUnroll], B[kUnroll], X[kUnroll][kNT];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // every load of kUnroll blocks first, then the MMAs
+      const bool in = kb + u < kb1;
+      const int64_t off = int64_t(kb + u) * 32;
+      A[u] = in && row_a ? ldg_stream(wa + off) : zero;
+      B[u] = in && row_b ? ldg_stream(wb + off) : zero;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        X[u][nt] = in && xv[nt] ? *reinterpret_cast<const uint4*>(xr[nt] + off) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        mma_bf16_16816(acc[nt], A[u].x, B[u].x, A[u].y, B[u].y, X[u][nt].x, X[u][nt].y);
+        mma_bf16_16816(acc[nt], A[u].z, B[u].z, A[u].w, B[u].w, X[u][nt].z, X[u][nt].w);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) partial[warp][nt][q][lane] = acc[nt][q];
+  __syncthreads();
+  if (warp != 0) return;
+    // acc[nt][q]: feature n0 + g + 8 (q >> 1), x row nt * 8 + 2t + (q & 1); summed over the warps in order.
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w2 = 0; w2 < kWarps; ++w2) v += partial[w2][nt][q][lane];
+      const int col = n0 + g + 8 * (q >> 1), row = nt * 8 + 2 * t + (q & 1);
+      if (col >= a.n || row >= a.m) continue;
+      if constexpr (kF32Out) {
+        float* y = static_cast<float*>(a.y) + int64_t(row) * ldy + col;
+        if (a.bias) v += static_cast<const float*>(a.bias)[col];
+        *y = a.accumulate ? *y + v : v;
+      } else {
+        if (a.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[col]);
+        static_cast<__nv_bfloat16*>(a.y)[int64_t(row) * ldy + col] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
+template <int kNT>
+void launch(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, cudaStream_t stream) {
+  const unsigned grid = unsigned((a.n + 15) / 16);
+  if (a.out == GemmOut::kF32)
+    small_m_gemm_kernel<kNT, true><<<grid, kWarps * 32, 0, stream>>>(a, ldx, ldy);
+  else
+    small_m_gemm_kernel<kNT, false><<<grid, kWarps * 32, 0, stream>>>(a, ldx, ldy);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool small_m_gemm_supports(const DenseGemmArgs& a) {
+  const int64_t ldx = a.ldx ? a.ldx : a.k;
+  return a.m >= 1 && a.m <= kSmallMGemmMaxRows && a.k % 32 == 0 && a.n >= 1 && ldx % 8 == 0 &&
+         (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w)) % 16 == 0;
+}
+
+void small_m_gemm(const DenseGemmArgs& a, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(small_m_gemm_supports(a), "small_m_gemm: unsupported shape or alignment");
+  ORCHID_KERNEL_REQUIRE(!a.accumulate || a.out == GemmOut::kF32,
+                        "small_m_gemm: accumulate needs fp32 output");
+  const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+  if (a.m <= 8)
+    launch<1>(a, ldx, ldy, stream);
+  else
+    launch<2>(a, ldx, ldy, stream);
+}
+
+}  // namespace orchid::kernels
