@@ -376,60 +376,72 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
 // Each tile size on the gpt-oss projections (gate_up with its fused SwiGLU epilogue, as the layer runs it),
 // against the weight bytes of the experts used: the tables behind mxfp4_path's choices.
 void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
-  std::vector<int> token_counts = {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-  if (o.quick) token_counts = {16, 64, 256, 1024};
+  std::vector<int> token_counts = {16, 64, 128, 256, 512, 1024, 2048};
+  if (o.quick) token_counts = {64, 256, 1024};
+  struct ShapeCase {
+    Mxfp4TiledShape shape;
+    const char* label;
+  };
+  const ShapeCase shapes[] = {{Mxfp4TiledShape::kRows128, "r128"},
+                              {Mxfp4TiledShape::kRows256, "r256"},
+                              {Mxfp4TiledShape::kRows256Deep, "r256d"},
+                              {Mxfp4TiledShape::kRows512, "r512"}};
   for (int E : {32, 128}) {
     for (int T : token_counts) {
-      if (o.quick && E == 128 && T != 64) continue;
+      if (E == 128 && T != 256) continue;
       for (int proj = 0; proj < 2; ++proj) {
-        for (int tt : kMxfp4TileTokens) {
-          const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
-          const std::string name = std::string("mxfp4 tiled") + std::to_string(tt) + " " +
-                                   (proj == 0 ? "gate_up" : "down") + " E" + std::to_string(E) + " T" +
-                                   std::to_string(T);
-          if (!want(o, name)) continue;
-          Routed rt(T, E, K, 77 + T);
-          std::vector<int> off(E + 1);
-          ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
-          int active = 0;
-          for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
-          const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
-          const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
-          const int copies = copies_for(active_bytes);
-          std::vector<Buf> bl, sc;
-          for (int i = 0; i < copies; ++i) {
-            bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
-            sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
+        for (const ShapeCase& sc0 : shapes) {
+          for (int fold = 0; fold < 2; ++fold) {
+            for (int tt : kMxfp4TileTokens) {
+              if ((tt == 64 && T < 128) || (tt == 16 && T >= 512)) continue;
+              const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
+              const std::string name = std::string("mxfp4 tiled ") + sc0.label + (fold ? "f" : "") + " t" +
+                                       std::to_string(tt) + " " + (proj == 0 ? "gate_up" : "down") + " E" +
+                                       std::to_string(E) + " T" + std::to_string(T);
+              if (!want(o, name)) continue;
+              Routed rt(T, E, K, 77 + T);
+              std::vector<int> off(E + 1);
+              ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
+              int active = 0;
+              for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
+              const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+              const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
+              const int copies = copies_for(active_bytes);
+              std::vector<Buf> bl, sc;
+              for (int i = 0; i < copies; ++i) {
+                bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
+                sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
+              }
+              Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), x16(size_t(M) * k * 2, Fill::kBytes, 0);
+              Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
+              mxfp4_activation_f16(xb.p, M, k, x16.p, s);
+              const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
+              Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
+              mxfp4_tiled_plan(rt.r.offsets, E, tt, tiles.as<int>(), max_tiles, s);
+              const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
+                Mxfp4TiledArgs a;
+                a.cta_shape = sc0.shape;
+                a.fold_scales = fold == 1;  // the bench's scales are 118..124: exact
+                a.num_experts = E;
+                a.n = n;
+                a.k = k;
+                a.tile_tokens = tt;
+                a.offsets = rt.r.offsets;
+                a.tiles = tiles.as<int>();
+                a.max_tiles = max_tiles;
+                a.blocks = bl[i % copies].as<uint8_t>();
+                a.scales = sc[i % copies].as<uint8_t>();
+                a.x = x16.p;
+                a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
+                a.y = y.p;
+                a.swiglu_bias = proj == 0 ? b1.p : nullptr;
+                mxfp4_tiled_gemm(a, s);
+              });
+              const double bytes =
+                  double(active_bytes + size_t(M) * k * 2 + size_t(M) * n * (proj == 0 ? 1 : 2));
+              report(name, std::to_string(active) + " experts n" + std::to_string(n), us, 0, bytes, 0);
+            }
           }
-          Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), x16(size_t(M) * k * 2, Fill::kBytes, 0);
-          Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
-          mxfp4_activation_f16(xb.p, M, k, x16.p, s);
-          const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
-          Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
-          mxfp4_tiled_plan(rt.r.offsets, E, tt, tiles.as<int>(), max_tiles, s);
-          const double us = median_us(s, 5, o.quick ? 20 : 50, [&](int i) {
-            Mxfp4TiledArgs a;
-            a.num_experts = E;
-            a.n = n;
-            a.k = k;
-            a.tile_tokens = tt;
-            a.offsets = rt.r.offsets;
-            a.tiles = tiles.as<int>();
-            a.max_tiles = max_tiles;
-            a.blocks = bl[i % copies].as<uint8_t>();
-            a.scales = sc[i % copies].as<uint8_t>();
-            a.x = x16.p;
-            a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
-            a.y = y.p;
-            a.swiglu_bias = proj == 0 ? b1.p : nullptr;
-            mxfp4_tiled_gemm(a, s);
-          });
-          const double flops = 2.0 * M * n * k;
-          const double bytes = double(active_bytes + size_t(M) * k * 2 + size_t(M) * n * (proj == 0 ? 1 : 2));
-          // Bandwidth-bound below ~64 rows per expert; the TFLOP/s figure is against the f16 MMA rate.
-          const bool bw_bound = M / active < 64;
-          report(name, std::to_string(active) + " experts n" + std::to_string(n) + " k" + std::to_string(k),
-                 us, bw_bound ? 0 : flops, bytes, bw_bound ? 0 : kBf16Tflops);
         }
       }
     }

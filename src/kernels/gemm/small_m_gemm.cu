@@ -4,7 +4,7 @@
 // 4096 = 23.6 MB -> 5.7 us, lm_head 201088 x 2880 = 1.16 GB -> 278 us. The FLOPs are 2 per weight per row:
 // nothing. So the kernel is a weight stream: many bytes in flight, nothing else in the way.
 //
-// Structure: a CTA of 4 warps owns 16 output features (one m16 MMA tile of W rows) and splits k over its
+// Structure: a CTA of 8 warps owns 16 output features (one m16 MMA tile of W rows) and splits k over its
 // warps; each warp walks its k range in 32-column blocks, loading 16 bytes per lane of the two W rows
 // g and g + 8 and of x's row g (or g + 8) straight into registers, kUnroll blocks ahead of their use, then
 // the warps' partial sums meet in shared memory. Grid: ceil(n / 16) CTAs (320 for QKV, 180 for O).
@@ -20,8 +20,8 @@
 namespace orchid::kernels {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kUnroll = 4;  // 32-column blocks in flight per warp
+constexpr int kWarps = 8;
+constexpr int kUnroll = 8;  // 32-column blocks in flight per warp
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
