@@ -382,22 +382,19 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
     Mxfp4TiledShape shape;
     const char* label;
   };
-  const ShapeCase shapes[] = {{Mxfp4TiledShape::kRows128, "r128"},
-                              {Mxfp4TiledShape::kRows256, "r256"},
-                              {Mxfp4TiledShape::kRows256Deep, "r256d"},
-                              {Mxfp4TiledShape::kRows512, "r512"}};
+  const ShapeCase shapes[] = {{Mxfp4TiledShape::kRows128, "r128"}, {Mxfp4TiledShape::kRows256, "r256"}};
   for (int E : {32, 128}) {
     for (int T : token_counts) {
       if (E == 128 && T != 256) continue;
       for (int proj = 0; proj < 2; ++proj) {
         for (const ShapeCase& sc0 : shapes) {
-          for (int fold = 0; fold < 2; ++fold) {
+          {
             for (int tt : kMxfp4TileTokens) {
               if ((tt == 64 && T < 128) || (tt == 16 && T >= 512)) continue;
               const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
-              const std::string name = std::string("mxfp4 tiled ") + sc0.label + (fold ? "f" : "") + " t" +
-                                       std::to_string(tt) + " " + (proj == 0 ? "gate_up" : "down") + " E" +
-                                       std::to_string(E) + " T" + std::to_string(T);
+              const std::string name = std::string("mxfp4 tiled ") + sc0.label + " t" + std::to_string(tt) +
+                                       " " + (proj == 0 ? "gate_up" : "down") + " E" + std::to_string(E) +
+                                       " T" + std::to_string(T);
               if (!want(o, name)) continue;
               Routed rt(T, E, K, 77 + T);
               std::vector<int> off(E + 1);
@@ -421,7 +418,6 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
               const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
                 Mxfp4TiledArgs a;
                 a.cta_shape = sc0.shape;
-                a.fold_scales = fold == 1;  // the bench's scales are 118..124: exact
                 a.num_experts = E;
                 a.n = n;
                 a.k = k;

@@ -16,15 +16,20 @@ size_t align256(size_t x) {
   return (x + 255) & ~size_t(255);
 }
 
-// Measured defaults (bench/RESULTS.md, moe_bench "mxfp4 path" rows on an H200): token counts up to
-// kStreamMaxTokens take the streaming kernel, up to kTiledMaxTokens the tiled one.
+// Measured defaults (bench/RESULTS.md, moe_bench "mxfp4 stream", "mxfp4 tiled" and "moe layer mxfp4-*" on
+// an H200, gpt-oss-20b shapes): the streaming kernel wins up to 8 tokens, the FP8 conversion path (twice the
+// tensor rate) from ~1024 tokens on, the tiled kernel in between.
 constexpr int kStreamMaxTokens = 8;
-constexpr int kTiledMaxTokens = 2048;
-// Tiled: the tile of token rows by the average rows per expert (T * k / E), smallest first.
+constexpr int kTiledMaxTokens = 768;
+// Tiled: the CTA shape and tile of token rows by the average rows per expert (T * k / E), smallest first.
 struct TileChoice {
-  int max_avg_rows, tile_tokens;
+  int max_avg_rows;
+  Mxfp4TiledShape shape;
+  int tile_tokens;
 };
-constexpr TileChoice kTileTable[] = {{12, 16}, {40, 32}, {1 << 30, 64}};
+constexpr TileChoice kTileTable[] = {{4, Mxfp4TiledShape::kRows128, 16},
+                                     {12, Mxfp4TiledShape::kRows256, 16},
+                                     {1 << 30, Mxfp4TiledShape::kRows128, 32}};
 
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
@@ -106,6 +111,7 @@ Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
   const int avg_rows = num_tokens * c.top_k / std::max(1, c.experts);
   for (const TileChoice& t : kTileTable)
     if (avg_rows <= t.max_avg_rows) {
+      p.shape = t.shape;
       p.tile_tokens = t.tile_tokens;
       break;
     }
@@ -182,6 +188,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     ORCHID_KERNEL_REQUIRE(b.tiles != nullptr, "moe_forward: workspace sized without the MXFP4 tiled path");
     Mxfp4TiledArgs g;
     g.num_experts = E;
+    g.cta_shape = path.shape;
     g.tile_tokens = path.tile_tokens;
     g.offsets = b.routing.offsets;
     g.tiles = b.tiles;

@@ -25,6 +25,7 @@
 
 #include "kernels/gemm/dense_gemm.h"
 #include "kernels/gemm/grouped_gemm.h"
+#include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/routing.h"
 
 namespace orchid::kernels {
@@ -47,7 +48,8 @@ struct MoeConfig {
 // Which MXFP4 kernel a step of num_tokens tokens takes.
 struct Mxfp4Path {
   enum Kind : uint8_t { kStream, kTiled, kConvertFp8 } kind = kStream;
-  int tile_tokens = 0;  // kTiled: token rows per CTA tile
+  Mxfp4TiledShape shape = Mxfp4TiledShape::kRows128;  // kTiled: CTA shape and token rows per tile
+  int tile_tokens = 0;
 };
 Mxfp4Path mxfp4_path(const MoeConfig& cfg, int num_tokens);
 

@@ -61,10 +61,7 @@ __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// kFold: the MX scale is multiplied into the f16 weights before the MMAs (exact for scales 2^-23 .. 2^1:
-// Mxfp4TiledArgs::scales_fold_exact), so the MMAs accumulate straight into the sums; otherwise each MX
-// block's partial sums are scaled in fp32 (any scale).
-template <class Sh, int kNT, bool kSwiglu, bool kFold>
+template <class Sh, int kNT, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
   constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::kStages;
   constexpr int kRowsPerWarp = Sh::kRowsPerWarp, kRowsPerCta = Sh::kRowsPerCta;
@@ -172,7 +169,8 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
           const int r = wr0 + 16 * mt;
           const uint32_t wa = lds32(wst + r * kWRowBytes + j * 16 + 4 * t);
           const uint32_t wb = lds32(wst + (r + 8) * kWRowBytes + j * 16 + 4 * t);
-          const uint32_t s_a = ss[r * kmx + mx], s_b = ss[(r + 8) * kmx + mx];
+          sa[mt] = mx_scale(ss[r * kmx + mx]);
+          sb[mt] = mx_scale(ss[(r + 8) * kmx + mx]);
           a[mt][0] = e2m1_pair_to_f16x2<0>(wa);
           a[mt][1] = e2m1_pair_to_f16x2<0>(wb);
           a[mt][2] = e2m1_pair_to_f16x2<1>(wa);
@@ -181,20 +179,6 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
           a[mt][5] = e2m1_pair_to_f16x2<2>(wb);
           a[mt][6] = e2m1_pair_to_f16x2<3>(wa);
           a[mt][7] = e2m1_pair_to_f16x2<3>(wb);
-          if constexpr (kFold) {
-            // e2m1 * 2^-14 (the placement) times 2^(s - 113) as an f16 pair: exponent field s - 98.
-            const __half2 fa = __half2half2(__ushort_as_half(uint16_t((s_a - 98u) << 10)));
-            const __half2 fb = __half2half2(__ushort_as_half(uint16_t((s_b - 98u) << 10)));
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              __half2 h = *reinterpret_cast<const __half2*>(&a[mt][i]);
-              h = __hmul2(h, (i & 1) ? fb : fa);
-              a[mt][i] = *reinterpret_cast<const uint32_t*>(&h);
-            }
-          } else {
-            sa[mt] = mx_scale(s_a);
-            sb[mt] = mx_scale(s_b);
-          }
         }
       }
 #pragma unroll
@@ -204,19 +188,14 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
             if (mt < valid_mt) {
+              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
               // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
-              if constexpr (kFold) {
-                mma_16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
-                mma_16816(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
-              } else {
-                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_16816(part, a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
-                mma_16816(part, a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
-                acc[mt][nt][0] += part[0] * sa[mt];
-                acc[mt][nt][1] += part[1] * sa[mt];
-                acc[mt][nt][2] += part[2] * sb[mt];
-                acc[mt][nt][3] += part[3] * sb[mt];
-              }
+              mma_16816(part, a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
+              mma_16816(part, a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
+              acc[mt][nt][0] += part[0] * sa[mt];
+              acc[mt][nt][1] += part[1] * sa[mt];
+              acc[mt][nt][2] += part[2] * sb[mt];
+              acc[mt][nt][3] += part[3] * sb[mt];
             }
           }
         }
@@ -327,67 +306,48 @@ __global__ void activation_f16_kernel(const uint4* __restrict__ x, int64_t group
   }
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kFold>
+template <class Sh, int kNT, bool kSwiglu>
 struct TiledKernelTag {};
 
-template <class Sh, int kNT, bool kSwiglu, bool kFold>
+template <class Sh, int kNT, bool kSwiglu>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   const int bytes = Sh::smem_bytes(kNT, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_tiled_gemm: k too large for the shared scale tile");
-  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kFold>;
+  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu>;
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kFold>>(kernel,
-                                                               device_info().max_smem_per_block_optin);
+  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu>>(kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
   kernel<<<grid, kThreads, bytes, stream>>>(p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-template <class Sh, bool kSwiglu, bool kFold>
+template <class Sh, bool kSwiglu>
 void dispatch_tokens(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   switch (p.tile_tokens) {
     case 16:
-      return launch<Sh, 2, kSwiglu, kFold>(p, stream);
+      return launch<Sh, 2, kSwiglu>(p, stream);
     case 32:
-      return launch<Sh, 4, kSwiglu, kFold>(p, stream);
+      return launch<Sh, 4, kSwiglu>(p, stream);
     case 64:
-      return launch<Sh, 8, kSwiglu, kFold>(p, stream);
+      return launch<Sh, 8, kSwiglu>(p, stream);
     default:
       ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32 or 64");
   }
 }
 
-template <bool kSwiglu, bool kFold>
-void dispatch_shape(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+template <bool kSwiglu>
+void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   switch (p.cta_shape) {
     case Mxfp4TiledShape::kRows128:
-      return dispatch_tokens<Shape<1, 4, 4, 2>, kSwiglu, kFold>(p, stream);
+      return dispatch_tokens<Shape<1, 4, 4, 2>, kSwiglu>(p, stream);
     case Mxfp4TiledShape::kRows256:
-      return dispatch_tokens<Shape<2, 4, 3, 2>, kSwiglu, kFold>(p, stream);
-    case Mxfp4TiledShape::kRows256Deep:
-      return dispatch_tokens<Shape<2, 2, 4, 2>, kSwiglu, kFold>(p, stream);
-    case Mxfp4TiledShape::kRows512:
-      return dispatch_tokens<Shape<4, 2, 4, 1>, kSwiglu, kFold>(p, stream);
+      return dispatch_tokens<Shape<2, 4, 3, 2>, kSwiglu>(p, stream);
   }
   ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: unknown CTA shape");
 }
 
-template <bool kSwiglu>
-void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
-  if (p.fold_scales)
-    dispatch_shape<kSwiglu, true>(p, stream);
-  else
-    dispatch_shape<kSwiglu, false>(p, stream);
-}
-
 }  // namespace
-
-bool mxfp4_scales_fold_exact(const uint8_t* scales, size_t count) {
-  for (size_t i = 0; i < count; ++i)
-    if (scales[i] < 104 || scales[i] > 128) return false;
-  return true;
-}
 
 int mxfp4_tiled_max_tiles(int rows, int num_experts, int tile_tokens) {
   // sum_e ceil(m_e / tt) <= floor(rows / tt) + (experts with rows)

@@ -38,17 +38,14 @@ void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int*
 // saturate to +-65504.
 void mxfp4_activation_f16(const void* x, int rows, int k, void* out, cudaStream_t stream);
 
-// CTA shapes (weight rows per CTA; the pipeline's depth): more rows per CTA re-read the token rows less
-// often, fewer rows leave room for more CTAs per SM. moe_bench times each; mxfp4_path picks from its table.
-enum class Mxfp4TiledShape : uint8_t { kRows128, kRows256, kRows256Deep, kRows512 };
-
-// Whether every e8m0 scale in [first, first + count) lies in [104, 128] (2^-23 .. 2^1): then the scale can be
-// multiplied into the f16 weights exactly (Mxfp4TiledArgs::fold_scales). Host bytes.
-bool mxfp4_scales_fold_exact(const uint8_t* scales, size_t count);
+// CTA shapes (weight rows per CTA): 256 rows re-read the token rows half as often as 128, 128 rows take
+// less shared memory per CTA (their 4-stage pipeline against 256's 3). moe_bench times both; mxfp4_path
+// picks from its table. (Measured and dropped: 512 rows at one CTA per SM, 2x slower; multiplying the MX
+// scale into the f16 weights instead of the partial sums, 2-4% faster but exact only for scales 2^-23..2^1.)
+enum class Mxfp4TiledShape : uint8_t { kRows128, kRows256 };
 
 struct Mxfp4TiledArgs {
   Mxfp4TiledShape cta_shape = Mxfp4TiledShape::kRows128;
-  bool fold_scales = false;  // only where mxfp4_scales_fold_exact holds for the weights
   int num_experts = 0;
   int n = 0, k = 0;              // n % 16 == 0, k % 32 == 0
   int tile_tokens = 32;          // one of kMxfp4TileTokens

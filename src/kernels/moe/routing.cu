@@ -24,22 +24,18 @@ __device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
 // arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
 // The logits of one token: row[e], or with the split router (row_lo given) (row[e] + row_lo[e]) + bias[e].
 template <int kPerLane>
-__device__ __forceinline__ void load_logits(const float* __restrict__ row, const float* __restrict__ row_lo,
-                                            const float* __restrict__ bias, int num_experts, int lane,
-                                            float (&v)[kPerLane]) {
+__device__ __forceinline__ void topk_one_token(const float* __restrict__ row,
+                                               const float* __restrict__ row_lo,
+                                               const float* __restrict__ bias, int num_experts, int top_k,
+                                               int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
+                                               int* smem_idx) {
+  float v[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
     v[i] = e < num_experts ? row[e] : 0.0f;
     if (row_lo != nullptr && e < num_experts) v[i] = (v[i] + row_lo[e]) + bias[e];
   }
-}
-
-// Top-k of one token's logits v (as load_logits leaves them).
-template <int kPerLane>
-__device__ __forceinline__ void topk_of_values(const float (&v)[kPerLane], int num_experts, int top_k,
-                                               int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
-                                               int* smem_idx) {
   unsigned taken = 0;
   float sel_v[kMoeMaxTopK];
   int sel_e[kMoeMaxTopK];
@@ -87,17 +83,6 @@ __device__ __forceinline__ void topk_of_values(const float (&v)[kPerLane], int n
       if (smem_idx) smem_idx[j] = sel_e[j];
     }
   }
-}
-
-template <int kPerLane>
-__device__ __forceinline__ void topk_one_token(const float* __restrict__ row,
-                                               const float* __restrict__ row_lo,
-                                               const float* __restrict__ bias, int num_experts, int top_k,
-                                               int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
-                                               int* smem_idx) {
-  float v[kPerLane];
-  load_logits<kPerLane>(row, row_lo, bias, num_experts, lane, v);
-  topk_of_values<kPerLane>(v, num_experts, top_k, lane, out_idx, out_w, smem_idx);
 }
 
 template <int kPerLane>
@@ -196,7 +181,7 @@ __global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num
   slot_row[item] = row;
 }
 
-// Decode-sized batches (T*k <= 1024): top-k and the whole permutation in one CTA of 1024 threads, one
+// Small batches (T*k <= kFusedRouteMaxItems): top-k and the whole permutation in one CTA of 1024 threads, one
 // launch instead of four (launch gaps dominate a decode step's routing). Same results as the general path.
 template <int kPerLane>
 __global__ void __launch_bounds__(kPermuteChunk)
@@ -209,28 +194,11 @@ __global__ void __launch_bounds__(kPermuteChunk)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int items = num_tokens * top_k;
   for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
-  // Warp w takes tokens w, w + 32, ...: the logits of kAhead of them are loaded before any is reduced, so
-  // a batch of 256 tokens costs two load round trips per warp instead of eight.
-  // (Fewer ahead for wide expert counts: 1024 threads leave 64 registers each.)
-  constexpr int kAhead = kPerLane <= 1 ? 4 : kPerLane == 2 ? 2 : 1, kWarpsPerCta = kPermuteChunk / 32;
-  for (int t0 = warp; t0 < num_tokens; t0 += kAhead * kWarpsPerCta) {
-    float v[kAhead][kPerLane];
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const int t = t0 + kWarpsPerCta * u;
-      if (t < num_tokens)
-        load_logits<kPerLane>(logits + int64_t(t) * num_experts,
-                              logits_lo ? logits_lo + int64_t(t) * num_experts : nullptr, bias, num_experts,
-                              lane, v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const int t = t0 + kWarpsPerCta * u;
-      if (t < num_tokens)
-        topk_of_values<kPerLane>(v[u], num_experts, top_k, lane, topk_idx + int64_t(t) * top_k,
-                                 topk_w + int64_t(t) * top_k, s_idx + t * top_k);
-    }
-  }
+  for (int t = warp; t < num_tokens; t += kPermuteChunk / 32)
+    topk_one_token<kPerLane>(logits + int64_t(t) * num_experts,
+                             logits_lo ? logits_lo + int64_t(t) * num_experts : nullptr, bias, num_experts,
+                             top_k, lane, topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k,
+                             s_idx + t * top_k);
   __syncthreads();
   const int e = tid < items ? s_idx[tid] : -1;
   const unsigned peers = __match_any_sync(0xffffffffu, e);
@@ -356,7 +324,7 @@ void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, 
   ORCHID_KERNEL_REQUIRE(logits_lo == nullptr || bias != nullptr, "moe_route: split logits need the bias");
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
-  if (int64_t(num_tokens) * top_k > kPermuteChunk || num_tokens <= 0) {
+  if (int64_t(num_tokens) * top_k > kFusedRouteMaxItems || num_tokens <= 0) {
     moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream, logits_lo, bias);
     moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream);
     return;

@@ -44,8 +44,11 @@ size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k);
 void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
                  void* scratch, cudaStream_t stream);
 
-// moe_topk_softmax + moe_permute. For decode-sized batches (num_tokens * top_k <= 1024) both run in one
-// single-CTA kernel (one launch instead of four); results are identical. scratch as for moe_permute.
+// moe_topk_softmax + moe_permute. For small batches (num_tokens * top_k <= kFusedRouteMaxItems) both run in
+// one single-CTA kernel (one launch instead of four); results are identical. Above that the one CTA's serial
+// top-k costs more than the three extra launches (a 256-token decode step: ~31 us per layer fused).
+// scratch as for moe_permute.
+constexpr int kFusedRouteMaxItems = 256;
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo = nullptr,
                const float* bias = nullptr);

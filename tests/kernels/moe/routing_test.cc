@@ -1,6 +1,7 @@
 // Router top-k + softmax and the token permutation vs CPU references: ties (lower expert wins), E = 32 and
 // 128, a single token (decode), odd token counts, experts with no tokens, skewed routing, several counting
-// chunks (T*k > 1024); logits split into hi, lo and bias (the split router).
+// chunks (T*k > 1024), and moe_route's fused and general paths; logits split into hi, lo and bias (the split
+// router).
 #include "kernels/moe/routing.h"
 
 #include <gtest/gtest.h>
@@ -115,7 +116,8 @@ struct RouteCase {
 
 class RouteTest : public ::testing::TestWithParam<RouteCase> {};
 
-// moe_route: the fused single-CTA kernel (T*k <= 1024) and the general path give the references' results.
+// moe_route: the fused single-CTA kernel (T*k <= kFusedRouteMaxItems) and the general path give the
+// references' results.
 TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const RouteCase c = GetParam();
@@ -138,7 +140,7 @@ TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
   MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
   moe_route(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  const std::string n = std::string(c.name) + (items <= 1024 ? " (fused)" : " (general)");
+  const std::string n = std::string(c.name) + (items <= kFusedRouteMaxItems ? " (fused)" : " (general)");
   EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
   EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
                                            std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
@@ -182,7 +184,8 @@ TEST_P(RouteTest, SplitLogitsRouteLikeTheirSum) {
   moe_route(dhi.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr, dlo.get(),
             db.get());
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  const std::string n = std::string(c.name) + (items <= 1024 ? " split (fused)" : " split (general)");
+  const std::string n =
+      std::string(c.name) + (items <= kFusedRouteMaxItems ? " split (fused)" : " split (general)");
   EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
   EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
                                            std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
@@ -193,8 +196,9 @@ TEST_P(RouteTest, SplitLogitsRouteLikeTheirSum) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, RouteTest,
     ::testing::Values(RouteCase{"t1_e32", 1, 32, 4}, RouteCase{"t7_e128", 7, 128, 4},
-                      RouteCase{"t63_e32", 63, 32, 4}, RouteCase{"t256_e32_full_cta", 256, 32, 4},
-                      RouteCase{"t257_e32_general", 257, 32, 4}, RouteCase{"t100_e256_k8", 100, 256, 8}),
+                      RouteCase{"t63_e32", 63, 32, 4}, RouteCase{"t64_e32_fused_limit", 64, 32, 4},
+                      RouteCase{"t256_e32", 256, 32, 4}, RouteCase{"t257_e32_general", 257, 32, 4},
+                      RouteCase{"t100_e256_k8", 100, 256, 8}),
     [](const ::testing::TestParamInfo<RouteCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
