@@ -6,7 +6,8 @@
 #   3. the whole model on the CUDA backend against transformers' FP32 logits (golden tiny checkpoint), every
 #      layer of synthetic gpt-oss-20b against transformers' FP32 layer (teacher forcing), and the server on
 #      synthetic gpt-oss-20b (sampling on the GPU, batching, streaming, SIGTERM),
-#   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights.
+#   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights: prefill, decode, the per-kernel
+#      breakdown of a decode step, and the server under `orchid bench serve` (shorter outputs than the issue's).
 #   scripts/gpu-check.sh [--quick]      --quick: fewer benchmark shapes
 # Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
 set -uo pipefail
@@ -49,7 +50,12 @@ step layer-check-20b python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
   --layers "$(seq -s, 0 23)" --tokens 1024 --orchid "$bin"
 step serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
-step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64 --steps 8
+step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
+# Where a decode step's time goes (CUPTI tracer, built with the cuda preset when CUPTI is there).
+tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
+[ -f "$tracer" ] && step kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \
+  --tracer "$tracer" --model synthetic:20b --batch-sizes 1,256 --seq-len 1024
+step serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
 rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"
 printf '%s\n' "${summary[@]}"

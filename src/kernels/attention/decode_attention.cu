@@ -16,8 +16,8 @@
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/sink_attention.h"
-#include "kernels/common/smem_attribute.h"
 #include "kernels/attention/warp_mma.cuh"
+#include "kernels/common/smem_attribute.h"
 
 #include "kernels/common/cuda_check.h"
 

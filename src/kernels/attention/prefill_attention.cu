@@ -24,8 +24,8 @@
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/prefill_params.h"
 #include "kernels/attention/sink_attention.h"
-#include "kernels/common/smem_attribute.h"
 #include "kernels/attention/warp_mma.cuh"
+#include "kernels/common/smem_attribute.h"
 
 #include "kernels/common/cuda_check.h"
 

@@ -14,9 +14,9 @@
 // 350 TFLOP/s that the 1.0 s gpt-oss-20b 32k prefill needs; wgmma's dense rate is ~1.5x that of mma.sync.
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/prefill_params.h"
-#include "kernels/common/smem_attribute.h"
 #include "kernels/attention/warp_mma.cuh"
 #include "kernels/attention/warpgroup_mma.cuh"
+#include "kernels/common/smem_attribute.h"
 
 #include "kernels/common/cuda_check.h"
 

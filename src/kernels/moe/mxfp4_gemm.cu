@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
 #pragma unroll
       for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
     }
-    // Activation tile: tokens tok0.. as fp16, each 8-group permuted to [0,4,1,5,2,6,3,7]; missing tokens = 0.
+    // Activation tile: tokens tok0.. as fp16 in MX order (saturated); missing tokens = 0.
     __syncthreads();
     const int groups = k / 8;
     for (int idx = threadIdx.x; idx < 8 * kNT * groups; idx += kWarps * 32) {
@@ -100,19 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       if (tok0 + i < m) {
         const int64_t r = row0 + tok0 + i;
         const int64_t src = p.x_rows ? p.x_rows[r] : r;
-        const uint4 v = *reinterpret_cast<const uint4*>(xg + src * k + grp * 8);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        float f[8];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          f[2 * q] = __uint_as_float(w[q] << 16);
-          f[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
-        }
-        auto h2 = [](float lo, float hi) {
-          const __half2 h = __floats2half2_rn(lo, hi);
-          return *reinterpret_cast<const uint32_t*>(&h);
-        };
-        out = make_uint4(h2(f[0], f[4]), h2(f[1], f[5]), h2(f[2], f[6]), h2(f[3], f[7]));
+        out = bf16x8_to_f16_mx_order(*reinterpret_cast<const uint4*>(xg + src * k + grp * 8));
       }
       *reinterpret_cast<uint4*>(xs + i * xstride + grp * 16) = out;
     }

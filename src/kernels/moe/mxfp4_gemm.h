@@ -5,9 +5,9 @@
 // For each non-empty expert e (rows [offsets[e], offsets[e+1]) of the permuted batch):
 //   y[r, 0:n] = x[src(r), 0:k] · W[e]^T,  W[e][o][c] = e2m1(blocks[e, o, c/32, (c%32)/2] nibble) * 2^(s-127)
 // src(r) = x_rows[r] (e.g. routing's row_token, to gather the token rows on the fly) or r when x_rows is
-// null. Activations are rounded to fp16 for the MMA (exact for bf16 values in [6.1e-5, 65504]); accumulation
-// is fp32, scaled per 32-column MX block. Output bf16 without bias. Grids depend only on the host bounds, so
-// the launch is CUDA-graph capturable.
+// null. Activations are rounded to fp16 for the MMA (exact for bf16 values in [6.1e-5, 65504]; larger ones
+// saturate to +-65504); accumulation is fp32, scaled per 32-column MX block. Output bf16 without bias. Grids
+// depend only on the host bounds, so the launch is CUDA-graph capturable.
 #pragma once
 
 #include <cuda_runtime.h>

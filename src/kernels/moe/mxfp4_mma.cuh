@@ -51,6 +51,23 @@ __device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Eight bf16 values (one 16-byte load) -> f16 in MX order; values beyond the f16 range saturate to +-65504.
+__device__ __forceinline__ uint4 bf16x8_to_f16_mx_order(const uint4& v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  float f[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    f[2 * q] = __uint_as_float(w[q] << 16);
+    f[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+  }
+  auto h2 = [](float lo, float hi) {
+    const __half2 h =
+        __floats2half2_rn(fminf(fmaxf(lo, -65504.0f), 65504.0f), fminf(fmaxf(hi, -65504.0f), 65504.0f));
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+  return make_uint4(h2(f[0], f[4]), h2(f[1], f[5]), h2(f[2], f[6]), h2(f[3], f[7]));
+}
+
 // Position of element e (0..7) of an 8-group in MX order.
 __host__ __device__ constexpr int mx_order_pos(int e) {
   return e < 4 ? 2 * e : 2 * (e - 4) + 1;

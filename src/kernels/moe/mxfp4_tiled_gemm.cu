@@ -289,20 +289,7 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
 __global__ void activation_f16_kernel(const uint4* __restrict__ x, int64_t groups, uint4* __restrict__ out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = x[i];
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    float f[8];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      f[2 * q] = __uint_as_float(w[q] << 16);
-      f[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
-    }
-    auto h2 = [](float lo, float hi) {
-      const __half2 h =
-          __floats2half2_rn(fminf(fmaxf(lo, -65504.0f), 65504.0f), fminf(fmaxf(hi, -65504.0f), 65504.0f));
-      return *reinterpret_cast<const uint32_t*>(&h);
-    };
-    out[i] = make_uint4(h2(f[0], f[4]), h2(f[1], f[5]), h2(f[2], f[6]), h2(f[3], f[7]));
+    out[i] = bf16x8_to_f16_mx_order(x[i]);
   }
 }
 

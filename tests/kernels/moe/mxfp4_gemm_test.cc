@@ -5,11 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <algorithm>
 #include <random>
 
-#include "kernel_reference.h"
 #include "kernel_test_util.h"
+#include "mxfp4_problem.h"
 
 namespace orchid::kernels {
 namespace {
@@ -30,75 +30,32 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
-  const int E = int(c.sizes.size()), n = c.n, k = c.k, kb = k / 32;
-  std::vector<int> off(E + 1, 0), active;
-  for (int e = 0; e < E; ++e) {
-    off[e + 1] = off[e] + c.sizes[e];
+  const auto p = orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu);
+  const int E = p.experts, M = p.rows;
+  std::vector<int> active;
+  for (int e = 0; e < E; ++e)
     if (c.sizes[e] > 0) active.push_back(e);
-  }
-  const int M = off[E], num_active = int(active.size());
+  const int num_active = int(active.size());
   active.resize(E, -1);
-  int max_rows = 0;
-  for (int s : c.sizes) max_rows = std::max(max_rows, s);
-
-  std::vector<uint8_t> blocks(size_t(E) * n * kb * 16), scales(size_t(E) * n * kb);
-  std::uniform_int_distribution<int> byte(0, 255), sc(118, 124);
-  for (auto& b : blocks) b = uint8_t(byte(rng));
-  for (auto& s : scales) s = uint8_t(sc(rng));
-  // x: bf16 values that fp16 holds exactly (|v| >= 2^-14 or 0), so the reference sees the kernel's operands.
-  const int xrows = c.gather ? M + 3 : M;
-  auto x = orchid::testing::random_bf16(rng, size_t(std::max(xrows, 1)) * k, 1.0f);
-  for (auto& v : x)
-    if (std::fabs(bf16_to_float(v)) < std::ldexp(1.0f, -14)) v = 0;
-  std::vector<int> map(std::max(M, 1));
-  for (int r = 0; r < M; ++r) map[r] = c.gather ? (r * 7 + 3) % xrows : r;
-  const auto xf = orchid::testing::bf16_to_floats(x);
-
-  std::vector<double> ref(size_t(M) * n);
-  std::vector<float> wf(size_t(n) * k), xe;
-  for (int e = 0; e < E; ++e) {
-    const int m = c.sizes[e];
-    if (m == 0) continue;
-    orchid::ref::mxfp4_to_float(&blocks[size_t(e) * n * kb * 16], &scales[size_t(e) * n * kb], n, k,
-                                wf.data());
-    xe.assign(size_t(m) * k, 0);
-    for (int i = 0; i < m; ++i) std::copy_n(&xf[size_t(map[off[e] + i]) * k], k, &xe[size_t(i) * k]);
-    orchid::ref::gemm(m, n, k, xe.data(), k, wf.data(), nullptr, &ref[size_t(off[e]) * n]);
-  }
+  const int max_rows = *std::max_element(c.sizes.begin(), c.sizes.end());
 
   DeviceBuffer<uint8_t> db, ds;
-  DeviceBuffer<uint16_t> dx;
+  DeviceBuffer<uint16_t> dx, dbias;
   DeviceBuffer<int> doff, dact, dnact, dmap;
-  db.upload(blocks);
-  ds.upload(scales);
-  dx.upload(x);
-  doff.upload(off);
+  db.upload(p.blocks);
+  ds.upload(p.scales);
+  dx.upload(p.x);
+  doff.upload(p.offsets);
   dact.upload(active);
   dnact.upload(std::vector<int>{num_active});
-  dmap.upload(map);
-  // Fused epilogue: z[r, i] = swiglu(u[r, 2i] + b[e, 2i], u[r, 2i+1] + b[e, 2i+1]) from the same reference u.
-  const int out_cols = c.swiglu ? n / 2 : n;
-  auto bias = orchid::testing::random_bf16(rng, size_t(E) * n, 1.0f);
-  const auto bias_f = orchid::testing::bf16_to_floats(bias);
-  if (c.swiglu) {
-    std::vector<double> z(size_t(M) * out_cols);
-    const SwigluParams sp;
-    for (int e = 0; e < E; ++e)
-      for (int r = off[e]; r < off[e + 1]; ++r)
-        for (int i = 0; i < out_cols; ++i)
-          z[size_t(r) * out_cols + i] = orchid::ref::swiglu(
-              float(ref[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
-              float(ref[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]), sp.limit, sp.alpha);
-    ref = std::move(z);
-  }
-  DeviceBuffer<uint16_t> dbias;
-  dbias.upload(bias);
-  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * out_cols);
+  dmap.upload(p.map);
+  dbias.upload(p.bias);
+  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * p.out_cols);
   orchid::testing::poison(dy);
   Mxfp4GemmArgs a;
   a.num_experts = E;
-  a.n = n;
-  a.k = k;
+  a.n = c.n;
+  a.k = c.k;
   a.offsets = doff.get();
   a.active = dact.get();
   a.num_active = dnact.get();
@@ -113,11 +70,8 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   mxfp4_moe_gemm(a, nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   auto got = orchid::testing::bf16_to_floats(dy.download());
-  got.resize(size_t(M) * out_cols);
-  double rms = 0;
-  for (double v : ref) rms += v * v;
-  rms = std::sqrt(rms / double(std::max<size_t>(1, ref.size())));
-  EXPECT_TRUE(orchid::testing::check_close(c.name, got, ref, 2e-3 * rms, 8e-3, 5e-3));
+  got.resize(size_t(M) * p.out_cols);
+  EXPECT_TRUE(orchid::testing::check_close(c.name, got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
 }
 
 INSTANTIATE_TEST_SUITE_P(

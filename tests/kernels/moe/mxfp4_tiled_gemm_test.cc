@@ -10,8 +10,8 @@
 #include <cmath>
 #include <random>
 
-#include "kernel_reference.h"
 #include "kernel_test_util.h"
+#include "mxfp4_problem.h"
 
 namespace orchid::kernels {
 namespace {
@@ -99,66 +99,23 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
-  const int E = int(c.sizes.size()), n = c.n, k = c.k, kb = k / 32;
-  const auto off = offsets_of(c.sizes);
-  const int M = off[E];
-
-  std::vector<uint8_t> blocks(size_t(E) * n * kb * 16), scales(size_t(E) * n * kb);
-  std::uniform_int_distribution<int> byte(0, 255), sc(118, 124);
-  for (auto& b : blocks) b = uint8_t(byte(rng));
-  for (auto& s : scales) s = uint8_t(sc(rng));
-  // x: bf16 values that fp16 holds exactly (|v| >= 2^-14 or 0), so the reference sees the kernel's operands.
-  const int xrows = c.gather ? M + 3 : M;
-  auto x = orchid::testing::random_bf16(rng, size_t(std::max(xrows, 1)) * k, 1.0f);
-  for (auto& v : x)
-    if (std::fabs(bf16_to_float(v)) < std::ldexp(1.0f, -14)) v = 0;
-  std::vector<int> map(std::max(M, 1));
-  for (int r = 0; r < M; ++r) map[r] = c.gather ? (r * 7 + 3) % xrows : r;
-  const auto xf = orchid::testing::bf16_to_floats(x);
-
-  std::vector<double> ref(size_t(M) * n);
-  std::vector<float> wf(size_t(n) * k), xe;
-  for (int e = 0; e < E; ++e) {
-    const int m = c.sizes[e];
-    if (m == 0) continue;
-    orchid::ref::mxfp4_to_float(&blocks[size_t(e) * n * kb * 16], &scales[size_t(e) * n * kb], n, k,
-                                wf.data());
-    xe.assign(size_t(m) * k, 0);
-    for (int i = 0; i < m; ++i) std::copy_n(&xf[size_t(map[off[e] + i]) * k], k, &xe[size_t(i) * k]);
-    orchid::ref::gemm(m, n, k, xe.data(), k, wf.data(), nullptr, &ref[size_t(off[e]) * n]);
-  }
-  const int out_cols = c.swiglu ? n / 2 : n;
-  auto bias = orchid::testing::random_bf16(rng, size_t(E) * n, 1.0f);
-  const auto bias_f = orchid::testing::bf16_to_floats(bias);
-  if (c.swiglu) {
-    std::vector<double> z(size_t(M) * out_cols);
-    const SwigluParams sp;
-    for (int e = 0; e < E; ++e)
-      for (int r = off[e]; r < off[e + 1]; ++r)
-        for (int i = 0; i < out_cols; ++i)
-          z[size_t(r) * out_cols + i] = orchid::ref::swiglu(
-              float(ref[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
-              float(ref[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]), sp.limit, sp.alpha);
-    ref = std::move(z);
-  }
+  const auto p = orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu);
+  const int E = p.experts, M = p.rows;
 
   DeviceBuffer<uint8_t> db, ds;
-  DeviceBuffer<uint16_t> dx, dx16(size_t(std::max(xrows, 1)) * k), dbias;
+  DeviceBuffer<uint16_t> dx, dx16(size_t(p.x_rows) * c.k), dbias;
   DeviceBuffer<int> doff, dmap;
-  db.upload(blocks);
-  ds.upload(scales);
-  dx.upload(x);
-  doff.upload(off);
-  dmap.upload(map);
-  dbias.upload(bias);
-  mxfp4_activation_f16(dx.get(), std::max(xrows, 1), k, dx16.get(), nullptr);
+  db.upload(p.blocks);
+  ds.upload(p.scales);
+  dx.upload(p.x);
+  doff.upload(p.offsets);
+  dmap.upload(p.map);
+  dbias.upload(p.bias);
+  mxfp4_activation_f16(dx.get(), p.x_rows, c.k, dx16.get(), nullptr);
   const int max_tiles = mxfp4_tiled_max_tiles(M, E, c.tile_tokens);
   DeviceBuffer<int> dtiles(size_t(2 * std::max(max_tiles, 1)));
   mxfp4_tiled_plan(doff.get(), E, c.tile_tokens, dtiles.get(), max_tiles, nullptr);
-  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * out_cols);
-  double rms = 0;
-  for (double v : ref) rms += v * v;
-  rms = std::sqrt(rms / double(std::max<size_t>(1, ref.size())));
+  DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * p.out_cols);
   const std::pair<Mxfp4TiledShape, const char*> shapes[] = {{Mxfp4TiledShape::kRows128, "rows128"},
                                                             {Mxfp4TiledShape::kRows256, "rows256"}};
   for (const auto& [shape, shape_name] : shapes) {
@@ -166,8 +123,8 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
     Mxfp4TiledArgs a;
     a.cta_shape = shape;
     a.num_experts = E;
-    a.n = n;
-    a.k = k;
+    a.n = c.n;
+    a.k = c.k;
     a.tile_tokens = c.tile_tokens;
     a.offsets = doff.get();
     a.tiles = dtiles.get();
@@ -181,13 +138,13 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
     mxfp4_tiled_gemm(a, nullptr);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     auto raw = dy.download();
-    raw.resize(size_t(M) * out_cols);
-    const auto got = c.swiglu ? orchid::testing::from_mx_order_f16(raw, size_t(out_cols))
+    raw.resize(size_t(M) * p.out_cols);
+    const auto got = c.swiglu ? orchid::testing::from_mx_order_f16(raw, size_t(p.out_cols))
                               : orchid::testing::bf16_to_floats(raw);
     // f16 output (z) keeps 11 bits, bf16 (y) 8: the relative bound is the output rounding's.
     const std::string name = std::string(c.name) + " " + shape_name;
-    EXPECT_TRUE(
-        orchid::testing::check_close(name.c_str(), got, ref, 2e-3 * rms, c.swiglu ? 2e-3 : 8e-3, 5e-3));
+    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms,
+                                             c.swiglu ? 2e-3 : 8e-3, 5e-3));
   }
 }
 
