@@ -392,10 +392,10 @@ INSTANTIATE_TEST_SUITE_P(
 // hi then lo. The router GEMM covers both halves without bias, routing uses (hi + lo) + bias and thus agrees
 // with the fp32 input's routing, and the experts read the hi rows: on tokens routed alike, the output is the
 // unsplit call's on hi but for the routing weights (which see the lo part). BF16 experts, the fused
-// (T*k <= 1024) and the general routing path.
+// (T*k <= kFusedRouteMaxItems) and the general routing path.
 TEST(MoeLayerSplitRouter, RoutesTheFp32Input) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  for (int T : {37, 300}) {
+  for (int T : {5, 37, 300}) {
     MoeConfig cfg;
     cfg.experts = 32;
     cfg.hidden = 256;
