@@ -89,16 +89,9 @@ void validate_checkpoint(const io::Checkpoint& ck, const std::vector<TensorSpec>
   }
 }
 
-uint64_t weight_bytes(const ModelConfig& c, std::string_view format) {
-  uint64_t total = 0;
+uint64_t expert_weight_bytes(const ModelConfig& c, std::string_view format) {
   const uint64_t expert_params =
       uint64_t(c.num_experts) * 3 * c.hidden_size * c.intermediate_size;  // per layer
-  for (const auto& s : gpt_oss_manifest(c)) {
-    if (is_expert_weight(s.role)) continue;
-    uint64_t n = 1;
-    for (int64_t d : s.shape) n *= uint64_t(d);
-    total += 2 * n;
-  }
   uint64_t experts;
   if (format == "bf16") {
     experts = 2 * expert_params;
@@ -113,7 +106,18 @@ uint64_t weight_bytes(const ModelConfig& c, std::string_view format) {
   } else {
     fail("unknown weight format '{}' (expected bf16, fp8 or mxfp4)", format);
   }
-  return total + experts * uint64_t(c.num_layers);
+  return experts * uint64_t(c.num_layers);
+}
+
+uint64_t weight_bytes(const ModelConfig& c, std::string_view format) {
+  uint64_t total = 0;
+  for (const auto& s : gpt_oss_manifest(c)) {
+    if (is_expert_weight(s.role)) continue;
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= uint64_t(d);
+    total += 2 * n;
+  }
+  return total + expert_weight_bytes(c, format);
 }
 
 }  // namespace orchid::model

@@ -59,5 +59,7 @@ void validate_checkpoint(const io::Checkpoint& ck, const std::vector<TensorSpec>
 // Bytes of all weights when experts are stored as `format` ("bf16", "fp8" with fp32 128x128 block scales,
 // "mxfp4"); everything else in BF16.
 uint64_t weight_bytes(const ModelConfig& c, std::string_view format);
+// The expert part of weight_bytes (all layers).
+uint64_t expert_weight_bytes(const ModelConfig& c, std::string_view format);
 
 }  // namespace orchid::model
