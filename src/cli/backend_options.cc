@@ -40,6 +40,15 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  cmd->add_option("--tp", tp, "tensor-parallel ranks: attention heads and lm_head split TP ways")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--ep", ep, "expert-parallel ranks: experts split EP ways (0: all ranks, TP x DP)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--dp", dp, "attention data-parallel replicas")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
 }
 
 bool BackendOptions::uses_cuda() const {
@@ -51,10 +60,19 @@ bool BackendOptions::uses_cuda() const {
 }
 
 std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& model) const {
+  model::ParallelConfig pc;
+  pc.tp = tp;
+  pc.dp = dp;
+  pc.ep = ep > 0 ? ep : tp * dp;
   std::string which = backend;
 #if ORCHID_HAVE_CUDA
   if (which == "auto") which = runtime::cuda::cuda_device_available() ? "cuda" : "cpu";
   if (which == "cuda") {
+    if (pc.world() > 1 || pc.ep > 1)
+      fail(
+          "{} on the CUDA backend: it runs one GPU so far (the CPU backend runs parallel ranks: --backend "
+          "cpu)",
+          pc.describe());
     runtime::cuda::CudaBackendOptions o;
     o.weights = weights;
     o.page_size = block_size;
@@ -75,6 +93,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   o.page_size = block_size;
   o.max_tokens = max_model_len > 0 ? max_model_len : 8192;
   o.num_full_pages = o.num_sliding_pages = kv_pages;
+  o.parallel = pc;
   return runtime::cpu::CpuBackend::create(model, o);
 }
 

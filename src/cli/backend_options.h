@@ -21,6 +21,7 @@ struct BackendOptions {
   int32_t max_num_seqs = 256;              // sequences per step
   bool enforce_eager = false;              // no CUDA graphs
   bool bf16_routing = false;               // CUDA: no precise routing
+  int tp = 1, ep = 0, dp = 1;              // parallel ranks (model/parallel.h); ep 0: every rank (TP x DP)
 
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;  // what `create` will pick

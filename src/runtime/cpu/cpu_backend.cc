@@ -1,7 +1,12 @@
 #include "runtime/cpu/cpu_backend.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <functional>
+#include <thread>
 
 #include "core/error.h"
 #include "runtime/cpu/cpu_blocks.h"
@@ -9,39 +14,150 @@
 
 namespace orchid::runtime::cpu {
 
+// One rank: its shard of the weights (views), its heads' KV pools, its communicators.
+struct CpuBackend::Rank {
+  model::RankShard shard;
+  model::ModelConfig cfg;  // the model with this rank's heads (attention sizes come from here)
+  const model::ModelConfig* full = nullptr;
+  const model::RopeTables* rope = nullptr;
+  KvCacheSpec spec;
+  CpuWeights w;
+  std::vector<int64_t> layer_slot;  // index of a layer among the layers of its kind
+  std::vector<float> full_k, full_v, sliding_k, sliding_v;
+  Communicator* tp = nullptr;             // all-reduce after O, all-gather of the logits
+  Communicator* ep = nullptr;             // all-reduce after the MoE
+  LocalCommunicator* tp_local = nullptr;  // for abort(); null when solo
+  LocalCommunicator* ep_local = nullptr;
+
+  float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
+  void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
+                     std::vector<float>& x, std::vector<int32_t>* topk);
+  // Every layer, then the logits of `rows` (all ranks end with the whole vocabulary in `logits`).
+  void forward(const StepBatch& b, const std::vector<int32_t>& positions, const std::vector<int64_t>& rows,
+               std::vector<float>& logits);
+};
+
+namespace {
+CpuWeights shard_weights(const CpuWeights& all, const model::RankShard& s, const model::ModelConfig& c) {
+  const int64_t d = c.head_dim;
+  auto part = [](const std::vector<float>& v, int64_t b, int64_t e) {
+    return std::vector<float>(v.begin() + b, v.begin() + e);
+  };
+  CpuWeights w;
+  w.embedding = all.embedding;
+  w.lm_head = all.lm_head.row_slice(s.vocab_begin, s.vocab_end);
+  w.final_norm = all.final_norm;
+  for (const LayerWeights& a : all.layers) {
+    LayerWeights L = a;  // views and small vectors; then the attention slices
+    const int64_t q0 = s.q_head_begin * d, q1 = s.q_head_end * d, k0 = s.kv_head_begin * d,
+                  k1 = s.kv_head_end * d;
+    L.q = a.q.row_slice(q0, q1);
+    L.k = a.k.row_slice(k0, k1);
+    L.v = a.v.row_slice(k0, k1);
+    L.o = a.o.col_slice(q0, q1);
+    L.q_bias = part(a.q_bias, q0, q1);
+    L.k_bias = part(a.k_bias, k0, k1);
+    L.v_bias = part(a.v_bias, k0, k1);
+    L.sinks = part(a.sinks, s.q_head_begin, s.q_head_end);
+    w.layers.push_back(std::move(L));
+  }
+  return w;
+}
+}  // namespace
+
 CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
     : model_(std::move(model)), w_(CpuWeights::resolve(model_)) {
   const auto& c = model_.config;
   rope_ = model::rope_tables(c.rope, c.head_dim);
   if (opts.page_size <= 0) fail("--block-size must be positive, got {}", opts.page_size);
+  if (opts.parallel.dp != 1)
+    fail("--dp {}: the CPU backend runs one attention replica per engine (use --dp 1)", opts.parallel.dp);
+  plan_ = model::make_shard_plan(c, opts.parallel, c.experts_mxfp4 ? "mxfp4" : "bf16");
   spec_.page_size = opts.page_size;
   spec_.sliding_window = c.num_sliding_layers() > 0 ? int32_t(c.sliding_window) : 0;
   const int32_t default_pages = int32_t((opts.max_tokens + opts.page_size - 1) / opts.page_size);
   spec_.num_full_pages = opts.num_full_pages > 0 ? opts.num_full_pages : default_pages;
   spec_.num_sliding_pages = opts.num_sliding_pages > 0 ? opts.num_sliding_pages : default_pages;
-  int64_t full = 0, sliding = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
-  const size_t row = size_t(c.kv_dim()) * size_t(spec_.page_size);
-  full_k_.assign(size_t(full) * size_t(spec_.num_full_pages) * row, 0.0f);
-  full_v_.assign(full_k_.size(), 0.0f);
-  sliding_k_.assign(size_t(sliding) * size_t(spec_.num_sliding_pages) * row, 0.0f);
-  sliding_v_.assign(sliding_k_.size(), 0.0f);
+
+  // Communicators: the TP group is every rank (DP1); EP groups are runs of `ep` consecutive ranks.
+  const int world = opts.parallel.world(), ep = opts.parallel.ep;
+  auto tp_group = make_local_group(world);
+  std::vector<std::vector<std::unique_ptr<LocalCommunicator>>> ep_groups;
+  for (int g = 0; g < world / ep; ++g) ep_groups.push_back(make_local_group(ep));
+  for (int r = 0; r < world; ++r) {
+    auto rank = std::make_unique<Rank>();
+    rank->shard = plan_.ranks[size_t(r)];
+    rank->cfg = c;
+    rank->cfg.num_heads = rank->shard.num_q_heads();
+    rank->cfg.num_kv_heads = rank->shard.num_kv_heads();
+    rank->full = &model_.config;
+    rank->rope = &rope_;
+    rank->spec = spec_;
+    rank->w = shard_weights(w_, rank->shard, c);
+    int64_t full = 0, sliding = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      rank->layer_slot.push_back(c.is_sliding(l) ? sliding++ : full++);
+    const size_t row = size_t(rank->cfg.kv_dim()) * size_t(spec_.page_size);
+    rank->full_k.assign(size_t(full) * size_t(spec_.num_full_pages) * row, 0.0f);
+    rank->full_v.assign(rank->full_k.size(), 0.0f);
+    rank->sliding_k.assign(size_t(sliding) * size_t(spec_.num_sliding_pages) * row, 0.0f);
+    rank->sliding_v.assign(rank->sliding_k.size(), 0.0f);
+    comms_.push_back(std::move(tp_group[size_t(r)]));
+    rank->tp_local = static_cast<LocalCommunicator*>(comms_.back().get());
+    rank->tp = rank->tp_local;
+    comms_.push_back(std::move(ep_groups[size_t(r / ep)][size_t(r % ep)]));
+    rank->ep_local = static_cast<LocalCommunicator*>(comms_.back().get());
+    rank->ep = rank->ep_local;
+    ranks_.push_back(std::move(rank));
+  }
+  if (world > 1) spdlog::info("cpu backend: {}", plan_.describe(c));
 }
+
+CpuBackend::~CpuBackend() = default;
 
 std::unique_ptr<CpuBackend> CpuBackend::create(const std::string& model_arg, const CpuBackendOptions& opts) {
   return std::make_unique<CpuBackend>(model::load_model(model_arg), opts);
 }
 
-float* CpuBackend::kv_row(bool key, int64_t layer, int32_t page, int64_t slot) {
-  const auto& c = model_.config;
-  const bool sliding = c.is_sliding(layer);
-  const int64_t pages = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
-  auto& pool = sliding ? (key ? sliding_k_ : sliding_v_) : (key ? full_k_ : full_v_);
+float* CpuBackend::Rank::kv_row(bool key, int64_t layer, int32_t page, int64_t slot) {
+  const bool is_sliding = full->is_sliding(layer);
+  const int64_t pages = is_sliding ? spec.num_sliding_pages : spec.num_full_pages;
+  auto& pool = is_sliding ? (key ? sliding_k : sliding_v) : (key ? full_k : full_v);
   const size_t idx =
-      ((size_t(layer_slot_[size_t(layer)]) * size_t(pages) + size_t(page)) * size_t(spec_.page_size) +
+      ((size_t(layer_slot[size_t(layer)]) * size_t(pages) + size_t(page)) * size_t(spec.page_size) +
        size_t(slot)) *
-      size_t(c.kv_dim());
+      size_t(cfg.kv_dim());
   return pool.data() + idx;
+}
+
+void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {
+  if (ranks_.size() == 1) return fn(*ranks_[0]);
+  std::vector<std::exception_ptr> errors(ranks_.size());
+  auto run = [&](size_t r) {
+    try {
+      fn(*ranks_[r]);
+    } catch (...) {
+      errors[r] = std::current_exception();
+      ranks_[r]->tp_local->abort();
+      ranks_[r]->ep_local->abort();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < ranks_.size(); ++r) threads.emplace_back(run, r);
+  run(0);
+  for (auto& t : threads) t.join();
+  // The first rank's own failure, not the aborts it caused elsewhere.
+  for (auto& e : errors)
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const Error&) {
+        throw;
+      } catch (...) {
+      }
+    }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 void CpuBackend::validate(const StepBatch& b) const {
@@ -78,21 +194,20 @@ struct PagedKv final : KvReader {
 };
 }  // namespace
 
-void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
-                               std::vector<float>& x, std::vector<int32_t>* topk) {
-  const auto& c = model_.config;
-  const auto& L = w_.layers[size_t(l)];
-  const int64_t n = b.num_tokens(), H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const bool sliding = c.is_sliding(l);
-  const float eps = float(c.rms_norm_eps);
+void CpuBackend::Rank::layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
+                                     std::vector<float>& x, std::vector<int32_t>* topk) {
+  const auto& L = w.layers[size_t(l)];
+  const int64_t n = b.num_tokens(), H = full->hidden_size, qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  const bool sliding = full->is_sliding(l);
+  const float eps = float(full->rms_norm_eps);
 
   std::vector<float> h(size_t(n * H)), q(size_t(n * qd)), k(size_t(n * kvd)), v(size_t(n * kvd));
   rms_norm(x.data(), n, H, L.input_norm.data(), eps, h.data());
   linear(h.data(), n, L.q, L.q_bias.data(), q.data());
   linear(h.data(), n, L.k, L.k_bias.data(), k.data());
   linear(h.data(), n, L.v, L.v_bias.data(), v.data());
-  apply_rope(q.data(), n, c.num_heads, c.head_dim, positions, rope_);
-  apply_rope(k.data(), n, c.num_kv_heads, c.head_dim, positions, rope_);
+  apply_rope(q.data(), n, cfg.num_heads, cfg.head_dim, positions, *rope);
+  apply_rope(k.data(), n, cfg.num_kv_heads, cfg.head_dim, positions, *rope);
 
   // Write every new token's K/V first, so a prefill chunk's queries see the chunk's earlier keys.
   std::vector<float> attn(size_t(n * qd));
@@ -100,7 +215,7 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
     const int32_t* table = sliding ? b.sliding_page_table.data() + s.sliding_table_begin
                                    : b.full_page_table.data() + s.full_table_begin;
     auto page_of = [&](int64_t pos) {
-      const int32_t page = table[pos / spec_.page_size];
+      const int32_t page = table[pos / spec.page_size];
       if (page == kNoPage)
         ORCHID_CHECK(false, "position {} of sequence {} has no page (layer {})", pos, s.seq_id, l);
       return page;
@@ -108,11 +223,11 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t t = s.token_begin + i, pos = s.start_pos + i;
       const int32_t page = page_of(pos);
-      std::copy_n(k.data() + t * kvd, kvd, kv_row(true, l, page, pos % spec_.page_size));
-      std::copy_n(v.data() + t * kvd, kvd, kv_row(false, l, page, pos % spec_.page_size));
+      std::copy_n(k.data() + t * kvd, kvd, kv_row(true, l, page, pos % spec.page_size));
+      std::copy_n(v.data() + t * kvd, kvd, kv_row(false, l, page, pos % spec.page_size));
     }
     if (s.num_tokens == 0) continue;
-    const int64_t window = sliding ? c.sliding_window : 0;
+    const int64_t window = sliding ? full->sliding_window : 0;
     const int64_t last = s.start_pos + s.num_tokens - 1;
     const int64_t first = window > 0 ? std::max<int64_t>(0, s.start_pos - window + 1) : 0;
     PagedKv kv;
@@ -120,19 +235,51 @@ void CpuBackend::layer_forward(int64_t l, const StepBatch& b, const std::vector<
     kv.v.assign(size_t(last + 1), nullptr);
     for (int64_t pos = first; pos <= last; ++pos) {
       const int32_t page = page_of(pos);
-      kv.k[size_t(pos)] = kv_row(true, l, page, pos % spec_.page_size);
-      kv.v[size_t(pos)] = kv_row(false, l, page, pos % spec_.page_size);
+      kv.k[size_t(pos)] = kv_row(true, l, page, pos % spec.page_size);
+      kv.v[size_t(pos)] = kv_row(false, l, page, pos % spec.page_size);
     }
-    sink_attention(q.data() + int64_t(s.token_begin) * qd, s.num_tokens, s.start_pos, c, window,
+    sink_attention(q.data() + int64_t(s.token_begin) * qd, s.num_tokens, s.start_pos, cfg, window,
                    L.sinks.data(), kv, attn.data() + int64_t(s.token_begin) * qd);
   }
+  // O is row-parallel: each rank's heads give a partial sum; the bias enters on one rank.
   std::vector<float> o(size_t(n * H));
-  linear(attn.data(), n, L.o, L.o_bias.data(), o.data());
+  linear(attn.data(), n, L.o, shard.adds_o_bias ? L.o_bias.data() : nullptr, o.data());
+  tp->all_reduce_sum(o.data(), o.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
   rms_norm(x.data(), n, H, L.post_norm.data(), eps, h.data());
-  moe(h.data(), n, c, L, o.data(), topk);
+  moe(h.data(), n, *full, L, o.data(), topk, shard.expert_begin, shard.expert_end);
+  ep->all_reduce_sum(o.data(), o.size());  // the other ranks' experts
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
+void CpuBackend::Rank::forward(const StepBatch& b, const std::vector<int32_t>& positions,
+                               const std::vector<int64_t>& rows, std::vector<float>& logits) {
+  const int64_t n = b.num_tokens(), H = full->hidden_size, V = full->vocab_size;
+  std::vector<float> x(size_t(n * H));
+  for (int64_t t = 0; t < n; ++t)
+    w.embedding.rows_f32(b.tokens[size_t(t)], b.tokens[size_t(t)] + 1, x.data() + t * H);
+  for (int64_t l = 0; l < full->num_layers; ++l) layer_forward(l, b, positions, x, nullptr);
+
+  // Final norm and lm_head only on the rows that need logits; lm_head is vocab-parallel.
+  const size_t R = rows.size();
+  std::vector<float> xr(R * size_t(H)), normed(R * size_t(H));
+  for (size_t r = 0; r < R; ++r) std::copy_n(x.data() + rows[r] * H, H, xr.data() + r * size_t(H));
+  rms_norm(xr.data(), int64_t(R), H, w.final_norm.data(), float(full->rms_norm_eps), normed.data());
+  const int64_t Vl = w.lm_head.rows;
+  if (tp->size() == 1) {
+    logits.resize(R * size_t(V));
+    linear(normed.data(), int64_t(R), w.lm_head, nullptr, logits.data());
+    return;
+  }
+  std::vector<float> mine(R * size_t(Vl)), all(size_t(tp->size()) * mine.size());
+  linear(normed.data(), int64_t(R), w.lm_head, nullptr, mine.data());
+  tp->all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+  logits.resize(R * size_t(V));
+  for (int p = 0; p < tp->size(); ++p)  // rank p holds vocabulary rows [p * Vl, (p + 1) * Vl)
+    for (size_t r = 0; r < R; ++r)
+      std::copy_n(all.data() + (size_t(p) * R + r) * size_t(Vl), Vl,
+                  logits.data() + r * size_t(V) + size_t(p * Vl));
 }
 
 std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
@@ -144,26 +291,26 @@ std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>
   validate(b);
   std::vector<int32_t> positions(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = int32_t(t);
-  std::vector<float> y = x;
-  layer_forward(layer, b, positions, y, topk);
+  std::vector<float> y;
+  on_ranks([&](Rank& r) {
+    std::vector<float> mine = x;
+    std::vector<int32_t> chosen;
+    r.layer_forward(layer, b, positions, mine, topk ? &chosen : nullptr);
+    if (r.shard.rank == 0) {
+      y = std::move(mine);
+      if (topk) *topk = std::move(chosen);
+    }
+  });
   return y;
 }
 
 StepOutput CpuBackend::forward(const StepBatch& b) {
   validate(b);
-  const auto& c = model_.config;
-  const int64_t n = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
+  const int64_t n = b.num_tokens(), V = model_.config.vocab_size;
   StepOutput out;
   std::vector<int32_t> positions(static_cast<size_t>(n));
   for (const auto& s : b.seqs)
     for (int32_t i = 0; i < s.num_tokens; ++i) positions[size_t(s.token_begin + i)] = s.start_pos + i;
-
-  std::vector<float> x(size_t(n * H));
-  for (int64_t t = 0; t < n; ++t)
-    w_.embedding.rows_f32(b.tokens[size_t(t)], b.tokens[size_t(t)] + 1, x.data() + t * H);
-  for (int64_t l = 0; l < c.num_layers; ++l) layer_forward(l, b, positions, x);
-
-  // Final norm and lm_head only on the rows that need logits.
   std::vector<int64_t> rows;
   if (b.logits == LogitsMode::kAll) {
     for (int64_t t = 0; t < n; ++t) rows.push_back(t);
@@ -171,11 +318,12 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     for (const auto& s : b.seqs)
       if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
   }
-  std::vector<float> xr(rows.size() * size_t(H)), normed(rows.size() * size_t(H)),
-      logits(rows.size() * size_t(V));
-  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(x.data() + rows[r] * H, H, xr.data() + r * size_t(H));
-  rms_norm(xr.data(), int64_t(rows.size()), H, w_.final_norm.data(), float(c.rms_norm_eps), normed.data());
-  linear(normed.data(), int64_t(rows.size()), w_.lm_head, nullptr, logits.data());
+  std::vector<float> logits;
+  on_ranks([&](Rank& r) {
+    std::vector<float> mine;
+    r.forward(b, positions, rows, mine);
+    if (r.shard.rank == 0) logits = std::move(mine);
+  });
 
   for (const auto& s : b.seqs) {
     if (!s.sample) continue;

@@ -1,14 +1,23 @@
 // The fp32 CPU backend: the whole gpt-oss forward pass written plainly, with a paged KV cache of the same
 // shape the engine drives on the GPU. It is the oracle for the CUDA kernels and the backend of every CI test.
+//
+// Parallel: with --tp/--ep the model is split as model/parallel.h says over ranks that are threads of this
+// process, exchanging through in-process communicators. The forward is written once over a rank's shard
+// (its heads, KV heads, experts and vocabulary rows) with explicit collective points: all-reduce after the O
+// projection (TP group) and after the MoE (EP group), all-gather of the vocab-parallel logits. One rank is
+// the same code with no-op collectives.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "model/loader.h"
+#include "model/parallel.h"
 #include "model/rope.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/cpu/cpu_weights.h"
 
 namespace orchid::runtime::cpu {
@@ -18,11 +27,13 @@ struct CpuBackendOptions {
   int32_t num_full_pages = 0;     // 0: enough for `max_tokens` tokens
   int32_t num_sliding_pages = 0;  // 0: enough for `max_tokens` tokens
   int64_t max_tokens = 8192;      // only used to size the default pools
+  model::ParallelConfig parallel;
 };
 
 class CpuBackend final : public Backend {
  public:
   CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts);
+  ~CpuBackend() override;
   static std::unique_ptr<CpuBackend> create(const std::string& model_arg, const CpuBackendOptions& opts = {});
 
   std::string name() const override { return "cpu"; }
@@ -31,19 +42,22 @@ class CpuBackend final : public Backend {
   StepOutput forward(const StepBatch& batch) override;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
+  const model::ShardPlan& plan() const { return plan_; }
 
  private:
+  struct Rank;
   void validate(const StepBatch& b) const;
-  float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
-  void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
-                     std::vector<float>& x, std::vector<int32_t>* topk = nullptr);
+  // Runs fn on every rank (rank 0 on this thread, the others on their own), rethrowing the first failure;
+  // a failing rank aborts the collectives so the others return too.
+  void on_ranks(const std::function<void(Rank&)>& fn);
 
   model::LoadedModel model_;
   CpuWeights w_;
   model::RopeTables rope_;
   KvCacheSpec spec_;
-  std::vector<int64_t> layer_slot_;  // index of a layer among the layers of its kind
-  std::vector<float> full_k_, full_v_, sliding_k_, sliding_v_;
+  model::ShardPlan plan_;
+  std::vector<std::unique_ptr<LocalCommunicator>> comms_;  // each rank's TP and EP communicators
+  std::vector<std::unique_ptr<Rank>> ranks_;
 };
 
 }  // namespace orchid::runtime::cpu

@@ -83,7 +83,7 @@ void clamped_swiglu(const float* gate_up, int64_t inter, float alpha, float limi
 }
 
 void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeights& w, float* out,
-         std::vector<int32_t>* chosen_out) {
+         std::vector<int32_t>* chosen_out, int64_t expert_begin, int64_t expert_end) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, K = c.experts_per_token;
   std::vector<float> logits(size_t(n * E));
   linear(h, n, w.router, w.router_bias.data(), logits.data());
@@ -112,7 +112,8 @@ void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeig
   // slot order, so the result does not depend on threading.
   std::vector<float> expert_out(size_t(n * K * H));
   std::vector<float> xs, gu, z, y;
-  for (int64_t e = 0; e < E; ++e) {
+  if (expert_end < 0) expert_end = E;
+  for (int64_t e = expert_begin; e < expert_end; ++e) {
     std::vector<int64_t> rows;  // t * K + k
     for (int64_t i = 0; i < n * K; ++i)
       if (chosen[size_t(i)] == e) rows.push_back(i);

@@ -32,9 +32,11 @@ void sink_attention(const float* q, int64_t n, int64_t start_pos, const model::M
                     const float* sinks, const KvReader& kv, float* out);
 
 // Router + top-k + softmax over the selected + clamped SwiGLU experts + weighted sum: out[t] = MoE(h[t]).
-// `chosen` (optional) receives the k experts of each token, [n, k], in rank order.
+// `chosen` (optional) receives the k experts of each token, [n, k], in rank order. With an expert range
+// [expert_begin, expert_end) (an expert-parallel rank's experts) only those experts run and out holds their
+// part of the weighted sum; the parts of all ranks add up to the whole.
 void moe(const float* h, int64_t n, const model::ModelConfig& c, const LayerWeights& w, float* out,
-         std::vector<int32_t>* chosen_out = nullptr);
+         std::vector<int32_t>* chosen_out = nullptr, int64_t expert_begin = 0, int64_t expert_end = -1);
 
 // The expert activation on one row of the gate_up output (interleaved gate/up) -> z[I].
 void clamped_swiglu(const float* gate_up, int64_t inter, float alpha, float limit, float* z);

@@ -66,16 +66,53 @@ MatrixRef MatrixRef::mxfp4(const io::TensorView& blocks, const io::TensorView& s
   return m;
 }
 
+MatrixRef MatrixRef::row_slice(int64_t r0, int64_t r1) const {
+  ORCHID_CHECK(r0 >= 0 && r0 <= r1 && r1 <= rows, "row slice [{}, {}) of {} rows", r0, r1, rows);
+  MatrixRef m = *this;
+  m.rows = r1 - r0;
+  if (format == Format::kMxfp4) {
+    const size_t groups = size_t(cols / model::kMxfp4Group);
+    m.data = data + size_t(r0) * groups * 16;
+    m.scales = scales + size_t(r0) * groups;
+  } else {
+    m.data = data + size_t(r0) * size_t(row_stride ? row_stride : cols) * dtype_size(dtype);
+  }
+  return m;
+}
+
+MatrixRef MatrixRef::col_slice(int64_t c0, int64_t c1) const {
+  ORCHID_CHECK(format == Format::kDense, "column slices of MXFP4 matrices are not supported");
+  ORCHID_CHECK(c0 >= 0 && c0 <= c1 && c1 <= cols, "column slice [{}, {}) of {} columns", c0, c1, cols);
+  MatrixRef m = *this;
+  m.row_stride = row_stride ? row_stride : cols;
+  m.cols = c1 - c0;
+  m.data = data + size_t(c0) * dtype_size(dtype);
+  return m;
+}
+
 void MatrixRef::rows_f32(int64_t r0, int64_t r1, float* out) const {
   if (format == Format::kMxfp4) {
     model::dequantize_mxfp4_rows(data, scales, cols, r0, r1, out);
+    return;
+  }
+  const int64_t stride = row_stride ? row_stride : cols;
+  const size_t es = dtype_size(dtype);
+  if (stride != cols) {  // a column slice: row by row
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* base = data + size_t(r * stride) * es;
+      float* o = out + (r - r0) * cols;
+      if (dtype == DType::kF32)
+        std::memcpy(o, base, size_t(cols) * 4);
+      else
+        for (int64_t i = 0; i < cols; ++i) o[i] = element_f32(dtype, base, i);
+    }
     return;
   }
   if (dtype == DType::kF32) {
     std::memcpy(out, data + size_t(r0 * cols) * 4, size_t((r1 - r0) * cols) * 4);
     return;
   }
-  const uint8_t* base = data + size_t(r0 * cols) * dtype_size(dtype);
+  const uint8_t* base = data + size_t(r0 * cols) * es;
   for (int64_t i = 0; i < (r1 - r0) * cols; ++i) out[i] = element_f32(dtype, base, i);
 }
 

@@ -18,9 +18,13 @@ struct MatrixRef {
   const uint8_t* data = nullptr;    // dense elements, or MXFP4 blocks
   const uint8_t* scales = nullptr;  // MXFP4 only
   int64_t rows = 0, cols = 0;
+  int64_t row_stride = 0;  // dense: elements from one row's start to the next (0: cols)
 
   static MatrixRef dense(const io::TensorView& t, int64_t index = 0);  // index: slice of a stacked [N, r, c]
   static MatrixRef mxfp4(const io::TensorView& blocks, const io::TensorView& scales, int64_t index);
+  // Views of rows [r0, r1) (any format) and of columns [c0, c1) (dense), for a rank's shard.
+  MatrixRef row_slice(int64_t r0, int64_t r1) const;
+  MatrixRef col_slice(int64_t c0, int64_t c1) const;
   // Rows [r0, r1) as fp32 into out[(r - r0) * cols].
   void rows_f32(int64_t r0, int64_t r1, float* out) const;
 };
