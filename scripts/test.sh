@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every CPU test: set-up, build (preset `cpu`), C++ tests (ctest, GPU tests excluded), Python tests,
-# and the bounded fuzz runs. Used by .ci/run.
+# Runs every CPU test: set-up, the clang-format check, build (preset `cpu`), C++ tests (ctest, GPU tests
+# excluded), Python tests, and the bounded fuzz runs. Used by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/check-format.sh
 cmake --preset cpu >/dev/null
 cmake --build --preset cpu -j "${ORCHID_JOBS:-2}"
 ctest --preset cpu -j "${ORCHID_JOBS:-2}"

@@ -1,20 +1,21 @@
 #include "kernels/common/device_info.h"
 
 #include <mutex>
-#include <vector>
 
 #include "kernels/common/cuda_check.h"
 
 namespace orchid::kernels {
 
 const DeviceInfo& device_info() {
+  // A fixed table, not a growing vector: references handed out for one device stay valid when another
+  // device is asked for later.
   static std::mutex mu;
-  static std::vector<DeviceInfo> cache;
+  static DeviceInfo cache[kMaxDevices];
   int dev = 0;
   ORCHID_CUDA_CHECK(cudaGetDevice(&dev));
+  ORCHID_KERNEL_REQUIRE(dev >= 0 && dev < kMaxDevices, "device_info: device index beyond the table");
   std::lock_guard<std::mutex> lock(mu);
-  if (int(cache.size()) <= dev) cache.resize(size_t(dev) + 1);
-  DeviceInfo& info = cache[size_t(dev)];
+  DeviceInfo& info = cache[dev];
   if (info.sm_count == 0) {
     cudaDeviceProp p{};
     ORCHID_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));

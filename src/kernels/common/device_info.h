@@ -12,6 +12,7 @@ struct DeviceInfo {
   long long global_mem_bytes = 0;
 };
 
+constexpr int kMaxDevices = 64;
 const DeviceInfo& device_info();  // of the current device
 
 }  // namespace orchid::kernels

@@ -19,6 +19,8 @@
 #include "core/philox.h"
 #include "core/sampling_weight.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
+#include "kernels/common/smem_attribute.h"
 #include "kernels/sampling/sampling.h"
 
 namespace orchid::kernels::sampling {
@@ -673,6 +675,8 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
   row.sync();  // no block leaves while another may still read its shared memory
 }
 
+struct SampleRowsTag {};
+
 }  // namespace
 
 size_t penalty_scratch_bytes(int64_t rows, int64_t vocab) {
@@ -683,15 +687,9 @@ void sample_rows(const SampleArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   ORCHID_KERNEL_REQUIRE(a.vocab > 0 && a.vocab < (int64_t(1) << kIdBits),
                         "sample_rows: vocab must be in [1, 2^20)");
-  static std::once_flag attr;
-  static int sms = 0;
-  std::call_once(attr, [] {
-    ORCHID_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(sizeof(Hist) + sizeof(Lists))));
-    int dev = 0;
-    ORCHID_CUDA_CHECK(cudaGetDevice(&dev));
-    ORCHID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  });
+  // Per device: a process driving several GPUs sets the attribute on each (device_info is per device too).
+  ensure_dynamic_smem<SampleRowsTag>(sample_rows_kernel, int(sizeof(Hist) + sizeof(Lists)));
+  const int sms = device_info().sm_count;
   // Blocks per row: as many as keep every SM busy, up to a portable cluster of 8 (a small batch spreads each
   // row over several SMs; a large one runs one block per row).
   int cluster = 1;
