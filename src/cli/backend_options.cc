@@ -1,7 +1,10 @@
 #include "cli/backend_options.h"
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/tcp_communicator.h"
 #if ORCHID_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -49,6 +52,37 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--dp", dp, "attention data-parallel replicas")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--dist-init-addr", dist_init_addr,
+                  "HOST:PORT where rank 0 of a multi-process group listens (with --nnodes, --node-rank)");
+  cmd->add_option("--nnodes", nnodes, "processes in the group (one rank each on the CPU backend)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--node-rank", node_rank, "this process's rank in the group (0 runs the command)")
+      ->check(CLI::Range(0, 1023))
+      ->capture_default_str();
+}
+
+namespace {
+std::shared_ptr<runtime::Communicator> process_group(const BackendOptions& b) {
+  if (b.nnodes <= 1) {
+    if (b.node_rank != 0) fail("--node-rank {} needs --nnodes > {}", b.node_rank, b.node_rank);
+    return nullptr;
+  }
+  if (b.dist_init_addr.empty())
+    fail("--nnodes {} needs --dist-init-addr HOST:PORT (rank 0's address)", b.nnodes);
+  return runtime::connect_tcp_group(b.dist_init_addr, b.nnodes, b.node_rank);
+}
+}  // namespace
+
+bool BackendOptions::run_as_worker(const std::string& model) const {
+  if (nnodes <= 1 || node_rank == 0) return false;
+  auto backend = create(model);
+  auto* cpu = dynamic_cast<runtime::cpu::CpuBackend*>(backend.get());
+  ORCHID_CHECK(cpu != nullptr, "worker ranks run on the CPU backend");
+  spdlog::info("rank {} of {}: serving rank 0's steps", node_rank, nnodes);
+  cpu->serve_worker();
+  spdlog::info("rank {} of {}: rank 0 closed the group", node_rank, nnodes);
+  return true;
 }
 
 bool BackendOptions::uses_cuda() const {
@@ -68,6 +102,8 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
 #if ORCHID_HAVE_CUDA
   if (which == "auto") which = runtime::cuda::cuda_device_available() ? "cuda" : "cpu";
   if (which == "cuda") {
+    if (nnodes > 1)
+      fail("--nnodes {} on the CUDA backend: multi-process groups run the CPU backend so far", nnodes);
     if (pc.world() > 1 || pc.ep > 1)
       fail(
           "{} on the CUDA backend: it runs one GPU so far (the CPU backend runs parallel ranks: --backend "
@@ -94,6 +130,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   o.max_tokens = max_model_len > 0 ? max_model_len : 8192;
   o.num_full_pages = o.num_sliding_pages = kv_pages;
   o.parallel = pc;
+  o.process_group = process_group(*this);
   return runtime::cpu::CpuBackend::create(model, o);
 }
 

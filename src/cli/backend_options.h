@@ -22,10 +22,16 @@ struct BackendOptions {
   bool enforce_eager = false;              // no CUDA graphs
   bool bf16_routing = false;               // CUDA: no precise routing
   int tp = 1, ep = 0, dp = 1;              // parallel ranks (model/parallel.h); ep 0: every rank (TP x DP)
+  // Ranks in separate processes (CPU backend): rank 0 runs the command, ranks > 0 serve its steps.
+  std::string dist_init_addr;
+  int nnodes = 1, node_rank = 0;
 
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;  // what `create` will pick
   std::unique_ptr<runtime::Backend> create(const std::string& model) const;
+  // For --node-rank > 0: joins the group, serves rank 0's steps until it closes, and returns true; the
+  // command then does nothing else. False on rank 0 (and without --nnodes).
+  bool run_as_worker(const std::string& model) const;
 };
 
 }  // namespace orchid::cli

@@ -249,7 +249,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   prefill->add_option("--chunk", a->chunk, "prefill chunk in tokens (0: one step)")
       ->check(CLI::Range(0, 1 << 30));
-  prefill->callback([a] { run_prefill(*a); });
+  prefill->callback([a] {
+    if (!a->backend.run_as_worker(a->model)) run_prefill(*a);
+  });
   auto* decode = bench->add_subcommand("decode", "Decode step time per (sequence length, batch size)");
   common_flags(decode, *a);
   decode->add_option("--seq-lens", a->seq_lens, "comma-separated context lengths")->capture_default_str();
@@ -264,7 +266,9 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   decode->add_option("--top-k", a->top_k, "top-k sampling (0: off)")->check(CLI::Range(0, 1 << 30));
-  decode->callback([a] { run_decode(*a); });
+  decode->callback([a] {
+    if (!a->backend.run_as_worker(a->model)) run_decode(*a);
+  });
 
   auto s = std::make_shared<ServeBenchOptions>();
   auto* serve = bench->add_subcommand(

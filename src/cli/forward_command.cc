@@ -35,6 +35,7 @@ void add_forward_command(CLI::App& app) {
                 "feed one token per step (decode path) instead of a prefill");
   args->backend.add_flags(cmd);
   cmd->callback([args] {
+    if (args->backend.run_as_worker(args->model)) return;
     std::vector<int64_t> list;
     if (!args->ids.empty()) {
       list = parse_int_list(args->ids, "--ids");

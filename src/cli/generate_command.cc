@@ -99,6 +99,7 @@ void add_generate_command(CLI::App& app) {
                 "do not reuse cached KV pages of prefixes");
   args->backend.add_flags(cmd);
   cmd->callback([args, cmd] {
+    if (args->backend.run_as_worker(args->model)) return;
     engine::RequestSpec req;
     auto tok = tokenizer::Tokenizer::for_model(args->model);
     req.prompt = prompt_ids(*args, *cmd, tok);

@@ -32,6 +32,7 @@ void add_layer_command(CLI::App& app) {
   cmd->add_option("--topk-out", a->topk_out, "also write the experts each token chose, [n, k] (as float32)");
   a->backend.add_flags(cmd);
   cmd->callback([a] {
+    if (a->backend.run_as_worker(a->model)) return;
     auto backend = a->backend.create(a->model);
     const int64_t H = backend->model_config().hidden_size;
     const bool many = a->layers.size() > 1;

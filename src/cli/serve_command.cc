@@ -45,6 +45,7 @@ int wait_signal(const sigset_t& set, int ms) {
 }
 
 void serve(const ServeArgs& a) {
+  if (a.backend.run_as_worker(a.model)) return;  // rank 0 serves HTTP; the other ranks its steps
   // Signals are taken synchronously by this thread; every thread started from here inherits the mask.
   sigset_t set;
   sigemptyset(&set);

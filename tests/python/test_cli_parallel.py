@@ -53,3 +53,48 @@ def test_bad_parallel_flags_are_clear_errors(orchid, flags, words):
     res = orchid("generate", "synthetic:tiny", "--prompt-ids", "1,2,3", "--max-tokens", "2", *flags, check=False)
     assert res.returncode == 2
     assert words in res.stderr
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_form_one_group_over_tcp(orchid, tmp_path):
+    """Rank 1 in its own process (`--node-rank 1`) serves rank 0's steps through --dist-init-addr; rank 0's
+    logits equal one rank's."""
+    import subprocess
+
+    import numpy as np
+    from conftest import orchid_bin
+    ids = ",".join(str(i * 37 % 5000) for i in range(1, 30))
+    orchid("forward", "synthetic:tiny", "--ids", ids, "--logits-out", tmp_path / "one.npy")
+    group = ["--tp", "2", "--dist-init-addr", f"127.0.0.1:{free_port()}", "--nnodes", "2"]
+    worker = subprocess.Popen([orchid_bin(), "forward", "synthetic:tiny", "--ids", ids, "--logits-out",
+                               str(tmp_path / "unused.npy"), *group, "--node-rank", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        orchid("forward", "synthetic:tiny", "--ids", ids, "--logits-out", tmp_path / "two.npy", *group,
+               "--node-rank", "0")
+        _, err = worker.communicate(timeout=60)
+        assert worker.returncode == 0, err
+        assert "this process: rank 1" in err and "rank 0 closed the group" in err
+    finally:
+        worker.kill()
+    assert not (tmp_path / "unused.npy").exists()  # a worker does not run the command
+    one, two = np.load(tmp_path / "one.npy"), np.load(tmp_path / "two.npy")
+    assert np.linalg.norm(one - two) / np.linalg.norm(one) < 1e-5
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--nnodes", "2"], "--nnodes 2 needs --dist-init-addr"),
+    (["--nnodes", "2", "--node-rank", "2", "--dist-init-addr", "127.0.0.1:1"], "--node-rank 2 is outside"),
+    (["--node-rank", "1"], "--node-rank 1 needs --nnodes"),
+    (["--nnodes", "2", "--dist-init-addr", "nohost"], "expected HOST:PORT"),
+])
+def test_bad_group_flags_are_clear_errors(orchid, flags, words):
+    res = orchid("generate", "synthetic:tiny", "--prompt-ids", "1,2", "--max-tokens", "2", *flags, check=False)
+    assert res.returncode == 2
+    assert words in res.stderr

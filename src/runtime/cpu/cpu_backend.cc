@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <thread>
+#include <type_traits>
 
 #include "core/error.h"
 #include "runtime/cpu/cpu_blocks.h"
@@ -79,12 +81,25 @@ CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
   spec_.num_full_pages = opts.num_full_pages > 0 ? opts.num_full_pages : default_pages;
   spec_.num_sliding_pages = opts.num_sliding_pages > 0 ? opts.num_sliding_pages : default_pages;
 
-  // Communicators: the TP group is every rank (DP1); EP groups are runs of `ep` consecutive ranks.
+  // Communicators: the TP group is every rank (DP1); EP groups are runs of `ep` consecutive ranks. In a
+  // process group this process holds one rank, whose TP group is the process group.
   const int world = opts.parallel.world(), ep = opts.parallel.ep;
-  auto tp_group = make_local_group(world);
+  process_group_ = opts.process_group;
+  if (process_group_) {
+    if (process_group_->size() != world)
+      fail("--nnodes {} must equal the ranks of --tp {} x --dp {} (one rank per process)",
+           process_group_->size(), opts.parallel.tp, opts.parallel.dp);
+    if (ep != 1 && ep != world)
+      fail("--ep {} across processes: use --ep 1 or --ep {} (every rank)", ep, world);
+  }
+  std::vector<std::unique_ptr<LocalCommunicator>> tp_group;
   std::vector<std::vector<std::unique_ptr<LocalCommunicator>>> ep_groups;
-  for (int g = 0; g < world / ep; ++g) ep_groups.push_back(make_local_group(ep));
+  if (!process_group_) {
+    tp_group = make_local_group(world);
+    for (int g = 0; g < world / ep; ++g) ep_groups.push_back(make_local_group(ep));
+  }
   for (int r = 0; r < world; ++r) {
+    if (process_group_ && r != process_group_->rank()) continue;
     auto rank = std::make_unique<Rank>();
     rank->shard = plan_.ranks[size_t(r)];
     rank->cfg = c;
@@ -102,18 +117,140 @@ CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
     rank->full_v.assign(rank->full_k.size(), 0.0f);
     rank->sliding_k.assign(size_t(sliding) * size_t(spec_.num_sliding_pages) * row, 0.0f);
     rank->sliding_v.assign(rank->sliding_k.size(), 0.0f);
-    comms_.push_back(std::move(tp_group[size_t(r)]));
-    rank->tp_local = static_cast<LocalCommunicator*>(comms_.back().get());
-    rank->tp = rank->tp_local;
-    comms_.push_back(std::move(ep_groups[size_t(r / ep)][size_t(r % ep)]));
-    rank->ep_local = static_cast<LocalCommunicator*>(comms_.back().get());
-    rank->ep = rank->ep_local;
+    if (process_group_) {
+      rank->tp = process_group_.get();
+      rank->ep = ep == 1 ? static_cast<Communicator*>(&solo_) : process_group_.get();
+    } else {
+      comms_.push_back(std::move(tp_group[size_t(r)]));
+      rank->tp_local = comms_.back().get();
+      rank->tp = rank->tp_local;
+      comms_.push_back(std::move(ep_groups[size_t(r / ep)][size_t(r % ep)]));
+      rank->ep_local = comms_.back().get();
+      rank->ep = rank->ep_local;
+    }
     ranks_.push_back(std::move(rank));
   }
-  if (world > 1) spdlog::info("cpu backend: {}", plan_.describe(c));
+  if (world > 1)
+    spdlog::info("cpu backend: {}{}", plan_.describe(c),
+                 process_group_ ? fmt::format(" (this process: rank {})", process_group_->rank()) : "");
 }
 
-CpuBackend::~CpuBackend() = default;
+namespace {
+// What rank 0 of a process group sends before each step: the op, then the step (StepBatch, or a layer
+// check's inputs). Every field of StepBatch is plain data.
+enum class WorkerOp : int32_t { kStop = 0, kForward = 1, kRunLayer = 2 };
+
+template <typename T>
+void put(std::vector<char>& out, const std::vector<T>& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const uint64_t n = v.size();
+  out.insert(out.end(), reinterpret_cast<const char*>(&n), reinterpret_cast<const char*>(&n) + 8);
+  out.insert(out.end(), reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + n));
+}
+template <typename T>
+void put(std::vector<char>& out, const T& v) {
+  put(out, std::vector<T>{v});
+}
+struct Reader {
+  const std::vector<char>& in;
+  size_t at = 0;
+  template <typename T>
+  std::vector<T> vec() {
+    uint64_t n = 0;
+    ORCHID_CHECK(at + 8 <= in.size(), "worker message truncated");
+    std::memcpy(&n, in.data() + at, 8);
+    at += 8;
+    ORCHID_CHECK(at + n * sizeof(T) <= in.size(), "worker message truncated");
+    std::vector<T> v(n);
+    std::memcpy(v.data(), in.data() + at, n * sizeof(T));
+    at += n * sizeof(T);
+    return v;
+  }
+  template <typename T>
+  T one() {
+    auto v = vec<T>();
+    ORCHID_CHECK(v.size() == 1, "worker message malformed");
+    return v[0];
+  }
+};
+
+std::vector<char> encode_batch(WorkerOp op, const StepBatch& b) {
+  std::vector<char> m;
+  put(m, op);
+  put(m, b.tokens);
+  put(m, b.seqs);
+  put(m, b.full_page_table);
+  put(m, b.sliding_page_table);
+  put(m, b.params);
+  put(m, b.history_tokens);
+  put(m, b.banned_tokens);
+  put(m, b.logits);
+  return m;
+}
+
+StepBatch decode_batch(Reader& r) {
+  StepBatch b;
+  b.tokens = r.vec<int32_t>();
+  b.seqs = r.vec<StepSequence>();
+  b.full_page_table = r.vec<int32_t>();
+  b.sliding_page_table = r.vec<int32_t>();
+  b.params = r.vec<SamplingParams>();
+  b.history_tokens = r.vec<int32_t>();
+  b.banned_tokens = r.vec<int32_t>();
+  b.logits = r.one<LogitsMode>();
+  return b;
+}
+
+void send_to_workers(Communicator& g, std::vector<char> m) {
+  uint64_t n = m.size();
+  g.broadcast(&n, sizeof(n), 0);
+  g.broadcast(m.data(), m.size(), 0);
+}
+}  // namespace
+
+CpuBackend::~CpuBackend() {
+  if (process_group_ && process_group_->rank() == 0) {
+    try {
+      std::vector<char> m;
+      put(m, WorkerOp::kStop);
+      send_to_workers(*process_group_, std::move(m));
+    } catch (const std::exception& e) {
+      spdlog::warn("cpu backend: could not stop the worker ranks: {}", e.what());
+    }
+  }
+}
+
+void CpuBackend::serve_worker() {
+  ORCHID_CHECK(process_group_ && process_group_->rank() > 0, "serve_worker: not a worker rank");
+  Rank& me = *ranks_[0];
+  while (true) {
+    uint64_t n = 0;
+    process_group_->broadcast(&n, sizeof(n), 0);
+    std::vector<char> m(n);
+    process_group_->broadcast(m.data(), n, 0);
+    Reader r{m};
+    const auto op = r.one<WorkerOp>();
+    if (op == WorkerOp::kStop) return;
+    if (op == WorkerOp::kForward) {
+      const StepBatch b = decode_batch(r);
+      std::vector<int32_t> positions;
+      std::vector<int64_t> rows;
+      step_layout(b, positions, rows);
+      std::vector<float> logits;
+      me.forward(b, positions, rows, logits);
+    } else {
+      const auto layer = r.one<int64_t>();
+      std::vector<float> x = r.vec<float>();
+      const auto n_tok = r.one<int64_t>();
+      const auto want_topk = r.one<int32_t>();
+      const StepBatch b = single_sequence_batch(spec_, int32_t(n_tok));
+      std::vector<int32_t> positions(static_cast<size_t>(n_tok));
+      for (int64_t t = 0; t < n_tok; ++t) positions[size_t(t)] = int32_t(t);
+      std::vector<int32_t> chosen;
+      me.layer_forward(layer, b, positions, x, want_topk ? &chosen : nullptr);
+    }
+  }
+}
 
 std::unique_ptr<CpuBackend> CpuBackend::create(const std::string& model_arg, const CpuBackendOptions& opts) {
   return std::make_unique<CpuBackend>(model::load_model(model_arg), opts);
@@ -138,8 +275,8 @@ void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {
       fn(*ranks_[r]);
     } catch (...) {
       errors[r] = std::current_exception();
-      ranks_[r]->tp_local->abort();
-      ranks_[r]->ep_local->abort();
+      if (ranks_[r]->tp_local) ranks_[r]->tp_local->abort();
+      if (ranks_[r]->ep_local) ranks_[r]->ep_local->abort();
     }
   };
   std::vector<std::thread> threads;
@@ -291,6 +428,15 @@ std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>
   validate(b);
   std::vector<int32_t> positions(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = int32_t(t);
+  if (process_group_) {
+    std::vector<char> m;
+    put(m, WorkerOp::kRunLayer);
+    put(m, layer);
+    put(m, x);
+    put(m, n);
+    put(m, int32_t(topk != nullptr));
+    send_to_workers(*process_group_, std::move(m));
+  }
   std::vector<float> y;
   on_ranks([&](Rank& r) {
     std::vector<float> mine = x;
@@ -304,20 +450,29 @@ std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>
   return y;
 }
 
-StepOutput CpuBackend::forward(const StepBatch& b) {
-  validate(b);
-  const int64_t n = b.num_tokens(), V = model_.config.vocab_size;
-  StepOutput out;
-  std::vector<int32_t> positions(static_cast<size_t>(n));
+void CpuBackend::step_layout(const StepBatch& b, std::vector<int32_t>& positions,
+                             std::vector<int64_t>& rows) {
+  const int64_t n = b.num_tokens();
+  positions.assign(static_cast<size_t>(n), 0);
   for (const auto& s : b.seqs)
     for (int32_t i = 0; i < s.num_tokens; ++i) positions[size_t(s.token_begin + i)] = s.start_pos + i;
-  std::vector<int64_t> rows;
+  rows.clear();
   if (b.logits == LogitsMode::kAll) {
     for (int64_t t = 0; t < n; ++t) rows.push_back(t);
   } else {
     for (const auto& s : b.seqs)
       if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
   }
+}
+
+StepOutput CpuBackend::forward(const StepBatch& b) {
+  validate(b);
+  const int64_t n = b.num_tokens(), V = model_.config.vocab_size;
+  StepOutput out;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> rows;
+  step_layout(b, positions, rows);
+  if (process_group_) send_to_workers(*process_group_, encode_batch(WorkerOp::kForward, b));
   std::vector<float> logits;
   on_ranks([&](Rank& r) {
     std::vector<float> mine;

@@ -28,6 +28,9 @@ struct CpuBackendOptions {
   int32_t num_sliding_pages = 0;  // 0: enough for `max_tokens` tokens
   int64_t max_tokens = 8192;      // only used to size the default pools
   model::ParallelConfig parallel;
+  // Ranks in separate processes, one each (runtime/tcp_communicator.h): the group of all of them. Rank 0's
+  // backend is the engine's; the others run serve_worker(). Null: every rank is a thread of this process.
+  std::shared_ptr<Communicator> process_group;
 };
 
 class CpuBackend final : public Backend {
@@ -43,10 +46,14 @@ class CpuBackend final : public Backend {
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
   const model::ShardPlan& plan() const { return plan_; }
+  // Ranks > 0 of a process group: run every step rank 0 sends until rank 0's backend closes.
+  void serve_worker();
 
  private:
   struct Rank;
   void validate(const StepBatch& b) const;
+  // Each new token's position, and the token rows whose logits the step needs.
+  static void step_layout(const StepBatch& b, std::vector<int32_t>& positions, std::vector<int64_t>& rows);
   // Runs fn on every rank (rank 0 on this thread, the others on their own), rethrowing the first failure;
   // a failing rank aborts the collectives so the others return too.
   void on_ranks(const std::function<void(Rank&)>& fn);
@@ -56,6 +63,8 @@ class CpuBackend final : public Backend {
   model::RopeTables rope_;
   KvCacheSpec spec_;
   model::ShardPlan plan_;
+  std::shared_ptr<Communicator> process_group_;
+  SoloCommunicator solo_;
   std::vector<std::unique_ptr<LocalCommunicator>> comms_;  // each rank's TP and EP communicators
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
