@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "server/openai_server.h"
 #include "server/testing/replay_backend.h"
 
@@ -65,28 +66,46 @@ void serve(const ServeArgs& a) {
   spdlog::info("orchid serve: listening on http://{}:{} (model {} is loading)", a.http.host, http.port(),
                a.model);
 
-  std::shared_ptr<engine::Engine> engine;
+  std::shared_ptr<engine::ServingEngine> engine;
   std::string load_error;
   std::atomic<bool> loaded{false};
   std::thread loader([&] {
     try {
-      std::shared_ptr<runtime::Backend> backend = make_backend(a, tok);
-      engine::EngineConfig config;
-      config.max_num_seqs = a.backend.max_num_seqs;
-      config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
-      config.enable_prefix_caching = !a.no_prefix_caching;
-      if (a.seed >= 0) config.seed = uint64_t(a.seed);
-      if (a.backend.max_model_len > 0) {
-        const runtime::KvCacheSpec kv = backend->kv_spec();
-        config.max_model_len =
-            int32_t(std::min<int64_t>({a.backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
-                                       backend->model_config().max_position_embeddings}));
+      // --dp N: N engines (each its own backend and KV cache) behind this endpoint.
+      const int replicas = a.backend.dp;
+      if (replicas > 1 && a.backend.uses_cuda())
+        fail("--dp {} on the CUDA backend needs {} GPUs; the CUDA backend drives one so far", replicas,
+             replicas);
+      ServeArgs one = a;
+      one.backend.dp = 1;
+      std::vector<std::shared_ptr<engine::Engine>> engines;
+      std::string backend_name;
+      for (int i = 0; i < replicas; ++i) {
+        std::shared_ptr<runtime::Backend> backend = make_backend(one, tok);
+        backend_name = backend->name();
+        engine::EngineConfig config;
+        config.max_num_seqs = a.backend.max_num_seqs;
+        config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
+        config.enable_prefix_caching = !a.no_prefix_caching;
+        if (a.seed >= 0) config.seed = uint64_t(a.seed);
+        if (a.backend.max_model_len > 0) {
+          const runtime::KvCacheSpec kv = backend->kv_spec();
+          config.max_model_len =
+              int32_t(std::min<int64_t>({a.backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
+                                         backend->model_config().max_position_embeddings}));
+        }
+        if (replicas > 1) config = engine::EngineGroup::group_engine_config(config, i, replicas);
+        engines.push_back(std::make_shared<engine::Engine>(backend, config));
+        engines.back()->start();
       }
-      engine = std::make_shared<engine::Engine>(backend, config);
-      engine->start();
+      if (replicas == 1)
+        engine = engines[0];
+      else
+        engine = std::make_shared<engine::EngineGroup>(std::move(engines));
       ctx.set_engine(engine);
-      spdlog::info("orchid serve: ready: {} on the {} backend, max_model_len {}, served as '{}'", a.model,
-                   backend->name(), engine->max_model_len(), so.served_model_name);
+      spdlog::info("orchid serve: ready: {} on the {} backend{}, max_model_len {}, served as '{}'", a.model,
+                   backend_name, replicas > 1 ? fmt::format(" x {} engines (--dp)", replicas) : "",
+                   engine->max_model_len(), so.served_model_name);
     } catch (const std::exception& e) {
       load_error = e.what();
     }

@@ -57,6 +57,9 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
       scheduler_(scheduler_config(config, backend_->kv_spec()), &blocks_) {
   const auto& model = backend_->model_config();
   const auto& spec = blocks_.spec();
+  ORCHID_CHECK(config_.first_id >= 1 && config_.id_stride >= 1, "request ids {} + k * {}", config_.first_id,
+               config_.id_stride);
+  next_id_ = config_.first_id;
   vocab_size_ = int32_t(model.vocab_size);
   for (int64_t id : model.eos_token_ids) eos_ids_.push_back(int32_t(id));
   const int64_t pool_len = int64_t(spec.num_full_pages) * spec.page_size;
@@ -97,7 +100,8 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     if (!failure_.empty()) fail("engine stopped after an internal error: {}", failure_);
     if (stopping_) fail("engine is stopped");
-    const int64_t id = next_id_++;
+    const int64_t id = next_id_;
+    next_id_ += config_.id_stride;
     auto seq = std::make_unique<Sequence>(id, StopChecker(std::move(stop), std::move(spec.decoder)));
     seq->arrival = uint64_t(id);
     seq->priority = spec.priority;
@@ -109,6 +113,7 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     seq->arrival_time = seq->last_token_time = Sequence::Clock::now();
     inbox_.added.push_back(std::move(seq));
     ++submitted_;
+    ++outstanding_;
   }
   inbox_cv_.notify_one();
   return stream;
@@ -142,6 +147,7 @@ void Engine::finish(Sequence* s, FinishReason reason, RequestEvent ev) {
   ev.usage.num_preemptions = s->num_preemptions;
   scheduler_.finish(s);
   s->stream->push(std::move(ev));
+  --outstanding_;
   switch (reason) {
     case FinishReason::kAbort:
       ++aborted_;

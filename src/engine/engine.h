@@ -17,6 +17,7 @@
 #include "engine/request.h"
 #include "engine/request_stream.h"
 #include "engine/scheduler.h"
+#include "engine/serving_engine.h"
 #include "runtime/backend.h"
 
 namespace orchid::engine {
@@ -28,34 +29,38 @@ struct EngineConfig {
   bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
   std::optional<uint64_t> seed;           // seeds requests that bring none; none: nondeterministic
   runtime::LogitsMode logits = runtime::LogitsMode::kNone;
+  // Request ids are first_id, first_id + id_stride, ...: the engines of a group hand out disjoint ids.
+  int64_t first_id = 1, id_stride = 1;
 };
 
-class Engine {
+class Engine final : public ServingEngine {
  public:
   Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Any thread. Throws orchid::Error for an invalid request or a stopped engine.
-  std::shared_ptr<RequestStream> submit(RequestSpec spec);
+  std::shared_ptr<RequestStream> submit(RequestSpec spec) override;
   // Any thread. The request ends with FinishReason::kAbort at the next step; unknown or finished ids are
   // ignored.
-  void abort(int64_t id);
+  void abort(int64_t id) override;
 
   // Runs steps on a background thread until stop().
   void start();
   // Stops the loop thread; requests still in flight finish with kAbort.
-  void stop();
+  void stop() override;
   // One step on the caller's thread (only while the loop thread is not running). False when there was
   // nothing to do.
   bool step();
   // Steps until no request is left (caller's thread).
   void run_until_idle();
 
-  EngineMetrics metrics() const;
+  EngineMetrics metrics() const override;
   const EngineConfig& config() const { return config_; }
-  int32_t max_model_len() const { return max_model_len_; }
+  int32_t max_model_len() const override { return max_model_len_; }
+  int64_t outstanding() const override { return outstanding_.load(); }
+  int32_t vocab_size() const override { return vocab_size_; }
   const runtime::KvCacheSpec& kv_spec() const { return blocks_.spec(); }
   runtime::Backend& backend() { return *backend_; }
   // The logits of the last step (when config.logits asks for them).
@@ -91,6 +96,7 @@ class Engine {
   std::condition_variable inbox_cv_;
   Inbox inbox_;
   int64_t next_id_ = 1;
+  std::atomic<int64_t> outstanding_{0};
   uint64_t seed_state_ = 0;
   std::atomic<bool> stopping_{false};
   std::string failure_;  // set when the loop died; submit() refuses new work

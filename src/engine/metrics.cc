@@ -26,6 +26,13 @@ void Histogram::observe(double v) {
   sum_ += v;
 }
 
+void Histogram::merge(const Histogram& o) {
+  ORCHID_CHECK(o.bounds_ == bounds_, "merging histograms with different buckets");
+  for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += o.counts_[i];
+  count_ += o.count_;
+  sum_ += o.sum_;
+}
+
 double Histogram::quantile(double q) const {
   if (count_ == 0) return 0.0;
   const double target = std::clamp(q, 0.0, 1.0) * double(count_);

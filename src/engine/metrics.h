@@ -17,6 +17,8 @@ class Histogram {
   static Histogram latency_seconds();
 
   void observe(double v);
+  // Adds another histogram's observations (same bounds).
+  void merge(const Histogram& other);
   const std::vector<double>& upper_bounds() const { return bounds_; }
   const std::vector<uint64_t>& bucket_counts() const { return counts_; }  // not cumulative; +inf last
   uint64_t count() const { return count_; }

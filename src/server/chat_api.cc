@@ -295,7 +295,7 @@ HttpResponse handle_chat_completions(ServerContext& ctx, const HttpRequest& requ
   const harmony::Conversation conv = harmony::conversation_from_chat_request(
       choice == ToolChoice::kNone ? without_tools(body) : body, mapping_options(ctx));
   const HarmonyPrompt prompt = render_prompt(conv, choice, forced, ctx.tokenizer());
-  engine::Engine& engine = ctx.engine();
+  engine::ServingEngine& engine = ctx.engine();
   const int32_t max_tokens =
       resolve_max_tokens(int64_t(prompt.ids.size()), params.max_tokens, engine.max_model_len(), "messages");
 

@@ -227,7 +227,7 @@ HttpResponse handle_completions(ServerContext& ctx, const HttpRequest& request) 
     bad_request("n", "n: {} prompts x n = {} choices; at most {} per request", prompts.size(), params.n,
                 kMaxChoices);
 
-  engine::Engine& engine = ctx.engine();
+  engine::ServingEngine& engine = ctx.engine();
   std::vector<int32_t> budgets;
   for (const auto& p : prompts)
     budgets.push_back(

@@ -55,7 +55,7 @@ void EngineResponse::stop_choice(size_t index) {
 }
 
 void EngineResponse::cancel() {
-  engine::Engine* e = ctx_.engine_if_loaded();
+  engine::ServingEngine* e = ctx_.engine_if_loaded();
   for (auto& c : choices_) {
     if (!c.done && e) e->abort(c.stream->id());
     c.stream->set_listener(nullptr);

@@ -107,7 +107,7 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
     s.requests_rejected = ctx_.requests_rejected();
     s.ready = ctx_.phase() == Phase::kReady;
     std::optional<engine::EngineMetrics> em;
-    if (engine::Engine* e = ctx_.engine_if_loaded()) em = e->metrics();
+    if (engine::ServingEngine* e = ctx_.engine_if_loaded()) em = e->metrics();
     HttpResponse res;
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
     res.body = prometheus_text(em ? &*em : nullptr, s);
@@ -125,7 +125,7 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
                    {"created", unix_time()},
                    {"owned_by", "orchid"},
                    {"root", o.model_path}};
-      if (engine::Engine* e = ctx_.engine_if_loaded()) card["max_model_len"] = e->max_model_len();
+      if (engine::ServingEngine* e = ctx_.engine_if_loaded()) card["max_model_len"] = e->max_model_len();
       if (path == "/v1/models") return json_response({{"object", "list"}, {"data", Json::array({card})}});
       const std::string id = path.substr(std::string_view("/v1/models/").size());
       ctx_.check_model(&id);

@@ -279,7 +279,7 @@ HttpResponse handle_responses(ServerContext& ctx, const HttpRequest& request) {
   const harmony::Conversation conv = harmony::conversation_from_responses_request(
       choice == ToolChoice::kNone ? without_tools(body) : body, mapping_options(ctx));
   const HarmonyPrompt prompt = render_prompt(conv, choice, forced, ctx.tokenizer());
-  engine::Engine& engine = ctx.engine();
+  engine::ServingEngine& engine = ctx.engine();
   const int32_t max_tokens =
       resolve_max_tokens(int64_t(prompt.ids.size()), params.max_tokens, engine.max_model_len(), "input");
 

@@ -27,12 +27,12 @@ ServerContext::ServerContext(ServerOptions options, std::shared_ptr<const tokeni
   id_state_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
 }
 
-void ServerContext::set_engine(std::shared_ptr<engine::Engine> engine) {
+void ServerContext::set_engine(std::shared_ptr<engine::ServingEngine> engine) {
   engine_ = std::move(engine);
   phase_ = Phase::kReady;
 }
 
-engine::Engine& ServerContext::engine() {
+engine::ServingEngine& ServerContext::engine() {
   const Phase p = phase_;
   if (p == Phase::kLoading) throw ApiError(503, "the model is still loading; try again shortly");
   if (p == Phase::kDraining) throw ApiError(503, "the server is shutting down");
@@ -61,9 +61,9 @@ Admission ServerContext::admit(int64_t n) {
 }
 
 std::shared_ptr<engine::RequestStream> ServerContext::submit(engine::RequestSpec spec) {
-  engine::Engine& e = engine();
+  engine::ServingEngine& e = engine();
   try {
-    engine::validate_request(spec, e.backend().model_config().vocab_size, e.max_model_len());
+    engine::validate_request(spec, e.vocab_size(), e.max_model_len());
   } catch (const Error& err) {
     throw ApiError(400, err.what());
   }

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/engine.h"
+#include "engine/serving_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace orchid::server {
@@ -51,12 +51,12 @@ class ServerContext {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_ptr() const { return tokenizer_; }
 
   // The engine is ready: requests are served from now on.
-  void set_engine(std::shared_ptr<engine::Engine> engine);
+  void set_engine(std::shared_ptr<engine::ServingEngine> engine);
   void begin_draining() { phase_ = Phase::kDraining; }
   Phase phase() const { return phase_; }
   // The engine, or ApiError 503 while loading or draining.
-  engine::Engine& engine();
-  engine::Engine* engine_if_loaded() const { return engine_.get(); }
+  engine::ServingEngine& engine();
+  engine::ServingEngine* engine_if_loaded() const { return engine_.get(); }
 
   // Throws ApiError 404 unless `model` names the served model (an absent model is accepted).
   void check_model(const std::string* model) const;
@@ -75,7 +75,7 @@ class ServerContext {
 
   ServerOptions options_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
-  std::shared_ptr<engine::Engine> engine_;
+  std::shared_ptr<engine::ServingEngine> engine_;
   std::atomic<Phase> phase_{Phase::kLoading};
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> rejected_{0};

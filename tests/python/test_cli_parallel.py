@@ -98,3 +98,16 @@ def test_bad_group_flags_are_clear_errors(orchid, flags, words):
     res = orchid("generate", "synthetic:tiny", "--prompt-ids", "1,2", "--max-tokens", "2", *flags, check=False)
     assert res.returncode == 2
     assert words in res.stderr
+
+
+def test_serve_data_parallel_engines(orchid):
+    """`orchid serve --dp 2`: two engines behind one endpoint; every request answered, metrics summed."""
+    with OrchidServer("synthetic:tiny", "--dp", "2", "--max-model-len", "256", "--served-model-name", "tiny") as s:
+        assert "x 2 engines (--dp)" in s.log_text()
+        res = orchid("bench", "serve", "--url", s.base_url, "--num-prompts", 8, "--input-len", 8, "--output-len", 4,
+                     "--max-concurrency", 8, "--json")
+        r = json.loads(res.stdout)
+        assert (r["completed"], r["errors"], r["length_mismatches"]) == (8, 0, 0)
+        m = s.wait_idle()
+        assert m["orchid_kv_full_pages_used"] == 0
+        assert m["orchid_requests_submitted_total"] == 8 and m["orchid_requests_finished_total"] == 8

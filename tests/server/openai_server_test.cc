@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "engine/engine.h"
 #include "http_test_client.h"
 #include "server/testing/replay_backend.h"
 

@@ -73,7 +73,8 @@ CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
   rope_ = model::rope_tables(c.rope, c.head_dim);
   if (opts.page_size <= 0) fail("--block-size must be positive, got {}", opts.page_size);
   if (opts.parallel.dp != 1)
-    fail("--dp {}: the CPU backend runs one attention replica per engine (use --dp 1)", opts.parallel.dp);
+    fail("--dp {}: one engine runs one attention replica (orchid serve --dp N runs N engines)",
+         opts.parallel.dp);
   plan_ = model::make_shard_plan(c, opts.parallel, c.experts_mxfp4 ? "mxfp4" : "bf16");
   spec_.page_size = opts.page_size;
   spec_.sliding_window = c.num_sliding_layers() > 0 ? int32_t(c.sliding_window) : 0;

@@ -1,0 +1,34 @@
+// Data parallelism at the server: N engines (each with its own backend, KV cache and scheduler) behind one
+// endpoint. A request goes to the engine with the fewest outstanding requests (ties: the lowest index);
+// engine i hands out ids i+1, i+1+N, ... so an id names its engine. Metrics are the engines' sums.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/serving_engine.h"
+
+namespace orchid::engine {
+
+class EngineGroup final : public ServingEngine {
+ public:
+  // Each engine's config must come from group_engine_config(base, i, N).
+  explicit EngineGroup(std::vector<std::shared_ptr<Engine>> engines);
+  static EngineConfig group_engine_config(EngineConfig base, int index, int count);
+
+  std::shared_ptr<RequestStream> submit(RequestSpec spec) override;
+  void abort(int64_t id) override;
+  EngineMetrics metrics() const override;
+  int32_t max_model_len() const override;
+  int64_t outstanding() const override;
+  int32_t vocab_size() const override { return engines_[0]->vocab_size(); }
+  void stop() override;
+  size_t size() const { return engines_.size(); }
+  Engine& engine(size_t i) { return *engines_[i]; }
+
+ private:
+  std::vector<std::shared_ptr<Engine>> engines_;
+};
+
+}  // namespace orchid::engine
