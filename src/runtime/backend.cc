@@ -10,6 +10,33 @@ std::vector<float> Backend::run_layer(int64_t, const std::vector<float>&, int64_
   fail("the {} backend cannot run a single layer", name());
 }
 
+void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCacheSpec& spec,
+                   int64_t max_positions) {
+  for (int32_t id : b.tokens)
+    if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+  int64_t covered = 0;
+  for (const auto& s : b.seqs) {
+    ORCHID_CHECK(s.num_tokens >= 0 && s.start_pos >= 0);
+    ORCHID_CHECK(s.token_begin == covered, "sequence tokens must be back to back");
+    covered += s.num_tokens;
+    const int64_t end = int64_t(s.start_pos) + s.num_tokens;
+    if (end > max_positions)
+      fail("sequence of {} tokens exceeds the {} positions planned for (the model's, or --max-model-len)",
+           end, max_positions);
+    const int64_t need = (end + spec.page_size - 1) / spec.page_size;
+    ORCHID_CHECK(s.num_full_pages >= need || c.num_full_layers() == 0, "full page table too short");
+    ORCHID_CHECK(s.num_sliding_pages >= need || c.num_sliding_layers() == 0, "sliding page table too short");
+    ORCHID_CHECK(size_t(s.full_table_begin) + size_t(s.num_full_pages) <= b.full_page_table.size());
+    ORCHID_CHECK(size_t(s.sliding_table_begin) + size_t(s.num_sliding_pages) <= b.sliding_page_table.size());
+    ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
+  }
+  ORCHID_CHECK(covered == int64_t(b.tokens.size()), "tokens not covered by sequences");
+  for (int32_t p : b.full_page_table)
+    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec.num_full_pages), "page {}", p);
+  for (int32_t p : b.sliding_page_table)
+    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec.num_sliding_pages), "page {}", p);
+}
+
 StepBatch single_sequence_batch(const KvCacheSpec& spec, int32_t n) {
   StepBatch b;
   b.tokens.assign(static_cast<size_t>(n), 0);

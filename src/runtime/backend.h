@@ -97,6 +97,13 @@ class Backend {
                                        std::vector<int32_t>* topk);
 };
 
+// The checks every backend makes of a batch before running it: token ids in the vocabulary, sequences back
+// to back, positions within `max_positions`, page tables long enough and inside the pools, sampling
+// parameters present. User-visible limits throw orchid::Error; a malformed batch (a scheduler bug) stops
+// at a CHECK.
+void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCacheSpec& spec,
+                   int64_t max_positions);
+
 // A batch of one sequence of n new tokens at positions 0..n-1 with pages 0.. of each pool (sliding pages as
 // a ring over the sliding pool); tokens are zeros. For run_layer implementations and tests.
 StepBatch single_sequence_batch(const KvCacheSpec& spec, int32_t n);

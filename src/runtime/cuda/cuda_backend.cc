@@ -188,30 +188,11 @@ void CudaBackend::plan_memory() {
 }
 
 void CudaBackend::validate(const StepBatch& b) const {
-  const auto& c = config_;
   if (b.num_tokens() > opts_.max_step_tokens)
     fail("step of {} tokens exceeds --max-num-batched-tokens {}", b.num_tokens(), opts_.max_step_tokens);
   if (int64_t(b.seqs.size()) > opts_.max_step_seqs)
     fail("step of {} sequences exceeds --max-num-seqs {}", b.seqs.size(), opts_.max_step_seqs);
-  for (int32_t id : b.tokens)
-    if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
-  int64_t covered = 0;
-  for (const auto& s : b.seqs) {
-    ORCHID_CHECK(s.token_begin == covered && s.num_tokens >= 0 && s.start_pos >= 0);
-    covered += s.num_tokens;
-    const int64_t end = int64_t(s.start_pos) + s.num_tokens;
-    if (end > c.max_position_embeddings || end > opts_.max_model_len)
-      fail("sequence of {} tokens exceeds the {} positions planned for (--max-model-len)", end,
-           std::min<int64_t>(c.max_position_embeddings, opts_.max_model_len));
-    ORCHID_CHECK(s.num_full_pages >= ceil_div(end, spec_.page_size) || c.num_full_layers() == 0);
-    ORCHID_CHECK(s.num_sliding_pages >= ceil_div(end, spec_.page_size) || c.num_sliding_layers() == 0);
-    ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
-  }
-  ORCHID_CHECK(covered == b.num_tokens());
-  for (int32_t p : b.full_page_table)
-    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_full_pages), "page {}", p);
-  for (int32_t p : b.sliding_page_table)
-    ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec_.num_sliding_pages), "page {}", p);
+  validate_step(b, config_, spec_, std::min<int64_t>(config_.max_position_embeddings, opts_.max_model_len));
 }
 
 void CudaBackend::compute_logits(const int32_t* d_rows, int64_t rows) {
