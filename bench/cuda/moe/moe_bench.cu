@@ -320,6 +320,28 @@ struct Routed {
   }
 };
 
+// Routed tokens and enough copies of random MXFP4 experts [E, n, k] to read cold data every repetition.
+struct Mxfp4Experts {
+  Routed rt;
+  int active = 0;
+  size_t active_bytes = 0;
+  int copies = 1;
+  std::vector<Buf> blocks, scales;
+  Mxfp4Experts(int T, int E, int K, int n, int k) : rt(T, E, K, 77 + T) {
+    std::vector<int> off(E + 1);
+    ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
+    for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
+    active_bytes = size_t(active) * n * (k / 2 + k / 32);
+    copies = copies_for(active_bytes);
+    for (int i = 0; i < copies; ++i) {
+      blocks.emplace_back(size_t(E) * n * k / 2, Fill::kBytes, 30 + i);
+      scales.emplace_back(size_t(E) * n * k / 32, Fill::kE8m0, 300 + i);
+    }
+  }
+  const uint8_t* b(int i) const { return blocks[size_t(i % copies)].as<uint8_t>(); }
+  const uint8_t* s(int i) const { return scales[size_t(i % copies)].as<uint8_t>(); }
+};
+
 // ---------------------------------------------------------------- MXFP4 streaming GEMM
 void bench_mxfp4(const Options& o, cudaStream_t s) {
   for (int E : {32, 128}) {
@@ -331,34 +353,25 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
                                    std::to_string(stages) + " " + (proj == 0 ? "gate_up" : "down") + " E" +
                                    std::to_string(E) + " T" + std::to_string(T);
           if (!want(o, name) || (o.quick && E == 128 && T > 1)) continue;
-          Routed rt(T, E, K, 77 + T);
-          std::vector<int> off(E + 1);
-          ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
-          int active = 0;
-          for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
-          const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
-          const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
-          const int copies = copies_for(active_bytes);
-          std::vector<Buf> bl, sc;
-          for (int i = 0; i < copies; ++i) {
-            bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
-            sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
-          }
+          const Mxfp4Experts ex(T, E, K, n, k);
+          const MoeRouting& r = ex.rt.r;
+          const int active = ex.active;
+          const size_t active_bytes = ex.active_bytes;
           Buf x(size_t(T) * K * k * 2, Fill::kBf16, 9), y(size_t(T) * K * n * 2, Fill::kBytes, 0);
           const double us = median_us(s, 5, o.quick ? 20 : 50, [&](int i) {
             Mxfp4GemmArgs a;
             a.num_experts = E;
             a.n = n;
             a.k = k;
-            a.offsets = rt.r.offsets;
-            a.active = rt.r.active;
-            a.num_active = rt.r.num_active;
+            a.offsets = r.offsets;
+            a.active = r.active;
+            a.num_active = r.num_active;
             a.max_active = std::min(E, T * K);
             a.max_rows_per_expert = T;
-            a.blocks = bl[i % copies].as<uint8_t>();
-            a.scales = sc[i % copies].as<uint8_t>();
+            a.blocks = ex.b(i);
+            a.scales = ex.s(i);
             a.x = x.p;
-            a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
+            a.x_rows = proj == 0 ? r.row_token : nullptr;
             a.y = y.p;
             a.cta_warps = warps;
             a.stages = stages;
@@ -388,55 +401,44 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
       if (E == 128 && T != 256) continue;
       for (int proj = 0; proj < 2; ++proj) {
         for (const ShapeCase& sc0 : shapes) {
-          {
-            for (int tt : kMxfp4TileTokens) {
-              if ((tt == 64 && T < 128) || (tt == 16 && T >= 512)) continue;
-              const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
-              const std::string name = std::string("mxfp4 tiled ") + sc0.label + " t" + std::to_string(tt) +
-                                       " " + (proj == 0 ? "gate_up" : "down") + " E" + std::to_string(E) +
-                                       " T" + std::to_string(T);
-              if (!want(o, name)) continue;
-              Routed rt(T, E, K, 77 + T);
-              std::vector<int> off(E + 1);
-              ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
-              int active = 0;
-              for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
-              const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
-              const size_t active_bytes = size_t(active) * n * (k / 2 + k / 32);
-              const int copies = copies_for(active_bytes);
-              std::vector<Buf> bl, sc;
-              for (int i = 0; i < copies; ++i) {
-                bl.emplace_back(bbytes, Fill::kBytes, 30 + i);
-                sc.emplace_back(sbytes, Fill::kE8m0, 300 + i);
-              }
-              Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), x16(size_t(M) * k * 2, Fill::kBytes, 0);
-              Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
-              mxfp4_activation_f16(xb.p, M, k, x16.p, s);
-              const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
-              Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
-              mxfp4_tiled_plan(rt.r.offsets, E, tt, tiles.as<int>(), max_tiles, s);
-              const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
-                Mxfp4TiledArgs a;
-                a.cta_shape = sc0.shape;
-                a.num_experts = E;
-                a.n = n;
-                a.k = k;
-                a.tile_tokens = tt;
-                a.offsets = rt.r.offsets;
-                a.tiles = tiles.as<int>();
-                a.max_tiles = max_tiles;
-                a.blocks = bl[i % copies].as<uint8_t>();
-                a.scales = sc[i % copies].as<uint8_t>();
-                a.x = x16.p;
-                a.x_rows = proj == 0 ? rt.r.row_token : nullptr;
-                a.y = y.p;
-                a.swiglu_bias = proj == 0 ? b1.p : nullptr;
-                mxfp4_tiled_gemm(a, s);
-              });
-              const double bytes =
-                  double(active_bytes + size_t(M) * k * 2 + size_t(M) * n * (proj == 0 ? 1 : 2));
-              report(name, std::to_string(active) + " experts n" + std::to_string(n), us, 0, bytes, 0);
-            }
+          for (int tt : kMxfp4TileTokens) {
+            if ((tt == 64 && T < 128) || (tt == 16 && T >= 512)) continue;
+            const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
+            const std::string name = std::string("mxfp4 tiled ") + sc0.label + " t" + std::to_string(tt) +
+                                     " " + (proj == 0 ? "gate_up" : "down") + " E" + std::to_string(E) +
+                                     " T" + std::to_string(T);
+            if (!want(o, name)) continue;
+            const Mxfp4Experts ex(T, E, K, n, k);
+            const MoeRouting& r = ex.rt.r;
+            const int active = ex.active;
+            const size_t active_bytes = ex.active_bytes;
+            Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), x16(size_t(M) * k * 2, Fill::kBytes, 0);
+            Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
+            mxfp4_activation_f16(xb.p, M, k, x16.p, s);
+            const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
+            Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
+            mxfp4_tiled_plan(r.offsets, E, tt, tiles.as<int>(), max_tiles, s);
+            const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
+              Mxfp4TiledArgs a;
+              a.cta_shape = sc0.shape;
+              a.num_experts = E;
+              a.n = n;
+              a.k = k;
+              a.tile_tokens = tt;
+              a.offsets = r.offsets;
+              a.tiles = tiles.as<int>();
+              a.max_tiles = max_tiles;
+              a.blocks = ex.b(i);
+              a.scales = ex.s(i);
+              a.x = x16.p;
+              a.x_rows = proj == 0 ? r.row_token : nullptr;
+              a.y = y.p;
+              a.swiglu_bias = proj == 0 ? b1.p : nullptr;
+              mxfp4_tiled_gemm(a, s);
+            });
+            const double bytes =
+                double(active_bytes + size_t(M) * k * 2 + size_t(M) * n * (proj == 0 ? 1 : 2));
+            report(name, std::to_string(active) + " experts n" + std::to_string(n), us, 0, bytes, 0);
           }
         }
       }
