@@ -43,11 +43,15 @@ step sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report ha
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
 step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+# Tensor/expert parallelism with every rank on this GPU, against one rank and the references.
+step parallel-one-gpu python3 tools/gpu/parallel_check.py --orchid "$bin"
 # Every layer of synthetic 20b against transformers' FP32 layer (teacher forcing), all three formats.
 ck20=$(mktemp -d)/ck20  # 13.8 GB, removed at the end
 step synth-20b "$bin" synth "$ck20" --preset 20b
 step layer-check-20b python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
   --layers "$(seq -s, 0 23)" --tokens 1024 --orchid "$bin"
+step layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck20" --layers 0,1,23 \
+  --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--tp 8 --ep 8 --collectives local"
 step serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8

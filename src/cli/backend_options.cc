@@ -52,6 +52,11 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--dp", dp, "attention data-parallel replicas")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--collectives", collectives,
+                  "CUDA ranks: auto (rank r on GPU r, NCCL), local (every rank on one GPU, in-process "
+                  "collectives: tests) or nccl (NCCL even for one rank)")
+      ->check(CLI::IsMember({"auto", "local", "nccl"}))
+      ->capture_default_str();
   cmd->add_option("--dist-init-addr", dist_init_addr,
                   "HOST:PORT where rank 0 of a multi-process group listens (with --nnodes, --node-rank)");
   cmd->add_option("--nnodes", nnodes, "processes in the group (one rank each on the CPU backend)")
@@ -103,13 +108,14 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   if (which == "auto") which = runtime::cuda::cuda_device_available() ? "cuda" : "cpu";
   if (which == "cuda") {
     if (nnodes > 1)
-      fail("--nnodes {} on the CUDA backend: multi-process groups run the CPU backend so far", nnodes);
-    if (pc.world() > 1 || pc.ep > 1)
       fail(
-          "{} on the CUDA backend: it runs one GPU so far (the CPU backend runs parallel ranks: --backend "
-          "cpu)",
-          pc.describe());
+          "--nnodes {} on the CUDA backend: a node's GPUs are ranks of one process (--tp/--ep); groups of "
+          "processes run the CPU backend so far",
+          nnodes);
     runtime::cuda::CudaBackendOptions o;
+    o.parallel = pc;
+    o.share_device = collectives == "local";
+    o.force_nccl = collectives == "nccl";
     o.weights = weights;
     o.page_size = block_size;
     o.max_step_tokens = max_num_batched_tokens;
@@ -125,6 +131,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   if (which == "auto") which = "cpu";
   if (which == "cuda") fail("--backend cuda: this orchid was built without CUDA (use the `cuda` preset)");
 #endif
+  if (collectives != "auto") fail("--collectives {} is for the CUDA backend", collectives);
   runtime::cpu::CpuBackendOptions o;
   o.page_size = block_size;
   o.max_tokens = max_model_len > 0 ? max_model_len : 8192;

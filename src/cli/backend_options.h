@@ -22,6 +22,9 @@ struct BackendOptions {
   bool enforce_eager = false;              // no CUDA graphs
   bool bf16_routing = false;               // CUDA: no precise routing
   int tp = 1, ep = 0, dp = 1;              // parallel ranks (model/parallel.h); ep 0: every rank (TP x DP)
+  // CUDA collectives: auto (none for one rank, NCCL for several GPUs), local (every rank on one GPU,
+  // in-process: tests of the parallel code) or nccl (NCCL even for one rank).
+  std::string collectives = "auto";
   // Ranks in separate processes (CPU backend): rank 0 runs the command, ranks > 0 serve its steps.
   std::string dist_init_addr;
   int nnodes = 1, node_rank = 0;

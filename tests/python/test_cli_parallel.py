@@ -48,6 +48,7 @@ def test_serve_with_two_ranks(orchid):
     (["--tp", "4"], "--tp 4 must divide the 2 KV heads"),
     (["--tp", "2", "--ep", "3"], "--ep 3 must divide the 8 experts"),
     (["--dp", "2"], "--dp 2"),
+    (["--backend", "cpu", "--collectives", "local"], "--collectives local is for the CUDA backend"),
 ])
 def test_bad_parallel_flags_are_clear_errors(orchid, flags, words):
     res = orchid("generate", "synthetic:tiny", "--prompt-ids", "1,2,3", "--max-tokens", "2", *flags, check=False)

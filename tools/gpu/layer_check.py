@@ -109,6 +109,8 @@ def main():
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--weights", default="bf16,fp8,mxfp4")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--orchid-args", default="",
+                    help="more flags for `orchid layer`, e.g. '--tp 8 --ep 8 --collectives local'")
     args = ap.parse_args()
     layers = [int(x) for x in args.layers.split(",")]
     ok = True
@@ -120,7 +122,7 @@ def main():
         for w in args.weights.split(","):
             cmd = [args.orchid, "layer", args.checkpoint, "--backend", args.backend, "--weights", w, "--input",
                    os.path.join(work, "in.npy"), "--output", os.path.join(work, f"out_{w}.npy"), "--topk-out",
-                   os.path.join(work, f"topk_{w}.npy"), "--log-level", "warn"]
+                   os.path.join(work, f"topk_{w}.npy"), "--log-level", "warn"] + args.orchid_args.split()
             for i in layers:
                 cmd += ["--layer", str(i)]
             r = subprocess.run(cmd, capture_output=True, text=True)

@@ -126,7 +126,8 @@ constexpr int kCombineThreads = 64;
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
                    const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
-                   const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x) {
+                   const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
+                   float* __restrict__ x) {
   constexpr int kMaxK = 8;  // kMoeMaxTopK
   const int64_t t = blockIdx.x;
   const int v = blockIdx.y * kCombineThreads + threadIdx.x;
@@ -137,24 +138,25 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int j = 0; j < kMaxK; ++j) {
     if (j < top_k) {
       row[j] = slot_row[t * top_k + j];
-      e[j] = topk_idx[t * top_k + j];
+      e[j] = topk_idx[t * top_k + j] - expert_begin;
       w[j] = topk_w[t * top_k + j];
     }
   }
   uint4 yy[kMaxK], bb[kMaxK];
 #pragma unroll
   for (int j = 0; j < kMaxK; ++j) {
-    if (j < top_k) {
+    if (j < top_k && row[j] >= 0) {
       yy[j] = *reinterpret_cast<const uint4*>(y + row[j] * hidden + v * 8);
       bb[j] = *reinterpret_cast<const uint4*>(b2 + e[j] * hidden + v * 8);
     }
   }
   float4* xp = reinterpret_cast<float4*>(x + t * hidden + v * 8);
-  const float4 x0 = xp[0], x1 = xp[1];
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 x0 = store ? zero : xp[0], x1 = store ? zero : xp[1];
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < kMaxK; ++j) {
-    if (j < top_k) {
+    if (j < top_k && row[j] >= 0) {
       const uint32_t yw[4] = {yy[j].x, yy[j].y, yy[j].z, yy[j].w};
       const uint32_t bw[4] = {bb[j].x, bb[j].y, bb[j].z, bb[j].w};
 #pragma unroll
@@ -220,14 +222,15 @@ void moe_swiglu_fp8(const void* u, const void* b1, const int* row_expert, int ro
 }
 
 void moe_combine(const void* y, const void* b2, const int* topk_idx, const float* topk_w, const int* slot_row,
-                 int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream) {
+                 int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream, int expert_begin,
+                 bool store) {
   ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine: hidden must be a multiple of 8");
   if (num_tokens <= 0) return;
   ORCHID_KERNEL_REQUIRE(top_k >= 1 && top_k <= 8, "moe_combine: top_k must be in [1, 8]");
   const dim3 grid(unsigned(num_tokens), unsigned((hidden / 8 + kCombineThreads - 1) / kCombineThreads));
-  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(y),
-                                                       static_cast<const __nv_bfloat16*>(b2), topk_idx,
-                                                       topk_w, slot_row, top_k, hidden, x);
+  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w, slot_row,
+      top_k, hidden, expert_begin, store, x);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -42,7 +42,10 @@ void moe_swiglu_fp8(const void* u, const void* b1, const int* row_expert, int ro
 
 // x[t, :] += sum_{j<k} topk_w[t, j] * (y[slot_row[t*k+j], :] + b2[topk_idx[t, j], :]), j in order (fixed
 // summation order: deterministic). y, b2 bf16; x fp32 (the residual stream); hidden % 8 == 0.
+// Expert parallelism: slots with slot_row < 0 (other ranks' experts) are skipped, b2 holds the rank's
+// experts from `expert_begin` on; store: x[t, :] = the sum (this rank's part), instead of x += it.
 void moe_combine(const void* y, const void* b2, const int* topk_idx, const float* topk_w, const int* slot_row,
-                 int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream);
+                 int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream, int expert_begin = 0,
+                 bool store = false);
 
 }  // namespace orchid::kernels

@@ -49,7 +49,9 @@ bool needs_bf16_z(const MoeConfig& c) {
 
 // Walks the workspace in a fixed order; with base == nullptr it only measures.
 MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
+  // E: every expert (router, routing); El: the experts this rank computes (GEMM work lists, conversions).
   const size_t T = size_t(c.max_tokens), E = size_t(c.experts), K = size_t(c.top_k);
+  const size_t El = size_t(c.local_experts());
   const size_t M = T * K, H = size_t(c.hidden), I = size_t(c.inter);
   const size_t Hp = size_t(round_up_128(c.hidden)), Ip = size_t(round_up_128(c.inter));
   size_t off = 0;
@@ -78,20 +80,21 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
   if (needs_tiled(c)) {
     b.x_f16 = take(T * H * 2);
-    b.tiles = static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(E), kMxfp4TileTokens[0])) * 8));
+    b.tiles =
+        static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), kMxfp4TileTokens[0])) * 8));
   }
   if (needs_bf16_z(c)) b.z_bf16 = take(M * I * 2);
   b.u = take(M * 2 * I * 2);
   b.y = take(M * H * 2);
   if (c.weights == MoeWeights::kMxfp4 && needs_fp8_path(c)) {
-    b.w1_fp8 = static_cast<uint8_t*>(take(E * 2 * I * Hp));
-    b.w1_fp8_scale = static_cast<float*>(take(E * ((2 * I + 127) / 128) * (Hp / 128) * 4));
-    b.w2_fp8 = static_cast<uint8_t*>(take(E * H * Ip));
-    b.w2_fp8_scale = static_cast<float*>(take(E * ((H + 127) / 128) * (Ip / 128) * 4));
+    b.w1_fp8 = static_cast<uint8_t*>(take(El * 2 * I * Hp));
+    b.w1_fp8_scale = static_cast<float*>(take(El * ((2 * I + 127) / 128) * (Hp / 128) * 4));
+    b.w2_fp8 = static_cast<uint8_t*>(take(El * H * Ip));
+    b.w2_fp8_scale = static_cast<float*>(take(El * ((H + 127) / 128) * (Ip / 128) * 4));
   }
   size_t gws = 0;
-  if (needs_fp8_path(c)) gws = std::max(gws, grouped_gemm_fp8_workspace_bytes(c.experts));
-  if (c.weights == MoeWeights::kBf16) gws = std::max(gws, grouped_gemm_bf16_workspace_bytes(c.experts));
+  if (needs_fp8_path(c)) gws = std::max(gws, grouped_gemm_fp8_workspace_bytes(int(El)));
+  if (c.weights == MoeWeights::kBf16) gws = std::max(gws, grouped_gemm_bf16_workspace_bytes(int(El)));
   b.grouped_ws = gws ? take(gws) : nullptr;
   b.grouped_ws_bytes = gws;
   *total = off;
@@ -132,19 +135,21 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
 }
 
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
-                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input) {
+                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input,
+                 MoeOutput output) {
   ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
                         "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
                         "moe_forward: null pointer");
   const MoeBuffers b = moe_buffers(c, workspace);
-  const int T = num_tokens, E = c.experts, K = c.top_k, H = c.hidden, I = c.inter;
+  // E: the experts this rank computes (the router still scores all of them).
+  const int T = num_tokens, E = c.local_experts(), K = c.top_k, H = c.hidden, I = c.inter;
   const int M = T * K, Hp = round_up_128(H), Ip = round_up_128(I);
   const SwigluParams sp{c.swiglu_limit, c.swiglu_alpha};
 
   DenseGemmArgs r;
   r.m = T;
-  r.n = E;
+  r.n = c.experts;
   r.k = H;
   r.x = h;
   r.w = w.router_w;
@@ -155,11 +160,12 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     r.m = 2 * T;
     r.bias = nullptr;
     router_gemm.run(r, stream);
-    moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
-              b.logits + size_t(T) * E, w.router_b);
+    moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
+              b.logits + size_t(T) * c.experts, w.router_b, c.local);
   } else {
     router_gemm.run(r, stream);
-    moe_route(b.logits, T, E, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream);
+    moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream, nullptr,
+              nullptr, c.local);
   }
 
   const Mxfp4Path path = c.weights == MoeWeights::kMxfp4 ? mxfp4_path(c, T) : Mxfp4Path{};
@@ -279,7 +285,8 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.d = b.y;
     grouped_gemm_fp8_blockwise(g, stream, c.fp8_config);
   }
-  moe_combine(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, stream);
+  moe_combine(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, stream, c.local.begin,
+              output == MoeOutput::kStorePart);
 }
 
 }  // namespace orchid::kernels

@@ -43,7 +43,15 @@ struct MoeConfig {
   int mxfp4_stream_max_tokens = -1;
   int mxfp4_tiled_max_tokens = -1;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
+  // Expert parallelism: the experts this rank holds and computes (routing.h); the layer weights' expert
+  // tensors and biases then hold just these. Default: every expert.
+  MoeExpertRange local;
+  int local_experts() const { return local.count > 0 ? local.count : experts; }
 };
+
+// Where the block's result goes: added to the residual stream (a rank holding every expert), or stored as
+// this rank's part of it (expert parallelism: the parts are summed across ranks, then added).
+enum class MoeOutput : uint8_t { kAddToResidual, kStorePart };
 
 // Which MXFP4 kernel a step of num_tokens tokens takes.
 struct Mxfp4Path {
@@ -53,7 +61,7 @@ struct Mxfp4Path {
 };
 Mxfp4Path mxfp4_path(const MoeConfig& cfg, int num_tokens);
 
-struct MoeLayerWeights {
+struct MoeLayerWeights {            // expert tensors and biases: the experts of MoeConfig::local
   const void* router_w = nullptr;   // bf16 [E, H]
   const float* router_b = nullptr;  // fp32 [E] (the checkpoint's bf16 bias, converted at load)
   const void* w1 = nullptr;         // see the format table above
@@ -92,12 +100,13 @@ struct MoeBuffers {
 size_t moe_workspace_bytes(const MoeConfig& cfg);
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 256-byte aligned
 
-// h: bf16 [T, H]; x: fp32 [T, H], updated in place. router_gemm serves the router projection (its own
-// cuBLASLt workspace). 1 <= num_tokens <= cfg.max_tokens.
+// h: bf16 [T, H]; x: fp32 [T, H], updated in place (kAddToResidual) or overwritten with this rank's part.
+// router_gemm serves the router projection (its own cuBLASLt workspace). 1 <= num_tokens <= cfg.max_tokens.
 // split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
 // 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
 // 4th and 5th expert resolve as in fp32), the experts read hi alone.
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
-                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false);
+                 DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
+                 MoeOutput output = MoeOutput::kAddToResidual);
 
 }  // namespace orchid::kernels

@@ -20,6 +20,17 @@ __device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
   return ea != INT_MAX && (eb == INT_MAX || va > vb || (va == vb && ea < eb));
 }
 
+// Expert parallelism: the permutation groups the rows of the local experts [begin, begin + count) by local
+// id; every other expert maps to one key after them (`count`), whose rows no GEMM reads. Without a range
+// (count == num_experts) keys are the expert ids.
+struct KeyMap {
+  int begin, count;
+  __device__ __forceinline__ int key(int e) const {
+    const int k = e - begin;
+    return k >= 0 && k < count ? k : count;
+  }
+};
+
 // One warp computes one token's top-k; lane l holds experts l, l+32, ... in registers; k rounds of warp
 // arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
 // The logits of one token: row[e], or with the split router (row_lo given) (row[e] + row_lo[e]) + bias[e].
@@ -100,35 +111,35 @@ __global__ void topk_softmax_kernel(const float* __restrict__ logits, const floa
 // Pass 1: per chunk of 1024 items, each item's stable rank among the chunk's items of the same expert, and
 // the chunk's per-expert counts.
 __global__ void __launch_bounds__(kPermuteChunk)
-    permute_count_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts,
+    permute_count_kernel(const int* __restrict__ topk_idx, int num_items, KeyMap km, int num_keys,
                          int* __restrict__ local_rank, int* __restrict__ chunk_counts) {
   __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
   __syncthreads();
   const int item = blockIdx.x * kPermuteChunk + tid;
-  const int e = item < num_items ? topk_idx[item] : -1;
+  const int e = item < num_items ? km.key(topk_idx[item]) : -1;
   const unsigned peers = __match_any_sync(0xffffffffu, e);
   const int rank = __popc(peers & ((1u << lane) - 1u));
   if (e >= 0 && rank == 0) cnt[warp][e] = __popc(peers);
   __syncthreads();
-  for (int x = tid; x < num_experts; x += kPermuteChunk) {
+  for (int x = tid; x < num_keys; x += kPermuteChunk) {
     int run = 0;
     for (int w = 0; w < kPermuteChunk / 32; ++w) {
       const int c = cnt[w][x];
       cnt[w][x] = run;
       run += c;
     }
-    chunk_counts[int64_t(blockIdx.x) * num_experts + x] = run;
+    chunk_counts[int64_t(blockIdx.x) * num_keys + x] = run;
   }
   __syncthreads();
   if (e >= 0) local_rank[item] = cnt[warp][e] + rank;
 }
 
-// Pass 2 (one block, thread e = expert): chunk counts -> exclusive chunk bases per expert, expert offsets,
-// and the compact list of non-empty experts.
+// Pass 2 (one block, thread e = key): chunk counts -> exclusive chunk bases per key, key offsets, and the
+// compact list of non-empty local experts (keys below `num_local`).
 __global__ void __launch_bounds__(kMoeMaxExperts)
-    permute_offsets_kernel(int* __restrict__ chunk_counts, int num_chunks, int num_experts,
+    permute_offsets_kernel(int* __restrict__ chunk_counts, int num_chunks, int num_experts, int num_local,
                            int* __restrict__ offsets, int* __restrict__ active,
                            int* __restrict__ num_active) {
   __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts];
@@ -143,9 +154,9 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
     }
   }
   s_tot[e] = total;
-  s_act[e] = total > 0 ? 1 : 0;
+  s_act[e] = total > 0 && e < num_local ? 1 : 0;
   __syncthreads();
-  // Inclusive Hillis-Steele scans over the experts (256 entries: 8 steps).
+  // Inclusive Hillis-Steele scans over the keys (256 entries: 8 steps).
   for (int d = 1; d < kMoeMaxExperts; d <<= 1) {
     const int a = e >= d ? s_tot[e - d] : 0;
     const int b = e >= d ? s_act[e - d] : 0;
@@ -160,25 +171,27 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
       offsets[num_experts] = s_tot[e];
       *num_active = s_act[e];
     }
-    if (total > 0) active[s_act[e] - 1] = e;
+    if (total > 0 && e < num_local) active[s_act[e] - 1] = e;
     if (e >= s_act[num_experts - 1]) active[e] = -1;
   }
 }
 
 // Pass 3: final row of every item, and the maps in both directions.
-__global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num_items, int num_experts,
-                                       int top_k, const int* __restrict__ local_rank,
+// Rows of other ranks' experts get expert 0 (in range for every per-row kernel) and no slot.
+__global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num_items, KeyMap km,
+                                       int num_keys, int top_k, const int* __restrict__ local_rank,
                                        const int* __restrict__ chunk_base, const int* __restrict__ offsets,
                                        int* __restrict__ row_token, int* __restrict__ row_expert,
                                        int* __restrict__ slot_row) {
   const int item = blockIdx.x * blockDim.x + threadIdx.x;
   if (item >= num_items) return;
-  const int e = topk_idx[item];
+  const int e = km.key(topk_idx[item]);
   const int chunk = item / kPermuteChunk;
-  const int row = offsets[e] + chunk_base[int64_t(chunk) * num_experts + e] + local_rank[item];
+  const int row = offsets[e] + chunk_base[int64_t(chunk) * num_keys + e] + local_rank[item];
+  const bool local = e < km.count;
   row_token[row] = item / top_k;
-  row_expert[row] = e;
-  slot_row[item] = row;
+  row_expert[row] = local ? e : 0;
+  slot_row[item] = local ? row : -1;
 }
 
 // Small batches (T*k <= kFusedRouteMaxItems): top-k and the whole permutation in one CTA of 1024 threads, one
@@ -186,8 +199,8 @@ __global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num
 template <int kPerLane>
 __global__ void __launch_bounds__(kPermuteChunk)
     route_small_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
-                       const float* __restrict__ bias, int num_tokens, int num_experts, int top_k,
-                       int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
+                       const float* __restrict__ bias, int num_tokens, int num_experts, int top_k, KeyMap km,
+                       int num_keys, int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
   __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
   __shared__ int s_idx[kPermuteChunk];
   __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts], s_own[kMoeMaxExperts];
@@ -200,14 +213,14 @@ __global__ void __launch_bounds__(kPermuteChunk)
                              top_k, lane, topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k,
                              s_idx + t * top_k);
   __syncthreads();
-  const int e = tid < items ? s_idx[tid] : -1;
+  const int e = tid < items ? km.key(s_idx[tid]) : -1;
   const unsigned peers = __match_any_sync(0xffffffffu, e);
   const int rank = __popc(peers & ((1u << lane) - 1u));
   if (e >= 0 && rank == 0) cnt[warp][e] = __popc(peers);
   __syncthreads();
   if (tid < kMoeMaxExperts) {
     int run = 0;
-    if (tid < num_experts) {
+    if (tid < num_keys) {
       for (int w = 0; w < kPermuteChunk / 32; ++w) {
         const int c = cnt[w][tid];
         cnt[w][tid] = run;
@@ -216,7 +229,7 @@ __global__ void __launch_bounds__(kPermuteChunk)
     }
     s_own[tid] = run;
     s_tot[tid] = run;
-    s_act[tid] = run > 0 ? 1 : 0;
+    s_act[tid] = run > 0 && tid < km.count ? 1 : 0;
   }
   __syncthreads();
   for (int d = 1; d < kMoeMaxExperts; d <<= 1) {
@@ -232,20 +245,21 @@ __global__ void __launch_bounds__(kPermuteChunk)
     }
     __syncthreads();
   }
-  if (tid < num_experts) {
+  if (tid < num_keys) {
     out.offsets[tid] = s_tot[tid] - s_own[tid];
-    if (tid == num_experts - 1) {
-      out.offsets[num_experts] = s_tot[tid];
+    if (tid == num_keys - 1) {
+      out.offsets[num_keys] = s_tot[tid];
       *out.num_active = s_act[tid];
     }
-    if (s_own[tid] > 0) out.active[s_act[tid] - 1] = tid;
-    if (tid >= s_act[num_experts - 1]) out.active[tid] = -1;
+    if (s_own[tid] > 0 && tid < km.count) out.active[s_act[tid] - 1] = tid;
   }
+  if (tid < num_experts && tid >= s_act[num_keys - 1]) out.active[tid] = -1;
   if (e >= 0) {
     const int row = s_tot[e] - s_own[e] + cnt[warp][e] + rank;
+    const bool local = e < km.count;
     out.row_token[row] = tid / top_k;
-    out.row_expert[row] = e;
-    out.slot_row[tid] = row;
+    out.row_expert[row] = local ? e : 0;
+    out.slot_row[tid] = local ? row : -1;
   }
 }
 
@@ -288,9 +302,22 @@ size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k) {
   return align16(size_t(chunks) * num_experts * sizeof(int)) + align16(size_t(items) * sizeof(int));
 }
 
+namespace {
+// The keys of an expert range (see KeyMap); checks it.
+KeyMap key_map(int num_experts, MoeExpertRange range, int* num_keys) {
+  const int count = range.count > 0 ? range.count : num_experts;
+  ORCHID_KERNEL_REQUIRE(range.begin >= 0 && range.begin + count <= num_experts,
+                        "moe routing: expert range outside the experts");
+  *num_keys = count + (count < num_experts ? 1 : 0);
+  return KeyMap{range.begin, count};
+}
+}  // namespace
+
 void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
-                 void* scratch, cudaStream_t stream) {
+                 void* scratch, cudaStream_t stream, MoeExpertRange range) {
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_permute: bad expert count");
+  int keys = 0;
+  const KeyMap km = key_map(num_experts, range, &keys);
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK, "moe_permute: bad top_k");
   ORCHID_KERNEL_REQUIRE(out.offsets && out.row_token && out.row_expert && out.slot_row && out.active &&
                             out.num_active && scratch,
@@ -303,16 +330,16 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
   int* local_rank = reinterpret_cast<int*>(static_cast<char*>(scratch) +
                                            align16(size_t(chunks) * num_experts * sizeof(int)));
   if (chunks > 0) {
-    permute_count_kernel<<<chunks, kPermuteChunk, 0, stream>>>(topk_idx, items, num_experts, local_rank,
+    permute_count_kernel<<<chunks, kPermuteChunk, 0, stream>>>(topk_idx, items, km, keys, local_rank,
                                                                chunk_counts);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
-  permute_offsets_kernel<<<1, kMoeMaxExperts, 0, stream>>>(chunk_counts, chunks, num_experts, out.offsets,
+  permute_offsets_kernel<<<1, kMoeMaxExperts, 0, stream>>>(chunk_counts, chunks, keys, km.count, out.offsets,
                                                            out.active, out.num_active);
   ORCHID_CUDA_CHECK_LAUNCH();
   if (items > 0) {
     permute_scatter_kernel<<<(items + 255) / 256, 256, 0, stream>>>(
-        topk_idx, items, num_experts, top_k, local_rank, chunk_counts, out.offsets, out.row_token,
+        topk_idx, items, km, keys, top_k, local_rank, chunk_counts, out.offsets, out.row_token,
         out.row_expert, out.slot_row);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
@@ -320,30 +347,32 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
 
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo,
-               const float* bias) {
+               const float* bias, MoeExpertRange range) {
   ORCHID_KERNEL_REQUIRE(logits_lo == nullptr || bias != nullptr, "moe_route: split logits need the bias");
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
   if (int64_t(num_tokens) * top_k > kFusedRouteMaxItems || num_tokens <= 0) {
     moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream, logits_lo, bias);
-    moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream);
+    moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream, range);
     return;
   }
+  int keys = 0;
+  const KeyMap km = key_map(num_experts, range, &keys);
   ORCHID_KERNEL_REQUIRE(
       out.offsets && out.row_token && out.row_expert && out.slot_row && out.active && out.num_active,
       "moe_route: null pointer");
   if (num_experts <= 32) {
     route_small_kernel<1><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w, out);
+                                                           top_k, km, keys, topk_idx, topk_w, out);
   } else if (num_experts <= 64) {
     route_small_kernel<2><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w, out);
+                                                           top_k, km, keys, topk_idx, topk_w, out);
   } else if (num_experts <= 128) {
     route_small_kernel<4><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w, out);
+                                                           top_k, km, keys, topk_idx, topk_w, out);
   } else {
     route_small_kernel<8><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w, out);
+                                                           top_k, km, keys, topk_idx, topk_w, out);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }

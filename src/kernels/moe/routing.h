@@ -11,6 +11,12 @@
 //   slot_row    int32 [M]     permuted row of (token t, slot j) at t*k + j: the inverse map for the combine
 //   active      int32 [E]     the experts with at least one row, increasing; num_active int32 [1] counts them
 // The permutation is stable (sorted by expert, then by t*k + j), hence deterministic.
+//
+// Expert parallelism (a rank computes the experts [begin, begin + count) of MoeExpertRange): the permutation
+// then covers that rank's experts by local id e - begin: offsets [count + 2], offsets[count] = the local
+// rows, after which the rows of every other expert follow (up to offsets[count + 1] = M) with row_expert 0
+// and no slot (slot_row -1), so per-row kernels over all M rows stay in bounds and no GEMM or combine reads
+// them; active lists local ids. topk_idx and topk_w keep the global expert ids.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +35,11 @@ void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int 
                       float* topk_w, cudaStream_t stream, const float* logits_lo = nullptr,
                       const float* bias = nullptr);
 
+struct MoeExpertRange {
+  int begin = 0;
+  int count = 0;  // 0: every expert
+};
+
 struct MoeRouting {
   int* offsets = nullptr;     // [E+1]
   int* row_token = nullptr;   // [M]
@@ -42,7 +53,7 @@ struct MoeRouting {
 size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k);
 
 void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
-                 void* scratch, cudaStream_t stream);
+                 void* scratch, cudaStream_t stream, MoeExpertRange range = {});
 
 // moe_topk_softmax + moe_permute. For small batches (num_tokens * top_k <= kFusedRouteMaxItems) both run in
 // one single-CTA kernel (one launch instead of four); results are identical. Above that the one CTA's serial
@@ -51,6 +62,6 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
 constexpr int kFusedRouteMaxItems = 256;
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo = nullptr,
-               const float* bias = nullptr);
+               const float* bias = nullptr, MoeExpertRange range = {});
 
 }  // namespace orchid::kernels

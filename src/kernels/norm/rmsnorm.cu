@@ -137,6 +137,11 @@ void rmsnorm_residual(float* residual, const __nv_bfloat16* delta, const float* 
   launch(residual, delta, gamma, out, nullptr, rows, hidden, eps, stream);
 }
 
+void rmsnorm_residual_f32(float* residual, const float* delta, const float* gamma, __nv_bfloat16* out,
+                          int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
+  launch(residual, delta, gamma, out, nullptr, rows, hidden, eps, stream);
+}
+
 void rmsnorm_residual_split(float* residual, const __nv_bfloat16* delta, const float* gamma,
                             __nv_bfloat16* out_hi, __nv_bfloat16* out_lo, int64_t rows, int64_t hidden,
                             float eps, cudaStream_t stream) {

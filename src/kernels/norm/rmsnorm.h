@@ -17,6 +17,10 @@ namespace orchid::kernels::norm {
 void rmsnorm_residual(float* residual, const __nv_bfloat16* delta, const float* gamma, __nv_bfloat16* out,
                       int64_t rows, int64_t hidden, float eps, cudaStream_t stream);
 
+// The same with an fp32 delta (a tensor-parallel O projection's reduced partial sums).
+void rmsnorm_residual_f32(float* residual, const float* delta, const float* gamma, __nv_bfloat16* out,
+                          int64_t rows, int64_t hidden, float eps, cudaStream_t stream);
+
 // The precise layers' variant (cuda_backend.h): an fp32 delta (or null), and the output kept above BF16 as
 // two BF16 halves, out_hi = bf16(y) (what rmsnorm_residual writes) and out_lo = bf16(y - out_hi), so that
 // hi + lo equals the fp32 y to about 2^-17 relative; GEMMs take the halves in two accumulating calls.

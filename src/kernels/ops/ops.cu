@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/common/cuda_check.h"
@@ -116,7 +117,39 @@ unsigned grid_for(int64_t n) {
   return unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
+__global__ void add_f32_kernel(float* __restrict__ x, const float* __restrict__ d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += d[i];
+}
+
+__global__ void sum_f32_kernel(SumSources src, int count, int64_t n, float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float s = src.p[0][i];
+    for (int r = 1; r < count; ++r) s += src.p[r][i];
+    out[i] = s;
+  }
+}
+
+int elementwise_grid(int64_t n) {
+  return int(std::min<int64_t>((n + 255) / 256, 4096));
+}
+
 }  // namespace
+
+void add_f32(float* x, const float* d, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_f32_kernel<<<elementwise_grid(n), 256, 0, stream>>>(x, d, n);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void sum_f32(const SumSources& src, int count, int64_t n, float* out, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(count >= 1 && count <= kMaxSumBuffers, "sum_f32: 1 to 16 buffers");
+  if (n <= 0) return;
+  sum_f32_kernel<<<elementwise_grid(n), 256, 0, stream>>>(src, count, n, out);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
 
 void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, float* x, int64_t rows, int64_t hidden,
                       cudaStream_t stream) {

@@ -22,6 +22,17 @@ void bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t n, cudaStream_t s
 // dst[i] = bf16(src[i]) (round to nearest even).
 void f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream);
 
+// x[i] += d[i] (fp32), i < n.
+void add_f32(float* x, const float* d, int64_t n, cudaStream_t stream);
+
+// out[i] = ((src[0][i] + src[1][i]) + src[2][i]) + ... over `count` buffers in that order (fp32), i < n:
+// the sum every rank of a group on one device computes alike (runtime/cuda/device_communicator.h).
+inline constexpr int kMaxSumBuffers = 16;
+struct SumSources {
+  const float* p[kMaxSumBuffers];
+};
+void sum_f32(const SumSources& src, int count, int64_t n, float* out, cudaStream_t stream);
+
 // Per row of logits [rows, vocab] (fp32): the arg-max (lowest id on ties) and its log-softmax value.
 void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
                  cudaStream_t stream);

@@ -3,188 +3,172 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
+#include <exception>
+#include <functional>
+#include <thread>
 
 #include "core/error.h"
 #include "kernels/attention/kv_layout.h"
-#include "kernels/attention/precise_attention.h"
-#include "kernels/attention/sink_attention.h"
-#include "kernels/attention/yarn.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
-#include "kernels/norm/rmsnorm.h"
-#include "kernels/ops/ops.h"
+#include "runtime/cuda/cuda_rank.h"
+#include "runtime/cuda/device_communicator.h"
+#include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/nccl_communicator.h"
+#include "runtime/kv_memory_plan.h"
 
 namespace orchid::runtime::cuda {
-
-namespace attn = kernels::attention;
 
 bool cuda_device_available() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-size_t align256(size_t v) {
-  return (v + 255) / 256 * 256;
-}
-constexpr int64_t kLogitsRowsPerPass = 256;  // lm_head rows per pass when every position's logits are wanted
-}  // namespace
-
 CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions& opts) : opts_(opts) {
   if (!cuda_device_available()) fail("--backend cuda: no CUDA device is available");
-  const auto& dev = kernels::device_info();
-  if (dev.cc_major != 9)
-    fail("--backend cuda: orchid's kernels are built for Hopper (sm_90a); this GPU is sm_{}{}", dev.cc_major,
-         dev.cc_minor);
-  if (attn::log2_exact(opts.page_size) < 0 || opts.page_size > 256)
+  if (kernels::attention::log2_exact(opts.page_size) < 0 || opts.page_size > 256)
     fail("--block-size must be a power of two up to 256 on the CUDA backend, got {}", opts.page_size);
   if (opts.max_step_tokens < 1 || opts.max_step_seqs < 1)
     fail("--max-num-batched-tokens and --max-num-seqs must be positive");
   const model::ModelRef ref = model::parse_model_ref(model_arg);
   config_ = model::load_config(ref);
-  ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const model::ParallelConfig& pc = opts.parallel;
+  if (pc.dp != 1)
+    fail("--dp {}: one engine runs one attention replica (orchid serve --dp N runs N engines)", pc.dp);
+  int devices = 0;
+  ORCHID_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  const int world = pc.world();
+  model::validate_parallel(config_, pc, opts.share_device ? -1 : devices);
+  plan_ = model::make_shard_plan(config_, pc, opts.weights);
+  int first_device = 0;
+  ORCHID_CUDA_CHECK(cudaGetDevice(&first_device));
+  std::vector<int> device_of(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) device_of[size_t(r)] = opts.share_device ? first_device : r;
+  for (int d : device_of) {
+    ORCHID_CUDA_CHECK(cudaSetDevice(d));
+    const auto& dev = kernels::device_info();
+    if (dev.cc_major != 9)
+      fail("--backend cuda: orchid's kernels are built for Hopper (sm_90a); GPU {} is sm_{}{}", d,
+           dev.cc_major, dev.cc_minor);
+  }
 
-  const auto format = parse_weight_format(opts.weights);
-  const auto mem = device_memory_info();
-  const size_t wbytes = DeviceWeights::bytes_needed(config_, format);
-  if (wbytes > mem.free)
-    fail(
-        "{} with --weights {} needs {:.1f} GiB for weights; the GPU has {:.1f} GiB free (try --weights "
-        "mxfp4)",
-        config_.name, opts.weights, double(wbytes) / (1 << 30), double(mem.free) / (1 << 30));
-  weights_ = DeviceWeights::load(ref, config_, format, stream_);
+  // Communicators: the TP group is every rank; EP groups are runs of `ep` consecutive ranks (the plan's
+  // ep_rank = rank % ep). One rank needs none (unless NCCL is asked for, to test it).
+  const int ep = pc.ep;
+  std::vector<DeviceCommunicator*> tp(static_cast<size_t>(world)), epc(static_cast<size_t>(world));
+  auto keep = [&](std::vector<std::unique_ptr<DeviceCommunicator>> group,
+                  std::vector<DeviceCommunicator*>& at, int first) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      at[size_t(first) + i] = group[i].get();
+      comms_.push_back(std::move(group[i]));
+    }
+  };
+  if (world == 1 && !opts.force_nccl) {
+    comms_.push_back(std::make_unique<SoloDeviceCommunicator>());
+    tp[0] = epc[0] = comms_.back().get();
+  } else if (opts.share_device) {
+    keep(make_shared_device_group(world), tp, 0);
+    if (ep == world) {
+      epc = tp;
+    } else {
+      for (int g = 0; g < world / ep; ++g) keep(make_shared_device_group(ep), epc, g * ep);
+    }
+  } else {
+    keep(make_nccl_group(device_of), tp, 0);
+    if (ep == world) {
+      epc = tp;
+    } else {
+      std::vector<int> colors(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) colors[size_t(r)] = r / ep;
+      keep(split_nccl(tp, colors), epc, 0);
+    }
+    spdlog::info("NCCL {}: {} rank{}", nccl_version(), world, world == 1 ? "" : "s");
+  }
+  if (world > 1) spdlog::info("cuda backend: {}", plan_.describe(config_));
 
-  const auto rope = attn::yarn_inv_freq(config_);
-  for (size_t j = 0; j < 32; ++j) rope_.inv_freq[j] = rope.inv_freq[j];
-  rope_.concentration = rope.concentration;
-  moe_cfg_.hidden = int(config_.hidden_size);
-  moe_cfg_.inter = int(config_.intermediate_size);
-  moe_cfg_.experts = int(config_.num_experts);
-  moe_cfg_.top_k = int(config_.experts_per_token);
-  moe_cfg_.swiglu_limit = float(config_.swiglu_limit);
-  moe_cfg_.swiglu_alpha = float(config_.swiglu_alpha);
-  moe_cfg_.weights = format;
-  moe_cfg_.max_tokens = opts.max_step_tokens;
-  plan_memory();
+  // Each rank's share of its device's memory, taken before any rank allocates.
+  std::vector<size_t> budget(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    ORCHID_CUDA_CHECK(cudaSetDevice(device_of[size_t(r)]));
+    const auto mem = device_memory_info();
+    const int sharing = int(std::count(device_of.begin(), device_of.end(), device_of[size_t(r)]));
+    budget[size_t(r)] = rank_memory_budget(mem.total, mem.free, opts.gpu_memory_utilization, sharing);
+  }
+  ranks_.resize(size_t(world));
+  auto build = [&](int r) {
+    CudaRankSetup s;
+    s.ref = ref;
+    s.config = config_;
+    s.shard = plan_.ranks[size_t(r)];
+    s.opts = opts;
+    s.device = device_of[size_t(r)];
+    s.memory_budget = budget[size_t(r)];
+    s.tp = tp[size_t(r)];
+    s.ep = epc[size_t(r)];
+    ranks_[size_t(r)] = std::make_unique<CudaRank>(s);
+  };
+  // Ranks load in parallel on their own GPUs; on a shared GPU one after the other (one staging buffer at a
+  // time, and the loads share one device's bandwidth anyway).
+  if (world == 1 || opts.share_device) {
+    for (int r = 0; r < world; ++r) build(r);
+  } else {
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          build(r);
+        } catch (...) {
+          errors[size_t(r)] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  // The pools every rank can hold.
+  spec_ = ranks_[0]->kv_capacity();
+  for (auto& rk : ranks_) {
+    const KvCacheSpec k = rk->kv_capacity();
+    spec_.num_full_pages = std::min(spec_.num_full_pages, k.num_full_pages);
+    spec_.num_sliding_pages = std::min(spec_.num_sliding_pages, k.num_sliding_pages);
+  }
+  for (auto& rk : ranks_) rk->allocate_kv(spec_);
+  ORCHID_CUDA_CHECK(cudaSetDevice(first_device));
 }
 
 CudaBackend::~CudaBackend() {
-  if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
-  gemm_.reset();
-  if (h_meta_) cudaFreeHost(h_meta_);
-  if (stream_) cudaStreamDestroy(stream_);
+  ranks_.clear();
+  comms_.clear();
 }
 
-void CudaBackend::plan_memory() {
-  const auto& c = config_;
-  const int64_t T = opts_.max_step_tokens, S = opts_.max_step_seqs, H = c.hidden_size;
-  const int64_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
-  const int64_t V = c.vocab_size;
-  logits_rows_cap_ = std::max<int64_t>(S, kLogitsRowsPerPass);
-  const size_t decode_ws = attn::decode_workspace_bytes(int(S), int(c.num_heads), 64);
-  const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
-  // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
-  cap_tokens_ = size_t(T) * 4;
-  cap_blob_ = size_t(8 * S + 4 * T + 64) * 4;
-  cap_rows_ = size_t(std::max<int64_t>(T, S)) * 4;
-  cap_table_ = size_t(S * max_pages_per_seq) * 4 * 2;  // the engine's tables keep room to grow
-  off_tokens_ = 0;
-  off_blob_ = off_tokens_ + align256(cap_tokens_);
-  off_rows_ = off_blob_ + align256(cap_blob_);
-  off_full_ = off_rows_ + align256(cap_rows_);
-  off_sliding_ = off_full_ + align256(cap_table_);
-  meta_cap_ = off_sliding_ + align256(cap_table_);
-  // Precise routing: the norm outputs keep their low BF16 halves (h_ holds 2T rows), and the precise
-  // layer's QKV rows (then its O-projection output) are fp32.
-  precise_layer_ = opts_.precise_routing && c.num_layers > 0 && c.is_sliding(0) ? 0 : -1;
-  const bool precise = precise_layer_ >= 0;
-  const size_t qkv_bytes = precise ? size_t(T * std::max(qkv_dim, H)) * 4 : size_t(T * qkv_dim) * 2;
-  const size_t h_rows = size_t(opts_.precise_routing ? 2 * T : T);
-  const size_t ws_bytes =
-      align256(size_t(T * H) * 4) + align256(h_rows * size_t(H) * 2) + align256(qkv_bytes) +
-      2 * align256(size_t(T * c.q_dim()) * 2) + align256(size_t(T * H) * 2) +
-      align256(kernels::moe_workspace_bytes(moe_cfg_)) + align256(decode_ws) +
-      align256(kernels::DenseGemm::kRecommendedWorkspace) + align256(size_t(logits_rows_cap_ * H) * 4) +
-      align256(size_t(logits_rows_cap_ * H) * 2) + align256(size_t(logits_rows_cap_ * V) * 4) +
-      2 * align256(size_t(S) * 4) + meta_cap_;
-  ws_ = DeviceArena(ws_bytes, "step workspace");
-  x_ = ws_.take<float>(size_t(T * H));
-  h_ = ws_.take<__nv_bfloat16>(h_rows * size_t(H));
-  void* qkv = ws_.take_bytes(qkv_bytes);
-  qkv_ = static_cast<__nv_bfloat16*>(qkv);
-  qkv_f32_ = static_cast<float*>(qkv);
-  q_ = ws_.take<__nv_bfloat16>(size_t(T * c.q_dim()));
-  attn_ = ws_.take<__nv_bfloat16>(size_t(T * c.q_dim()));
-  o_ = ws_.take<__nv_bfloat16>(size_t(T * H));
-  moe_ws_ = ws_.take_bytes(kernels::moe_workspace_bytes(moe_cfg_));
-  decode_ws_ = ws_.take_bytes(decode_ws);
-  void* gemm_ws = ws_.take_bytes(kernels::DenseGemm::kRecommendedWorkspace);
-  x_sel_ = ws_.take<float>(size_t(logits_rows_cap_ * H));
-  h_sel_ = ws_.take<__nv_bfloat16>(size_t(logits_rows_cap_ * H));
-  logits_ = ws_.take<float>(size_t(logits_rows_cap_ * V));
-  d_ids_ = ws_.take<int32_t>(size_t(S));
-  d_logprobs_ = ws_.take<float>(size_t(S));
-  d_meta_ = ws_.take_bytes(meta_cap_);
-  gemm_ = std::make_unique<kernels::DenseGemm>(gemm_ws, kernels::DenseGemm::kRecommendedWorkspace);
-  sampler_ = std::make_unique<GpuSampler>(S, V);
-  ORCHID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + size_t(S) * 8));
-  h_ids_ = reinterpret_cast<int32_t*>(h_meta_ + meta_cap_);
-  h_logprobs_ = reinterpret_cast<float*>(h_ids_ + S);
-
-  // KV: the sliding pool holds every running sequence's window plus one step's chunk; the full pool gets the
-  // rest of the memory budget.
-  int64_t full = 0, sliding = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
-  const size_t page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * 2;
-  spec_.page_size = opts_.page_size;
-  spec_.sliding_window = sliding > 0 ? int32_t(c.sliding_window) : 0;
-  spec_.num_sliding_pages =
-      sliding > 0
-          ? int32_t(S * (ceil_div(c.sliding_window, opts_.page_size) + 2) + ceil_div(T, opts_.page_size))
-          : 0;
-  const auto mem = device_memory_info();
-  const size_t reserve = size_t(1) << 30;  // CUDA context, cuBLASLt, fragmentation
-  const double budget = double(mem.total) * opts_.gpu_memory_utilization - double(mem.total - mem.free);
-  // A precise layer's pools hold fp32: it counts as two layers of its kind.
-  const int64_t sliding_units = sliding + (precise ? 1 : 0);
-  const double sliding_bytes =
-      double(spec_.num_sliding_pages) * double(sliding_units) * double(page_layer_bytes);
-  const double left = budget - double(reserve) - sliding_bytes;
-  int64_t full_pages = full > 0 ? int64_t(left / (double(full) * double(page_layer_bytes))) : 0;
-  if (opts_.kv_pages > 0) full_pages = opts_.kv_pages;
-  if (full > 0 && full_pages < ceil_div(std::min<int64_t>(opts_.max_model_len, 8192), opts_.page_size))
-    fail(
-        "not enough GPU memory for the KV cache: {} pages of {} tokens fit after {:.1f} GiB of weights and "
-        "{:.1f} GiB of workspace (lower --max-num-batched-tokens or --max-num-seqs, or raise "
-        "--gpu-memory-utilization)",
-        full_pages, opts_.page_size, double(weights_.arena.used()) / (1 << 30),
-        double(ws_.capacity()) / (1 << 30));
-  spec_.num_full_pages = int32_t(std::min<int64_t>(full_pages, INT32_MAX));
-  const size_t pool_full = size_t(spec_.num_full_pages) * page_layer_bytes / 2;  // one of K or V
-  const size_t pool_sliding = size_t(spec_.num_sliding_pages) * page_layer_bytes / 2;
-  kv_ = DeviceBuffer(size_t(full) * 2 * pool_full + size_t(sliding_units) * 2 * pool_sliding, "KV cache");
-  uint8_t* p = kv_.data();
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const size_t bytes = (c.is_sliding(l) ? pool_sliding : pool_full) * (l == precise_layer_ ? 2 : 1);
-    k_pool_.push_back(p);
-    v_pool_.push_back(p + bytes);
-    p += 2 * bytes;
-  }
-  spdlog::info(
-      "GPU memory: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB ({} full pages = {} tokens, "
-      "{} sliding pages)",
-      double(weights_.arena.used()) / (1 << 30), double(ws_.capacity()) / (1 << 30),
-      double(kv_.size()) / (1 << 30), spec_.num_full_pages, int64_t(spec_.num_full_pages) * opts_.page_size,
-      spec_.num_sliding_pages);
-  if (opts_.precise_routing)
-    spdlog::info("precise routing: router inputs at fp32 accuracy{} (--bf16-routing turns it off)",
-                 precise ? ", layer 0's attention in fp32" : "");
+void CudaBackend::on_ranks(const std::function<void(CudaRank&)>& fn) {
+  if (ranks_.size() == 1) return fn(*ranks_[0]);
+  std::vector<std::exception_ptr> errors(ranks_.size());
+  auto run = [&](size_t r) {
+    try {
+      fn(*ranks_[r]);
+    } catch (...) {
+      errors[r] = std::current_exception();
+      for (auto& c : comms_) c->abort();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < ranks_.size(); ++r) threads.emplace_back(run, r);
+  run(0);
+  for (auto& t : threads) t.join();
+  // The first rank's own failure, not the aborts it caused elsewhere.
+  for (auto& e : errors)
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const Error&) {
+        throw;
+      } catch (...) {
+      }
+    }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 void CudaBackend::validate(const StepBatch& b) const {
@@ -195,380 +179,32 @@ void CudaBackend::validate(const StepBatch& b) const {
   validate_step(b, config_, spec_, std::min<int64_t>(config_.max_position_embeddings, opts_.max_model_len));
 }
 
-void CudaBackend::compute_logits(const int32_t* d_rows, int64_t rows) {
-  const auto& c = config_;
-  kernels::ops::gather_rows_f32(x_, d_rows, x_sel_, rows, c.hidden_size, stream_);
-  kernels::norm::rmsnorm_residual(x_sel_, nullptr, weights_.final_norm, h_sel_, rows, c.hidden_size,
-                                  float(c.rms_norm_eps), stream_);
-  kernels::DenseGemmArgs g;
-  g.m = int(rows);
-  g.n = int(c.vocab_size);
-  g.k = int(c.hidden_size);
-  g.x = h_sel_;
-  g.w = weights_.lm_head;
-  g.y = logits_;
-  g.out = kernels::GemmOut::kF32;
-  gemm_->run(g, stream_);
-}
-
-kernels::attention::PlanOptions CudaBackend::plan_options() const {
-  attn::PlanOptions po;
-  po.num_q_heads = int(config_.num_heads);
-  po.num_kv_heads = int(config_.num_kv_heads);
-  po.sm_count = kernels::device_info().sm_count;
-  return po;
-}
-
-CudaBackend::StepMeta CudaBackend::upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
-                                               const std::vector<int32_t>& rows,
-                                               const attn::PlanOptions& po) {
-  std::vector<attn::PlanSequence> ps(b.seqs.size());
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    ps[i].q_start = b.seqs[i].token_begin;
-    ps[i].num_q = b.seqs[i].num_tokens;
-    ps[i].start_pos = b.seqs[i].start_pos;
-    ps[i].full_table_begin = b.seqs[i].full_table_begin;
-    ps[i].sliding_table_begin = b.seqs[i].sliding_table_begin;
-  }
-  plan_.build(ps, b.num_tokens(), po);
-  auto put = [&](size_t at, size_t cap, const void* src, size_t bytes, const char* what) {
-    if (bytes > cap) fail("step metadata: {} needs {} bytes, the buffer holds {}", what, bytes, cap);
-    if (bytes == 0) return;
-    std::memcpy(h_meta_ + at, src, bytes);
-    ORCHID_CUDA_CHECK(cudaMemcpyAsync(d_meta_ + at, h_meta_ + at, bytes, cudaMemcpyHostToDevice, stream_));
-  };
-  put(off_tokens_, cap_tokens_, tokens.data(), tokens.size() * 4, "tokens");
-  put(off_blob_, cap_blob_, plan_.blob().data(), plan_.blob_bytes(), "attention plan");
-  put(off_rows_, cap_rows_, rows.data(), rows.size() * 4, "logits rows");
-  put(off_full_, cap_table_, b.full_page_table.data(), b.full_page_table.size() * 4, "full page table");
-  put(off_sliding_, cap_table_, b.sliding_page_table.data(), b.sliding_page_table.size() * 4,
-      "sliding page table");
-  StepMeta m;
-  m.tokens = reinterpret_cast<const int32_t*>(d_meta_ + off_tokens_);
-  m.full = reinterpret_cast<const int32_t*>(d_meta_ + off_full_);
-  m.sliding = reinterpret_cast<const int32_t*>(d_meta_ + off_sliding_);
-  m.rows = reinterpret_cast<const int32_t*>(d_meta_ + off_rows_);
-  m.plan = plan_.device_view(d_meta_ + off_blob_);
-  return m;
-}
-
-void CudaBackend::layer(int64_t l, const StepMeta& m, int64_t T) {
-  if (l == precise_layer_) return precise_layer(l, m, T);
-  const auto& c = config_;
-  const int64_t H = c.hidden_size;
-  const float eps = float(c.rms_norm_eps);
-  const DeviceLayer& L = weights_.layers[size_t(l)];
-  const bool sliding = c.is_sliding(l);
-  kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
-  kernels::DenseGemmArgs g;
-  g.m = int(T);
-  g.n = int(c.q_dim() + 2 * c.kv_dim());
-  g.k = int(H);
-  g.x = h_;
-  g.w = L.qkv_w;
-  g.y = qkv_;
-  gemm_->run(g, stream_);
-
-  attn::RopeKvWriteArgs r;
-  r.qkv = qkv_;
-  r.bias = L.qkv_b;
-  r.bias_fp32 = true;
-  r.rope = rope_;
-  r.q_out = q_;
-  r.k_pool = k_pool_[size_t(l)];
-  r.v_pool = v_pool_[size_t(l)];
-  r.page_table = sliding ? m.sliding : m.full;
-  r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
-  r.page_size = spec_.page_size;
-  attn::rope_kv_write(r, m.plan, stream_);
-
-  attn::SinkAttentionArgs a;
-  a.q = q_;
-  a.k_pool = static_cast<const __nv_bfloat16*>(k_pool_[size_t(l)]);
-  a.v_pool = static_cast<const __nv_bfloat16*>(v_pool_[size_t(l)]);
-  a.page_table = r.page_table;
-  a.table_kind = r.table_kind;
-  a.page_size = spec_.page_size;
-  a.sinks = L.sinks;
-  a.window = sliding ? int(c.sliding_window) : 0;
-  a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
-  a.out = attn_;
-  attn::sink_attention(a, m.plan, decode_ws_, stream_);
-
-  g = {};
-  g.m = int(T);
-  g.n = int(H);
-  g.k = int(c.q_dim());
-  g.x = attn_;
-  g.w = L.o_w;
-  g.bias = L.o_b;
-  g.y = o_;
-  gemm_->run(g, stream_);
-  if (opts_.precise_routing) {  // the router reads the norm output at fp32 accuracy (hi rows, then lo rows)
-    kernels::norm::rmsnorm_residual_split(x_, o_, L.post_norm, h_, h_ + T * H, T, H, eps, stream_);
-  } else {
-    kernels::norm::rmsnorm_residual(x_, o_, L.post_norm, h_, T, H, eps, stream_);
-  }
-  kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, opts_.precise_routing);
-}
-
-// The same layer with its attention block above BF16: every activation BF16 would round is fp32, or two
-// BF16 halves (hi + lo) where a BF16 GEMM takes it (the second call accumulating into the fp32 output).
-// Weights stay as they are. The experts take the BF16 (hi) norm output like every layer; the router takes
-// both halves. Buffers: h_ holds the norm outputs' hi rows then lo rows; qkv_f32_ the fp32 QKV rows (Q
-// rotated in place), then the O-projection output; attn_ / q_ the attention output's hi / lo halves.
-void CudaBackend::precise_layer(int64_t l, const StepMeta& m, int64_t T) {
-  const auto& c = config_;
-  const int64_t H = c.hidden_size;
-  const int qkv_dim = int(c.q_dim() + 2 * c.kv_dim());
-  const float eps = float(c.rms_norm_eps);
-  const DeviceLayer& L = weights_.layers[size_t(l)];
-  __nv_bfloat16* h_lo = h_ + T * H;
-  // qkv_f32_ = (hi + lo) W^T + bias: two BF16 GEMMs, the second accumulating.
-  auto split_gemm = [&](const void* hi, const void* lo, const void* w, const float* bias, int n, int k) {
-    kernels::DenseGemmArgs g;
-    g.m = int(T);
-    g.n = n;
-    g.k = k;
-    g.w = w;
-    g.y = qkv_f32_;
-    g.out = kernels::GemmOut::kF32;
-    g.x = hi;
-    g.bias = bias;
-    gemm_->run(g, stream_);
-    g.x = lo;
-    g.bias = nullptr;
-    g.accumulate = true;
-    gemm_->run(g, stream_);
-  };
-  kernels::norm::rmsnorm_residual_split(x_, static_cast<const float*>(nullptr), L.input_norm, h_, h_lo, T, H,
-                                        eps, stream_);
-  split_gemm(h_, h_lo, L.qkv_w, nullptr, qkv_dim, int(H));  // bias: added with RoPE
-
-  attn::RopeKvWriteArgs r;
-  r.fp32 = true;
-  r.qkv = qkv_f32_;
-  r.bias = L.qkv_b;
-  r.bias_fp32 = true;
-  r.rope = rope_;
-  r.q_out = qkv_f32_;
-  r.q_stride = qkv_dim;
-  r.k_pool = k_pool_[size_t(l)];
-  r.v_pool = v_pool_[size_t(l)];
-  r.page_table = m.sliding;
-  r.table_kind = attn::kSlidingTable;
-  r.page_size = spec_.page_size;
-  attn::rope_kv_write(r, m.plan, stream_);
-
-  attn::PreciseAttentionArgs a;
-  a.q = qkv_f32_;
-  a.q_stride = qkv_dim;
-  a.k_pool = static_cast<const float*>(k_pool_[size_t(l)]);
-  a.v_pool = static_cast<const float*>(v_pool_[size_t(l)]);
-  a.page_table = m.sliding;
-  a.table_kind = attn::kSlidingTable;
-  a.page_size = spec_.page_size;
-  a.sinks = L.sinks;
-  a.window = int(c.sliding_window);
-  a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
-  a.out_hi = attn_;
-  a.out_lo = q_;
-  attn::precise_sink_attention(a, m.plan, stream_);
-
-  // The O projection into qkv_f32_ (the QKV rows are consumed), then the residual.
-  split_gemm(attn_, q_, L.o_w, L.o_b_f32, int(H), int(c.q_dim()));
-  kernels::norm::rmsnorm_residual_split(x_, qkv_f32_, L.post_norm, h_, h_lo, T, H, eps, stream_);
-  kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, true);
-}
-
-std::vector<float> CudaBackend::run_layer(int64_t l, const std::vector<float>& x, int64_t n,
-                                          std::vector<int32_t>* topk) {
-  const auto& c = config_;
-  if (l < 0 || l >= c.num_layers) fail("layer {} is outside [0, {})", l, c.num_layers);
-  ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
-  const StepBatch b = single_sequence_batch(spec_, int32_t(n));
-  validate(b);
-  const StepMeta m = upload_step(b.tokens, b, {}, plan_options());
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(x_, x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream_));
-  layer(l, m, n);
-  std::vector<float> y(x.size());
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(y.data(), x_, y.size() * 4, cudaMemcpyDeviceToHost, stream_));
-  if (topk) {
-    topk->resize(size_t(n * c.experts_per_token));
-    const kernels::MoeBuffers mb = kernels::moe_buffers(moe_cfg_, moe_ws_);
-    ORCHID_CUDA_CHECK(
-        cudaMemcpyAsync(topk->data(), mb.topk_idx, topk->size() * 4, cudaMemcpyDeviceToHost, stream_));
-  }
-  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return y;
-}
-
-void CudaBackend::decode_body(const StepMeta& m, int64_t T, bool sampler) {
-  kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, config_.hidden_size, stream_);
-  for (int64_t l = 0; l < config_.num_layers; ++l) layer(l, m, T);
-  compute_logits(m.rows, T);
-  if (sampler)
-    sampler_->enqueue(logits_, stream_);
-  else
-    kernels::ops::greedy_pick(logits_, T, config_.vocab_size, d_ids_, d_logprobs_, stream_);
-}
-
-namespace {
-constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-
-// Greedy without logprobs beyond the chosen token's, penalties or banned tokens: the arg-max kernel serves
-// it.
-bool plain_greedy(const StepBatch& b) {
-  for (const auto& s : b.seqs) {
-    if (!s.sample) continue;
-    const SamplingParams& p = b.params[size_t(s.params_index)];
-    if (!p.is_greedy() || p.num_logprobs > 0 || p.uses_penalties() || s.num_banned > 0) return false;
-  }
-  return true;
-}
-}  // namespace
-
-// Decode steps (one new token per sequence, all sampled) without penalties or banned tokens replay a graph;
-// their histories and banned lists live in buffers that may grow, which a graph cannot follow.
-bool CudaBackend::graphable(const StepBatch& b) const {
-  if (!opts_.cuda_graphs || b.logits != LogitsMode::kNone || b.seqs.empty()) return false;
-  const int64_t B = int64_t(b.seqs.size());
-  if (B > kGraphBuckets[std::size(kGraphBuckets) - 1] || B > opts_.max_step_seqs) return false;
-  for (const auto& s : b.seqs)
-    if (s.num_tokens != 1 || !s.sample || b.params[size_t(s.params_index)].uses_penalties() ||
-        s.num_banned > 0)
-      return false;
-  return true;
-}
-
-// A decode step replays the graph captured for its batch bucket and its sampler (arg-max or the GPU
-// sampler): the metadata and sampling parameters are uploaded to the same addresses, padding tokens and
-// decode slots are inert (the plan marks them -1, the sampler's padding rows are greedy), and every grid
-// depends only on the bucket. The first step of a bucket runs eagerly (algorithm selection, lazy
-// initialisation), then is captured.
-StepOutput CudaBackend::forward_graph(const StepBatch& b) {
-  const int64_t B = int64_t(b.seqs.size());
-  int bucket = 0;
-  for (int x : kGraphBuckets)
-    if (x >= B) {
-      bucket = x;
-      break;
-    }
-  bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens}));
-  const bool sampler = !plain_greedy(b);
-  std::vector<int32_t> tokens = b.tokens, rows(size_t(bucket), 0);
-  tokens.resize(size_t(bucket), 0);
-  for (int64_t i = 0; i < B; ++i) rows[size_t(i)] = b.seqs[size_t(i)].token_begin;
-  attn::PlanOptions po = plan_options();
-  po.token_bucket = po.seq_bucket = po.decode_bucket = bucket;
-  po.decode_splits =
-      std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
-  const StepMeta m = upload_step(tokens, b, rows, po);
-  if (sampler) sampler_->upload(b, stream_, bucket);
-  const int key = bucket * 2 + (sampler ? 1 : 0);
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
-    decode_body(m, bucket, sampler);
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ORCHID_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    decode_body(m, bucket, sampler);
-    ORCHID_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
-    it = graphs_.emplace(key, exec).first;
-  }
-  ORCHID_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-  StepOutput out;
-  if (sampler) {
-    sampler_->download(stream_);
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    out.samples = sampler_->results();
-    return out;
-  }
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
-  ORCHID_CUDA_CHECK(
-      cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
-  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < B; ++i) {
-    SampledToken st;
-    st.token = h_ids_[i];
-    st.logprob = h_logprobs_[i];
-    out.samples.push_back(st);
-  }
-  return out;
-}
-
 StepOutput CudaBackend::forward(const StepBatch& b) {
   validate(b);
-  const auto& c = config_;
-  const int64_t T = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
   StepOutput out;
-  if (T == 0) return out;
-  std::vector<int32_t> rows;  // token rows whose logits are needed: sampled positions first
-  for (const auto& s : b.seqs)
-    if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
-  const size_t n_sampled = rows.size();
-  if (b.logits == LogitsMode::kAll)
-    for (int32_t t = 0; t < T; ++t) rows.push_back(t);
-  if (graphable(b)) return forward_graph(b);
-  const StepMeta m = upload_step(b.tokens, b, rows, plan_options());
-  const int32_t* d_rows = m.rows;
-  kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
-  for (int64_t l = 0; l < c.num_layers; ++l) layer(l, m, T);
-
-  // Sampled rows: a plain greedy step takes the arg-max kernel; anything else (temperature, top-k/p, min-p,
-  // penalties, banned tokens, logprobs) the GPU sampler. Raw logits, when asked for, are copied out first
-  // because the sampler applies penalties in place.
-  if (n_sampled > 0) {
-    compute_logits(d_rows, int64_t(n_sampled));
-    std::vector<float> host_logits;
-    if (b.logits == LogitsMode::kSampled) {
-      host_logits.resize(n_sampled * size_t(V));
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4,
-                                        cudaMemcpyDeviceToHost, stream_));
-    }
-    const bool greedy = plain_greedy(b);
-    if (greedy) {
-      kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
-      ORCHID_CUDA_CHECK(
-          cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
-    } else {
-      sampler_->upload(b, stream_);
-      sampler_->enqueue(logits_, stream_);
-      sampler_->download(stream_);
-    }
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (greedy) {
-      for (size_t k = 0; k < n_sampled; ++k) {
-        SampledToken st;
-        st.token = h_ids_[k];
-        st.logprob = h_logprobs_[k];
-        out.samples.push_back(st);
-      }
-    } else {
-      out.samples = sampler_->results();
-    }
-    if (b.logits == LogitsMode::kSampled) {
-      out.logits = std::move(host_logits);
-      out.logits_rows = int64_t(n_sampled);
-    }
-  }
-  if (b.logits == LogitsMode::kAll) {  // every position, in passes of at most logits_rows_cap_ rows
-    out.logits.resize(size_t(T * V));
-    for (int64_t r0 = 0; r0 < T; r0 += logits_rows_cap_) {
-      const int64_t n = std::min(logits_rows_cap_, T - r0);
-      compute_logits(d_rows + n_sampled + r0, n);
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + r0 * V, logits_, size_t(n * V) * 4,
-                                        cudaMemcpyDeviceToHost, stream_));
-    }
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    out.logits_rows = T;
-  }
-  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  on_ranks([&](CudaRank& r) {
+    StepOutput mine = r.forward(b);
+    if (&r == ranks_[0].get()) out = std::move(mine);
+  });
   return out;
+}
+
+std::vector<float> CudaBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                                          std::vector<int32_t>* topk) {
+  if (layer < 0 || layer >= config_.num_layers)
+    fail("layer {} is outside [0, {})", layer, config_.num_layers);
+  ORCHID_CHECK(int64_t(x.size()) == n * config_.hidden_size);
+  validate(single_sequence_batch(spec_, int32_t(n)));
+  std::vector<float> y;
+  on_ranks([&](CudaRank& r) {
+    std::vector<int32_t> chosen;
+    std::vector<float> mine = r.run_layer(layer, x, n, topk ? &chosen : nullptr);
+    if (&r == ranks_[0].get()) {
+      y = std::move(mine);
+      if (topk) *topk = std::move(chosen);
+    }
+  });
+  return y;
 }
 
 }  // namespace orchid::runtime::cuda

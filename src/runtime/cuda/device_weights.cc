@@ -27,8 +27,8 @@ int64_t round_up(int64_t v, int64_t m) {
 struct ExpertBytes {
   size_t w1 = 0, w1_scale = 0, w2 = 0, w2_scale = 0;
 };
-ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f) {
-  const size_t E = size_t(c.num_experts), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
+ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f, int64_t experts) {
+  const size_t E = size_t(experts), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
   ExpertBytes b;
   switch (f) {
     case kernels::MoeWeights::kMxfp4:
@@ -53,11 +53,14 @@ ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f) {
   return b;
 }
 
-// Where a tensor's bytes come from: the mapped checkpoint or the synthetic generator (on the GPU).
+// Where a tensor's bytes come from: the mapped checkpoint or the synthetic generator (on the GPU). A rank
+// reads only its slice (model/parallel.h) of what is split along the first dimension; a column slice (the
+// row-parallel O projection) is taken on the device from the whole tensor.
 class TensorSource {
  public:
-  TensorSource(const model::ModelRef& ref, const model::ModelConfig& c, cudaStream_t stream)
-      : ref_(ref), stream_(stream) {
+  TensorSource(const model::ModelRef& ref, const model::ModelConfig& c, const model::RankShard& shard,
+               cudaStream_t stream)
+      : ref_(ref), config_(c), shard_(shard), stream_(stream) {
     if (!ref.synthetic) {
       ck_ = io::Checkpoint::open_dir(ref.dir);
       model::validate_checkpoint(ck_, model::gpt_oss_manifest(c));
@@ -83,11 +86,46 @@ class TensorSource {
     return n;
   }
 
-  // Copies the tensor's stored bytes to `dst` (device).
-  void fetch(const std::string& name, void* dst) {
+  // This rank's part of the tensor.
+  model::TensorSlice slice(const std::string& name) const {
+    return shard_.slice_of(specs_.at(name), config_);
+  }
+  int64_t slice_numel(const std::string& name) const {
+    const model::TensorSlice sl = slice(name);
+    if (sl.replicated()) return numel(name);
+    return numel(name) / specs_.at(name).shape[size_t(sl.dim)] * (sl.end - sl.begin);
+  }
+
+  // Copies this rank's slice of the tensor's stored bytes to `dst` (device), packed. A column slice goes
+  // through `scratch` (device, the whole tensor's bytes).
+  void fetch(const std::string& name, void* dst, void* scratch = nullptr) {
+    const model::TensorSlice sl = slice(name);
+    const auto& shape = specs_.at(name).shape;
+    if (sl.replicated() || (sl.begin == 0 && sl.end == shape[size_t(sl.dim)]))
+      return fetch_range(name, 0, numel(name), dst);
+    const int64_t inner = numel(name) / shape[0];  // elements per index of the first dimension
+    if (sl.dim == 0) return fetch_range(name, sl.begin * inner, (sl.end - sl.begin) * inner, dst);
+    ORCHID_CHECK(sl.dim == 1 && shape.size() == 2 && scratch != nullptr, "tensor '{}': slice along dim {}",
+                 name, sl.dim);
+    fetch_range(name, 0, numel(name), scratch);
+    const size_t es = dtype_size(dtype(name));
+    const size_t width = size_t(sl.end - sl.begin) * es, pitch = size_t(shape[1]) * es;
+    ORCHID_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, static_cast<uint8_t*>(scratch) + size_t(sl.begin) * es,
+                                        pitch, width, size_t(shape[0]), cudaMemcpyDeviceToDevice, stream_));
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `scratch` is reused by the next tensor
+  }
+
+  void finish() {
+    if (uploader_) uploader_->finish();
+  }
+
+ private:
+  // Elements [begin, begin + count) of the tensor as stored, to `dst`.
+  void fetch_range(const std::string& name, int64_t begin, int64_t count, void* dst) {
     if (!ref_.synthetic) {
       const auto& t = ck_.get(name);
-      uploader_->upload(dst, t.data, t.nbytes);
+      const size_t es = dtype_size(t.dtype);
+      uploader_->upload(dst, static_cast<const uint8_t*>(t.data) + size_t(begin) * es, size_t(count) * es);
       return;
     }
     const auto& spec = specs_.at(name);
@@ -99,15 +137,12 @@ class TensorSource {
     f.kind = d.kind == model::SyntheticDistribution::kBytes    ? kernels::SyntheticFillKind::kBytes
              : d.kind == model::SyntheticDistribution::kScales ? kernels::SyntheticFillKind::kScales
                                                                : kernels::SyntheticFillKind::kNormalBf16;
-    kernels::synthetic_fill(f, 0, numel(name), dst, stream_);
+    kernels::synthetic_fill(f, begin, count, dst, stream_);
   }
 
-  void finish() {
-    if (uploader_) uploader_->finish();
-  }
-
- private:
   model::ModelRef ref_;
+  model::ModelConfig config_;
+  model::RankShard shard_;
   cudaStream_t stream_;
   io::Checkpoint ck_;
   std::map<std::string, model::TensorSpec> specs_;
@@ -123,22 +158,28 @@ kernels::MoeWeights parse_weight_format(const std::string& name) {
   fail("--weights: unknown format '{}' (expected fp8, mxfp4 or bf16)", name);
 }
 
-size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format) {
-  const size_t H = size_t(c.hidden_size), V = size_t(c.vocab_size), E = size_t(c.num_experts);
-  const size_t qkv = size_t(c.q_dim() + 2 * c.kv_dim()), I = size_t(c.intermediate_size);
-  size_t total = arena_bytes(V * H * 2) * (c.tie_word_embeddings ? 1 : 2) + arena_bytes(H * 4);
-  const ExpertBytes eb = expert_bytes(c, format);
-  const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(c.num_heads) * 4) +
-                           arena_bytes(qkv * H * 2) + arena_bytes(qkv * 4) +
-                           arena_bytes(H * size_t(c.q_dim()) * 2) + arena_bytes(H * 2) + arena_bytes(H * 4) +
-                           arena_bytes(E * H * 2) + arena_bytes(E * 4) + arena_bytes(E * 2 * I * 2) +
-                           arena_bytes(E * H * 2) + arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) +
-                           arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
+size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format,
+                                   const model::RankShard& shard) {
+  const size_t H = size_t(c.hidden_size), V = size_t(c.vocab_size), E = size_t(shard.num_experts());
+  const size_t Ef = size_t(c.num_experts);
+  const size_t Vl = size_t(shard.vocab_end - shard.vocab_begin), d = size_t(c.head_dim);
+  const size_t q_dim = size_t(shard.num_q_heads()) * d, kv_dim = size_t(shard.num_kv_heads()) * d;
+  const size_t qkv = q_dim + 2 * kv_dim, I = size_t(c.intermediate_size);
+  size_t total =
+      arena_bytes(V * H * 2) + (c.tie_word_embeddings ? 0 : arena_bytes(Vl * H * 2)) + arena_bytes(H * 4);
+  const ExpertBytes eb = expert_bytes(c, format, int64_t(E));
+  const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(shard.num_q_heads()) * 4) +
+                           arena_bytes(qkv * H * 2) + arena_bytes(qkv * 4) + arena_bytes(H * q_dim * 2) +
+                           arena_bytes(H * 2) + arena_bytes(H * 4) + arena_bytes(Ef * H * 2) +
+                           arena_bytes(Ef * 4) +  // the router scores every expert
+                           arena_bytes(E * 2 * I * 2) + arena_bytes(E * H * 2) + arena_bytes(eb.w1) +
+                           arena_bytes(eb.w1_scale) + arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
   return total + per_layer * size_t(c.num_layers);
 }
 
 DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::ModelConfig& c,
-                                  kernels::MoeWeights format, cudaStream_t stream) {
+                                  kernels::MoeWeights format, cudaStream_t stream,
+                                  const model::RankShard& shard) {
   if (!c.experts_mxfp4)
     fail(
         "{}: the CUDA backend loads MXFP4 expert checkpoints (the official layout); this one stores dense "
@@ -148,40 +189,46 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   const auto t0 = std::chrono::steady_clock::now();
   DeviceWeights w;
   w.format = format;
-  const size_t need = bytes_needed(c, format);
+  const size_t need = bytes_needed(c, format, shard);
   w.arena = DeviceArena(need, "weights");
-  TensorSource src(ref, c, stream);
+  TensorSource src(ref, c, shard, stream);
 
   // Staging for conversions: the largest tensor that is not stored as the kernels take it.
   size_t staging_bytes = 0;
   for (const auto& s : model::gpt_oss_manifest(c)) staging_bytes = std::max(staging_bytes, src.bytes(s.name));
   const size_t H = size_t(c.hidden_size), E = size_t(c.num_experts), I = size_t(c.intermediate_size);
   staging_bytes = std::max(staging_bytes, size_t(E * 2 * I * H / 32));  // blocks and scales side by side
-  DeviceBuffer staging(staging_bytes + arena_bytes(E * 2 * I * H / 32) + 256, "weight staging");
+  // Column slices (the O projection) are cut from the whole tensor in a second region.
+  const size_t column_bytes = src.bytes(fmt::format("model.layers.{}.self_attn.o_proj.weight", 0));
+  DeviceBuffer staging(staging_bytes + arena_bytes(E * 2 * I * H / 32) + 512 + arena_bytes(column_bytes),
+                       "weight staging");
   uint8_t* stage = staging.data();
+  uint8_t* column_stage = stage + arena_bytes(staging_bytes + arena_bytes(E * 2 * I * H / 32) + 256);
 
   // A vector as fp32.
+  // This rank's slice of a vector (or matrix) as fp32.
   auto f32 = [&](const std::string& name, float* dst = nullptr) {
-    if (!dst) dst = w.arena.take<float>(size_t(src.numel(name)));
+    if (!dst) dst = w.arena.take<float>(size_t(src.slice_numel(name)));
     if (src.dtype(name) == DType::kF32) {
-      src.fetch(name, dst);
+      src.fetch(name, dst, column_stage);
     } else if (src.dtype(name) == DType::kBF16) {
-      src.fetch(name, stage);
-      kernels::ops::bf16_to_f32(reinterpret_cast<const __nv_bfloat16*>(stage), dst, src.numel(name), stream);
+      src.fetch(name, stage, column_stage);
+      kernels::ops::bf16_to_f32(reinterpret_cast<const __nv_bfloat16*>(stage), dst, src.slice_numel(name),
+                                stream);
     } else {
       fail("{}: tensor '{}' must be BF16 or F32 for the CUDA backend", c.name, name);
     }
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));  // `stage` is reused by the next tensor
     return dst;
   };
-  // A tensor as bf16, into `dst` (default: a fresh arena slice).
+  // This rank's slice of a tensor as bf16, into `dst` (default: a fresh arena slice).
   auto bf16 = [&](const std::string& name, __nv_bfloat16* dst = nullptr) {
-    if (!dst) dst = w.arena.take<__nv_bfloat16>(size_t(src.numel(name)));
+    if (!dst) dst = w.arena.take<__nv_bfloat16>(size_t(src.slice_numel(name)));
     if (src.dtype(name) == DType::kBF16) {
-      src.fetch(name, dst);
+      src.fetch(name, dst, column_stage);
     } else if (src.dtype(name) == DType::kF32) {
-      src.fetch(name, stage);
-      kernels::ops::f32_to_bf16(reinterpret_cast<const float*>(stage), dst, src.numel(name), stream);
+      src.fetch(name, stage, column_stage);
+      kernels::ops::f32_to_bf16(reinterpret_cast<const float*>(stage), dst, src.slice_numel(name), stream);
       ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
     } else {
       fail("{}: tensor '{}' must be BF16 or F32 for the CUDA backend", c.name, name);
@@ -190,9 +237,11 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   };
 
   w.embedding = bf16("model.embed_tokens.weight");
-  w.lm_head = c.tie_word_embeddings ? w.embedding : bf16("lm_head.weight");
+  // Tied embeddings: this rank's vocabulary rows of the (replicated) embedding.
+  w.lm_head = c.tie_word_embeddings ? w.embedding + size_t(shard.vocab_begin) * H : bf16("lm_head.weight");
   w.final_norm = f32("model.norm.weight");
-  const ExpertBytes eb = expert_bytes(c, format);
+  const int64_t El = shard.num_experts();
+  const ExpertBytes eb = expert_bytes(c, format, El);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     DeviceLayer L;
@@ -200,7 +249,8 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
     L.post_norm = f32(p + "post_attention_layernorm.weight");
     L.sinks = f32(p + "self_attn.sinks");
     // Fused QKV: the q, k and v rows back to back, so one GEMM produces [T, q_dim + 2 kv_dim].
-    const size_t q_rows = size_t(c.q_dim()), kv_rows = size_t(c.kv_dim());
+    const size_t q_rows = size_t(shard.num_q_heads() * c.head_dim),
+                 kv_rows = size_t(shard.num_kv_heads() * c.head_dim);
     L.qkv_w = w.arena.take<__nv_bfloat16>((q_rows + 2 * kv_rows) * H);
     bf16(p + "self_attn.q_proj.weight", L.qkv_w);
     bf16(p + "self_attn.k_proj.weight", L.qkv_w + q_rows * H);
@@ -239,13 +289,13 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
         continue;
       }
       uint8_t* sb = stage;
-      uint8_t* ss = stage + arena_bytes(src.bytes(blocks));
+      uint8_t* ss = stage + arena_bytes(src.bytes(blocks));  // room for every expert's blocks
       src.fetch(blocks, sb);
       src.fetch(scales, ss);
       if (format == kernels::MoeWeights::kBf16) {
-        kernels::mxfp4_to_bf16(sb, ss, int(E), m.n, m.k, m.q, stream);
+        kernels::mxfp4_to_bf16(sb, ss, int(El), m.n, m.k, m.q, stream);
       } else {
-        kernels::mxfp4_to_fp8_block(sb, ss, int(E), m.n, m.k, kernels::Fp8ScaleRule::kPow2, m.q,
+        kernels::mxfp4_to_fp8_block(sb, ss, int(El), m.n, m.k, kernels::Fp8ScaleRule::kPow2, m.q,
                                     reinterpret_cast<float*>(m.s), nullptr, stream);
       }
       ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));

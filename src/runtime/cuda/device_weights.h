@@ -16,6 +16,7 @@
 
 #include "kernels/moe/moe_layer.h"
 #include "model/loader.h"
+#include "model/parallel.h"
 #include "runtime/cuda/device_memory.h"
 
 namespace orchid::runtime::cuda {
@@ -40,11 +41,13 @@ struct DeviceWeights {
   DeviceArena arena;
   kernels::MoeWeights format = kernels::MoeWeights::kMxfp4;
 
-  // Bytes the arena needs for a model in a format (checked against free memory before anything is loaded).
-  static size_t bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format);
-  // `ref` is a directory or synthetic model; config already validated.
+  // Bytes the arena needs for a rank's shard in a format (checked before anything is loaded).
+  static size_t bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format,
+                             const model::RankShard& shard);
+  // This rank's shard (model/parallel.h): its heads' QKV rows, sinks and O columns, its experts, its
+  // vocabulary rows of lm_head; the rest whole. `ref` is a directory or synthetic model; config validated.
   static DeviceWeights load(const model::ModelRef& ref, const model::ModelConfig& c,
-                            kernels::MoeWeights format, cudaStream_t stream);
+                            kernels::MoeWeights format, cudaStream_t stream, const model::RankShard& shard);
 };
 
 kernels::MoeWeights parse_weight_format(const std::string& name);  // fp8 | mxfp4 | bf16

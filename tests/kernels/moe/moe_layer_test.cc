@@ -510,3 +510,148 @@ TEST(MoeLayerSplitRouter, RoutesTheFp32Input) {
 
 }  // namespace
 }  // namespace orchid::kernels
+
+namespace orchid::kernels {
+namespace {
+
+// Expert parallelism: each rank of EP2/EP4/EP8 runs moe_forward on its experts' slices of the weights with
+// MoeConfig::local and stores its part; the parts summed over the ranks give the whole block (every expert on
+// one rank), on each path of each format. The ranks compute the same rows of the same experts, so the only
+// difference is the fp32 summation order of the k terms (parts first): bounds of fp32 rounding.
+struct EpCase {
+  const char* name;
+  MoeWeights weights;
+  int tokens;
+  int stream_max = 64, tiled_max = 0;
+};
+
+class MoeLayerExpertParallelTest : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(MoeLayerExpertParallelTest, PartsSumToTheWholeBlock) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const EpCase c = GetParam();
+  MoeConfig cfg;
+  cfg.experts = 32;
+  cfg.hidden = 128;
+  cfg.inter = 96;
+  cfg.weights = c.weights;
+  cfg.max_tokens = c.tokens;
+  cfg.mxfp4_stream_max_tokens = c.stream_max;
+  cfg.mxfp4_tiled_max_tokens = c.tiled_max;
+  const int T = c.tokens, E = cfg.experts, H = cfg.hidden, I = cfg.inter;
+  const int Hp = round_up_128(H), Ip = round_up_128(I);
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name));
+  std::vector<uint8_t> w1b(size_t(E) * 2 * I * H / 2), w1s(size_t(E) * 2 * I * H / 32);
+  std::vector<uint8_t> w2b(size_t(E) * H * I / 2), w2s(size_t(E) * H * I / 32);
+  for (auto* v : {&w1b, &w2b})
+    for (auto& b : *v) b = uint8_t(rng());
+  std::uniform_int_distribution<int> sc(117, 121);
+  for (auto* v : {&w1s, &w2s})
+    for (auto& s : *v) s = uint8_t(sc(rng));
+  DeviceBuffer<uint8_t> d_w1b, d_w1s, d_w2b, d_w2s;
+  DeviceBuffer<uint16_t> d_wr, d_b1, d_b2, d_h;
+  DeviceBuffer<float> d_br;
+  d_w1b.upload(w1b);
+  d_w1s.upload(w1s);
+  d_w2b.upload(w2b);
+  d_w2s.upload(w2s);
+  d_wr.upload(orchid::testing::random_bf16(rng, size_t(E) * H, 0.05f));
+  d_br.upload(orchid::testing::bf16_to_floats(orchid::testing::random_bf16(rng, size_t(E), 0.5f)));
+  d_b1.upload(orchid::testing::random_bf16(rng, size_t(E) * 2 * I, 0.5f));
+  d_b2.upload(orchid::testing::random_bf16(rng, size_t(E) * H, 0.1f));
+  d_h.upload(orchid::testing::random_bf16(rng, size_t(T) * H, 1.0f));
+
+  // Bytes per expert of each expert tensor in the format, and the whole tensors.
+  size_t e_w1 = size_t(2) * I * H / 2, e_w1s = size_t(2) * I * H / 32, e_w2 = size_t(H) * I / 2,
+         e_w2s = size_t(H) * I / 32;
+  DeviceBuffer<uint16_t> w1_16, w2_16;
+  DeviceBuffer<uint8_t> w1_8, w2_8;
+  DeviceBuffer<float> w1_8s, w2_8s;
+  const uint8_t *w1 = d_w1b.get(), *w1s_p = d_w1s.get(), *w2 = d_w2b.get(), *w2s_p = d_w2s.get();
+  if (c.weights == MoeWeights::kBf16) {
+    w1_16.resize(size_t(E) * 2 * I * H);
+    w2_16.resize(size_t(E) * H * I);
+    mxfp4_to_bf16(d_w1b.get(), d_w1s.get(), E, 2 * I, H, w1_16.get(), nullptr);
+    mxfp4_to_bf16(d_w2b.get(), d_w2s.get(), E, H, I, w2_16.get(), nullptr);
+    w1 = reinterpret_cast<const uint8_t*>(w1_16.get());
+    w2 = reinterpret_cast<const uint8_t*>(w2_16.get());
+    w1s_p = w2s_p = nullptr;
+    e_w1 = size_t(2) * I * H * 2;
+    e_w2 = size_t(H) * I * 2;
+    e_w1s = e_w2s = 0;
+  } else if (c.weights == MoeWeights::kFp8) {
+    const size_t s1 = size_t((2 * I + 127) / 128) * (Hp / 128), s2 = size_t((H + 127) / 128) * (Ip / 128);
+    w1_8.resize(size_t(E) * 2 * I * Hp);
+    w1_8s.resize(size_t(E) * s1);
+    w2_8.resize(size_t(E) * H * Ip);
+    w2_8s.resize(size_t(E) * s2);
+    mxfp4_to_fp8_block(d_w1b.get(), d_w1s.get(), E, 2 * I, H, Fp8ScaleRule::kPow2, w1_8.get(), w1_8s.get(),
+                       nullptr, nullptr);
+    mxfp4_to_fp8_block(d_w2b.get(), d_w2s.get(), E, H, I, Fp8ScaleRule::kPow2, w2_8.get(), w2_8s.get(),
+                       nullptr, nullptr);
+    w1 = w1_8.get();
+    w2 = w2_8.get();
+    w1s_p = reinterpret_cast<const uint8_t*>(w1_8s.get());
+    w2s_p = reinterpret_cast<const uint8_t*>(w2_8s.get());
+    e_w1 = size_t(2) * I * Hp;
+    e_w2 = size_t(H) * Ip;
+    e_w1s = s1 * 4;
+    e_w2s = s2 * 4;
+  }
+  // The layer weights of the experts [begin, begin + count): views into the whole tensors.
+  auto shard = [&](int begin) {
+    MoeLayerWeights w;
+    w.router_w = d_wr.get();
+    w.router_b = d_br.get();
+    w.w1 = w1 + size_t(begin) * e_w1;
+    w.w2 = w2 + size_t(begin) * e_w2;
+    w.w1_scale = w1s_p ? w1s_p + size_t(begin) * e_w1s : nullptr;
+    w.w2_scale = w2s_p ? w2s_p + size_t(begin) * e_w2s : nullptr;
+    w.b1 = d_b1.get() + size_t(begin) * 2 * I;
+    w.b2 = d_b2.get() + size_t(begin) * H;
+    return w;
+  };
+  DeviceBuffer<uint8_t> gemm_ws(DenseGemm::kRecommendedWorkspace);
+  DenseGemm router(gemm_ws.get(), gemm_ws.size());
+  DeviceBuffer<float> d_x(size_t(T) * H);
+  DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
+  orchid::testing::poison(d_x);
+  moe_forward(cfg, shard(0), d_h.get(), d_x.get(), T, router, ws.get(), nullptr, false,
+              MoeOutput::kStorePart);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const auto whole = d_x.download();
+  const std::vector<double> want(whole.begin(), whole.end());
+  double rms = 0;
+  for (double v : want) rms += v * v;
+  rms = std::sqrt(rms / double(want.size()));
+  ASSERT_GT(rms, 0.0);
+  for (int ep : {2, 4, 8}) {
+    MoeConfig rc = cfg;
+    std::vector<float> sum(size_t(T) * H, 0.0f);
+    for (int begin = 0; begin < E; begin += E / ep) {
+      rc.local = MoeExpertRange{begin, E / ep};
+      DeviceBuffer<uint8_t> rws(moe_workspace_bytes(rc));
+      orchid::testing::poison(rws);
+      orchid::testing::poison(d_x);
+      moe_forward(rc, shard(begin), d_h.get(), d_x.get(), T, router, rws.get(), nullptr, false,
+                  MoeOutput::kStorePart);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      const auto part = d_x.download();
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    const auto cmp = orchid::testing::compare(sum, want, 1e-5 * rms, 1e-5);
+    EXPECT_TRUE(cmp.ok(1e-6)) << c.name << " EP" << ep << ": " << cmp.summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, MoeLayerExpertParallelTest,
+                         ::testing::Values(EpCase{"ep_bf16_t37", MoeWeights::kBf16, 37},
+                                           EpCase{"ep_fp8_t37", MoeWeights::kFp8, 37},
+                                           EpCase{"ep_mxfp4_stream_t3", MoeWeights::kMxfp4, 3},
+                                           EpCase{"ep_mxfp4_tiled_t70", MoeWeights::kMxfp4, 70, 0, kTiled},
+                                           EpCase{"ep_mxfp4_via_fp8_t70", MoeWeights::kMxfp4, 70, 0, 0},
+                                           EpCase{"ep_mxfp4_tiled_t300", MoeWeights::kMxfp4, 300, 0, kTiled}),
+                         [](const ::testing::TestParamInfo<EpCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace orchid::kernels

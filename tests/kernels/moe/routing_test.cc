@@ -193,6 +193,62 @@ TEST_P(RouteTest, SplitLogitsRouteLikeTheirSum) {
   EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
 }
 
+// Expert parallelism: with a range [begin, begin + count) the rows of the local experts come first, grouped
+// by local id, then every other expert's rows as one extra group; the reference is the full permutation over
+// those keys (local ids, then one key for the rest), with row_expert 0 and no slot for the rest, and active
+// listing local experts only. Every EP2/EP4/EP8 range, on both routing paths.
+TEST_P(RouteTest, ExpertRangesGroupTheLocalRows) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const RouteCase c = GetParam();
+  std::mt19937_64 rng(orchid::testing::named_seed(c.name) + 2);
+  const int items = c.tokens * c.top_k;
+  std::vector<float> logits(size_t(c.tokens) * c.experts);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (auto& v : logits) v = nd(rng);
+  std::vector<int> ri(items);
+  std::vector<float> rw(items);
+  orchid::ref::topk_softmax(logits.data(), c.tokens, c.experts, c.top_k, ri.data(), rw.data());
+  DeviceBuffer<float> dl, dw(items);
+  DeviceBuffer<int> di(items), off(c.experts + 1), rt(items), re(items), sr(items), act(c.experts), nact(1);
+  DeviceBuffer<uint8_t> scratch(moe_permute_scratch_bytes(c.tokens, c.experts, c.top_k));
+  dl.upload(logits);
+  for (int ep : {2, 4, 8}) {
+    const int count = c.experts / ep;
+    for (int begin = 0; begin < c.experts; begin += count) {
+      std::vector<int> keys(items);
+      for (int i = 0; i < items; ++i)
+        keys[size_t(i)] =
+            ri[size_t(i)] >= begin && ri[size_t(i)] < begin + count ? ri[size_t(i)] - begin : count;
+      auto ref = orchid::ref::permute(keys.data(), c.tokens, count + 1, c.top_k);
+      const int local_rows = ref.offsets[size_t(count)];
+      for (int row = local_rows; row < items; ++row) ref.row_expert[size_t(row)] = 0;
+      for (int i = 0; i < items; ++i)
+        if (keys[size_t(i)] == count) ref.slot_row[size_t(i)] = -1;
+      if (!ref.active.empty() && ref.active.back() == count) ref.active.pop_back();
+      for (auto* b : {&di, &off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
+      MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
+      moe_route(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr,
+                nullptr, nullptr, MoeExpertRange{begin, count});
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      const std::string n = std::string(c.name) + " EP" + std::to_string(ep) + " experts [" +
+                            std::to_string(begin) + ", " + std::to_string(begin + count) + ")" +
+                            (items <= kFusedRouteMaxItems ? " (fused)" : " (general)");
+      EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
+      auto got_off = off.download();
+      got_off.resize(size_t(count) + 2);
+      EXPECT_TRUE(orchid::testing::check_exact((n + " offsets").c_str(), got_off, ref.offsets));
+      EXPECT_TRUE(orchid::testing::check_exact((n + " row_token").c_str(), rt.download(), ref.row_token));
+      EXPECT_TRUE(orchid::testing::check_exact((n + " row_expert").c_str(), re.download(), ref.row_expert));
+      EXPECT_TRUE(orchid::testing::check_exact((n + " slot_row").c_str(), sr.download(), ref.slot_row));
+      std::vector<int> got_active = act.download(), ref_active = ref.active;
+      got_active.resize(size_t(count));
+      ref_active.resize(size_t(count), -1);
+      EXPECT_TRUE(orchid::testing::check_exact((n + " active").c_str(), got_active, ref_active));
+      EXPECT_EQ(nact.download()[0], int(ref.active.size())) << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, RouteTest,
     ::testing::Values(RouteCase{"t1_e32", 1, 32, 4}, RouteCase{"t7_e128", 7, 128, 4},

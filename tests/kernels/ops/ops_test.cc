@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -75,6 +76,36 @@ TEST_F(Ops, Conversions) {
   bf16_to_f32(reinterpret_cast<const __nv_bfloat16*>(db.p), back.p, n, nullptr);
   auto r = back.get(size_t(n));
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(r[size_t(i)], bf16_to_float(b[size_t(i)]));
+}
+
+// The sums behind the collectives of ranks sharing a device: the exact fp32 order (bitwise), and add_f32.
+TEST_F(Ops, SumInRankOrderAndAdd) {
+  const int64_t n = 1000003;
+  std::normal_distribution<float> nd(0, 3);
+  for (int count : {1, 2, 3, 8, 16}) {
+    std::vector<std::vector<float>> host(static_cast<size_t>(count),
+                                         std::vector<float>(static_cast<size_t>(n)));
+    std::vector<std::unique_ptr<Dev<float>>> dev;
+    SumSources src{};
+    for (int r = 0; r < count; ++r) {
+      for (auto& v : host[size_t(r)]) v = nd(rng);
+      dev.push_back(std::make_unique<Dev<float>>(host[size_t(r)]));
+      src.p[r] = dev.back()->p;
+    }
+    Dev<float> out(static_cast<size_t>(n));
+    sum_f32(src, count, n, out.p, nullptr);
+    const auto got = out.get(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float want = host[0][size_t(i)];
+      for (int r = 1; r < count; ++r) want += host[size_t(r)][size_t(i)];
+      ASSERT_EQ(got[size_t(i)], want) << count << " buffers, element " << i;
+    }
+    if (count == 2) {
+      add_f32(dev[0]->p, dev[1]->p, n, nullptr);
+      const auto x = dev[0]->get(size_t(n));
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[size_t(i)], host[0][size_t(i)] + host[1][size_t(i)]) << i;
+    }
+  }
 }
 
 TEST_F(Ops, GreedyPickWithTiesAndLogprob) {

@@ -1,0 +1,32 @@
+// Options of the CUDA backend (the CLI's flags map onto these: cli/backend_options.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/parallel.h"
+
+namespace orchid::runtime::cuda {
+
+struct CudaBackendOptions {
+  std::string weights = "mxfp4";  // expert format: mxfp4 | fp8 | bf16
+  int32_t page_size = 16;
+  int32_t max_step_tokens = 16384;  // --max-num-batched-tokens
+  int32_t max_step_seqs = 256;      // --max-num-seqs
+  int64_t max_model_len = 131072;   // page-table capacity per sequence
+  double gpu_memory_utilization = 0.90;
+  int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
+  // Replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off).
+  bool cuda_graphs = true;
+  // Routing as an fp32 model would route (cuda_rank.h); --bf16-routing turns it off.
+  bool precise_routing = true;
+  // Tensor and expert parallelism over the ranks (model/parallel.h); DP runs separate engines.
+  model::ParallelConfig parallel;
+  // Every rank on the current GPU, collectives in-process (tests of the parallel code on one GPU); otherwise
+  // rank r on GPU r with NCCL.
+  bool share_device = false;
+  // Collectives through NCCL even for one rank (tests of the NCCL path on one GPU).
+  bool force_nccl = false;
+};
+
+}  // namespace orchid::runtime::cuda

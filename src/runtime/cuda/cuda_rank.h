@@ -1,0 +1,154 @@
+// One rank of the CUDA backend (the per-GPU executor): its shard of the weights (model/parallel.h), its KV
+// heads' pools, a fixed workspace, a stream and its decode graphs. The model's forward is written once, over
+// "a rank's shard", with the collectives where the split needs them; CudaBackend (cuda_backend.h) is the
+// Backend face over the ranks. With one rank (one GPU, the default) no collective runs and the step is what
+// it always was: a step uploads its metadata in one copy, runs every layer without host synchronisation,
+// and synchronises once to return the sampled ids.
+//
+// Per layer (x: fp32 residual stream [T, H], replicated on every rank):
+//   h = rmsnorm(x)                 -> qkv = h Wqkv^T (this rank's heads)  -> bias + YaRN RoPE, K/V into pages
+//   attn = sink attention over this rank's heads (prefill tiles + split-KV decode)
+//   o = attn Wo^T (+ bo on TP rank 0)   [TP > 1: fp32 partial sums, all-reduce over the TP group]
+//   h = rmsnorm(x += o)            -> MoE(h): router over every expert, this rank's experts computed
+//                                     [EP > 1: each rank stores its part, all-reduce over the EP group, x +=]
+// Final norm and lm_head (this rank's vocabulary rows; TP > 1: all-gather of the logits) run only on the
+// rows that need logits; rank 0 samples.
+//
+// Precise routing (default; --bf16-routing turns it off). A token whose 4th and 5th router logits are close
+// flips an expert on the smallest rounding, and one flipped expert outweighs every other error of the layer
+// (bench/RESULTS.md: the layer error vs fp32 is 7-10x below transformers' BF16 on tokens routed alike).
+// So (1) every layer's post-attention norm writes its output as two BF16 halves (hi + lo, 16 significant
+// bits): the experts read hi, the router one GEMM over hi and lo rows; (2) layer 0, where the residual is
+// the bare embedding and BF16 attention alone moves router logits by 2-5e-2, runs its attention block above
+// BF16 (precise_layer(): split-input fp32 QKV and O projections, fp32 RoPE, fp32 KV pages, fp32 attention,
+// precise_attention.h). Cost, measured: about 2% of prefill, 1% of decode.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention_plan.h"
+#include "kernels/attention/rope_kv_write.h"
+#include "kernels/gemm/dense_gemm.h"
+#include "kernels/moe/moe_layer.h"
+#include "model/loader.h"
+#include "model/parallel.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/cuda_backend_options.h"
+#include "runtime/cuda/device_communicator.h"
+#include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/device_weights.h"
+#include "runtime/cuda/gpu_sampler.h"
+
+namespace orchid::runtime::cuda {
+
+struct CudaRankSetup {
+  model::ModelRef ref;
+  model::ModelConfig config;  // the whole model
+  model::RankShard shard;     // what this rank holds
+  CudaBackendOptions opts;
+  int device = 0;
+  size_t memory_budget = 0;  // bytes this rank may use on its device (runtime/kv_memory_plan.h)
+  DeviceCommunicator* tp = nullptr;
+  DeviceCommunicator* ep = nullptr;
+};
+
+class CudaRank {
+ public:
+  // Loads the shard and carves the workspace; the KV pools come with allocate_kv once the ranks agree.
+  explicit CudaRank(const CudaRankSetup& s);
+  ~CudaRank();
+  CudaRank(const CudaRank&) = delete;
+  CudaRank& operator=(const CudaRank&) = delete;
+
+  // The pools this rank's memory allows (the backend takes the smallest over the ranks), then allocates.
+  KvCacheSpec kv_capacity() const;
+  void allocate_kv(const KvCacheSpec& spec);
+
+  // One step; rank 0 returns the samples (and logits asked for), the other ranks an empty output.
+  StepOutput forward(const StepBatch& b);
+  std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
+                               std::vector<int32_t>* topk);
+  int device() const { return device_; }
+  size_t weight_bytes() const { return weights_.arena.used(); }
+
+ private:
+  // A step's metadata on the device (one upload): token ids, page tables, logits rows and the attention plan.
+  struct StepMeta {
+    const int32_t *tokens = nullptr, *full = nullptr, *sliding = nullptr, *rows = nullptr;
+    kernels::attention::AttentionPlan plan;
+  };
+  void plan_workspace();
+  // Uploads the step's metadata at fixed offsets of the metadata buffer (so a captured graph's pointers stay
+  // valid); `tokens` may be padded beyond the batch's own. Page tables: only the bytes that changed since
+  // the last step go over the bus (the host buffer mirrors the device's).
+  StepMeta upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
+                       const std::vector<int32_t>& rows, const kernels::attention::PlanOptions& po);
+  kernels::attention::PlanOptions plan_options() const;
+  void layer(int64_t l, const StepMeta& m, int64_t T);
+  void precise_layer(int64_t l, const StepMeta& m, int64_t T);
+  void moe(int64_t l, int64_t T, bool split_input);
+  void compute_logits(const int32_t* d_rows, int64_t rows);
+  // Decode of one token per sequence: embedding, every layer, logits, then (rank 0) the arg-max or the GPU
+  // sampler over the uploaded parameters; what a graph captures.
+  void decode_body(const StepMeta& m, int64_t T, bool sampler);
+  bool graphable(const StepBatch& b) const;
+  StepOutput forward_graph(const StepBatch& b);
+
+  CudaBackendOptions opts_;
+  model::ModelConfig config_;  // the whole model
+  model::ModelConfig local_;   // this rank's attention: its query and KV heads
+  model::RankShard shard_;
+  int device_ = 0;
+  size_t budget_ = 0;
+  DeviceCommunicator* tp_ = nullptr;
+  DeviceCommunicator* ep_ = nullptr;
+  bool samples_ = true;  // rank 0: samples and returns the step's output
+  bool graphs_ok_ = true;
+  KvCacheSpec spec_;
+  cudaStream_t stream_ = nullptr;
+  DeviceWeights weights_;
+  kernels::MoeConfig moe_cfg_;
+  kernels::attention::RopeTable rope_{};
+  std::vector<int64_t> layer_slot_;  // index among the layers of its kind
+
+  // KV pools: per layer K and V, [pages][Hkv][page_size][64] bf16 (fp32 for the precise layer).
+  DeviceBuffer kv_;
+  std::vector<void*> k_pool_, v_pool_;
+  int64_t precise_layer_ = -1;  // layer run by precise_layer() (layer 0 when sliding), or -1
+
+  // Workspace (sized for max_step_tokens / max_step_seqs).
+  DeviceArena ws_;
+  float* x_ = nullptr;
+  __nv_bfloat16 *h_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
+  float* qkv_f32_ = nullptr;   // the same memory as qkv_, fp32 rows for the precise layer
+  float* o_f32_ = nullptr;     // TP > 1: the O projection's partial sums
+  float* moe_part_ = nullptr;  // EP > 1: this rank's part of the MoE output
+  void* moe_ws_ = nullptr;
+  void* decode_ws_ = nullptr;
+  float *x_sel_ = nullptr, *logits_ = nullptr, *d_logprobs_ = nullptr;
+  float *logits_mine_ = nullptr, *logits_parts_ = nullptr;  // TP > 1: this rank's vocabulary rows; gathered
+  __nv_bfloat16* h_sel_ = nullptr;
+  int32_t* d_ids_ = nullptr;
+  int64_t logits_rows_cap_ = 0;
+  std::unique_ptr<kernels::DenseGemm> gemm_;
+  std::unique_ptr<GpuSampler> sampler_;
+
+  // Step metadata: one host (pinned) and one device buffer of the same layout, regions at fixed offsets.
+  size_t meta_cap_ = 0;
+  size_t off_tokens_ = 0, off_blob_ = 0, off_rows_ = 0, off_full_ = 0, off_sliding_ = 0;
+  size_t cap_tokens_ = 0, cap_blob_ = 0, cap_rows_ = 0, cap_table_ = 0;
+  size_t table_bytes_[2] = {0, 0};  // page-table bytes on the device (full, sliding): the mirror's extent
+  std::map<int, cudaGraphExec_t> graphs_;  // decode graphs by 2 * batch bucket + (GPU sampler ? 1 : 0)
+  uint8_t* h_meta_ = nullptr;
+  uint8_t* d_meta_ = nullptr;
+  int32_t* h_ids_ = nullptr;
+  float* h_logprobs_ = nullptr;
+  kernels::attention::AttentionPlanBuilder plan_;
+};
+
+}  // namespace orchid::runtime::cuda
