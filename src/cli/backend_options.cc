@@ -116,6 +116,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.parallel = pc;
     o.share_device = collectives == "local";
     o.force_nccl = collectives == "nccl";
+    o.first_device = first_gpu;
     o.weights = weights;
     o.page_size = block_size;
     o.max_step_tokens = max_num_batched_tokens;

@@ -25,6 +25,7 @@ struct BackendOptions {
   // CUDA collectives: auto (none for one rank, NCCL for several GPUs), local (every rank on one GPU,
   // in-process: tests of the parallel code) or nccl (NCCL even for one rank).
   std::string collectives = "auto";
+  int first_gpu = 0;  // CUDA: rank r on GPU first_gpu + r (set by serve --dp for each replica, not a flag)
   // Ranks in separate processes (CPU backend): rank 0 runs the command, ranks > 0 serve its steps.
   std::string dist_init_addr;
   int nnodes = 1, node_rank = 0;

@@ -73,14 +73,15 @@ void serve(const ServeArgs& a) {
     try {
       // --dp N: N engines (each its own backend and KV cache) behind this endpoint.
       const int replicas = a.backend.dp;
-      if (replicas > 1 && a.backend.uses_cuda())
-        fail("--dp {} on the CUDA backend needs {} GPUs; the CUDA backend drives one so far", replicas,
-             replicas);
+      // On the CUDA backend replica i takes GPUs [i * TP, (i + 1) * TP).
+      if (replicas > 1 && a.backend.uses_cuda() && a.backend.collectives == "local")
+        fail("--dp {} with --collectives local: replicas need GPUs of their own", replicas);
       ServeArgs one = a;
       one.backend.dp = 1;
       std::vector<std::shared_ptr<engine::Engine>> engines;
       std::string backend_name;
       for (int i = 0; i < replicas; ++i) {
+        one.backend.first_gpu = i * a.backend.tp;
         std::shared_ptr<runtime::Backend> backend = make_backend(one, tok);
         backend_name = backend->name();
         engine::EngineConfig config;

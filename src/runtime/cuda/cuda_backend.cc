@@ -38,12 +38,18 @@ CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions&
   int devices = 0;
   ORCHID_CUDA_CHECK(cudaGetDeviceCount(&devices));
   const int world = pc.world();
-  model::validate_parallel(config_, pc, opts.share_device ? -1 : devices);
+  if (opts.first_device < 0 || (!opts.share_device && opts.first_device >= devices))
+    fail(
+        "this engine's first rank would run on GPU {}, but {} {} present (every --tp rank of every --dp "
+        "replica takes a GPU of its own)",
+        opts.first_device, devices, devices == 1 ? "is" : "are");
+  model::validate_parallel(config_, pc, opts.share_device ? -1 : devices - opts.first_device);
   plan_ = model::make_shard_plan(config_, pc, opts.weights);
   int first_device = 0;
   ORCHID_CUDA_CHECK(cudaGetDevice(&first_device));
   std::vector<int> device_of(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) device_of[size_t(r)] = opts.share_device ? first_device : r;
+  for (int r = 0; r < world; ++r)
+    device_of[size_t(r)] = opts.share_device ? first_device : opts.first_device + r;
   for (int d : device_of) {
     ORCHID_CUDA_CHECK(cudaSetDevice(d));
     const auto& dev = kernels::device_info();

@@ -27,6 +27,8 @@ struct CudaBackendOptions {
   bool share_device = false;
   // Collectives through NCCL even for one rank (tests of the NCCL path on one GPU).
   bool force_nccl = false;
+  // Rank r runs on GPU first_device + r (serve --dp N: replica i starts at GPU i * TP).
+  int first_device = 0;
 };
 
 }  // namespace orchid::runtime::cuda
