@@ -116,7 +116,10 @@ def layers_20b(args, tmp):
     def layer_run(flags, tag):  # one process, every layer: the weights are made once
         out, top = os.path.join(tmp, f"out_{tag}.npy"), os.path.join(tmp, f"top_{tag}.npy")
         cmd = [args.orchid, "layer", args.layer_model, "--input", inp, "--output", out, "--topk-out", top,
-               "--backend", BACKEND, "--weights", args.weights, "--log-level", "warn"] + flags
+               "--backend", BACKEND, "--weights", args.weights, "--log-level", "warn",
+               # eight ranks holding every expert share one GPU's memory: a small step workspace
+               "--max-num-batched-tokens", str(max(n, 1024)), "--max-num-seqs", "16",
+               "--gpu-memory-utilization", "0.97"] + flags
         for l in layers:
             cmd += ["--layer", str(l)]
         run(cmd)
@@ -135,10 +138,12 @@ def layers_20b(args, tmp):
         parts = []
         passed = True
         for l in layers:
-            r = rel_l2(got[l], base[l])
-            same = float((np.sort(top[l], axis=1) == np.sort(base_top[l], axis=1)).all(axis=1).mean())
-            passed &= r <= args.max_layer_rel
-            parts.append(f"layer {l}: rel L2 {r:.2e}, experts equal on {same:.1%} of tokens")
+            alike = (np.sort(top[l], axis=1) == np.sort(base_top[l], axis=1)).all(axis=1)
+            r_all = rel_l2(got[l], base[l])
+            r = rel_l2(got[l][alike], base[l][alike])
+            passed &= r <= args.max_layer_rel and alike.mean() >= args.min_routing
+            parts.append(f"layer {l}: rel L2 {r:.2e} on the {alike.mean():.1%} of tokens routed like TP1 "
+                         f"({r_all:.2e} on all)")
         ok &= passed
         print(f"  {name} (ranks on one GPU): " + "; ".join(parts) + f"  {'PASS' if passed else 'FAIL'}")
     return ok
@@ -152,6 +157,9 @@ def main():
     ap.add_argument("--max-layer-rel", type=float, default=1e-2)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--skip-20b", action="store_true")
+    ap.add_argument("--skip-golden", action="store_true")
+    ap.add_argument("--min-routing", type=float, default=0.99,
+                    help="share of tokens choosing TP1's experts (the rest: near-ties that any rounding flips)")
     ap.add_argument("--layer-model", default="synthetic:20b")
     ap.add_argument("--hidden", type=int, default=2880)
     ap.add_argument("--layers", default="0,1,23")
@@ -161,7 +169,7 @@ def main():
     BACKEND = args.backend
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for part in [golden] + ([] if args.skip_20b else [layers_20b]):
+        for part in ([] if args.skip_golden else [golden]) + ([] if args.skip_20b else [layers_20b]):
             try:
                 ok &= part(args, tmp)
             except RuntimeError as e:  # the TP1 baseline itself failed
