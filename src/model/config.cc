@@ -96,6 +96,36 @@ int64_t ModelConfig::num_full_layers() const {
   return int64_t(std::count(layer_types.begin(), layer_types.end(), LayerType::kFull));
 }
 
+namespace {
+// eos_token_id of a config or generation config: absent, an integer, or a list of integers.
+std::vector<int64_t> eos_ids_of(const json& j, std::string_view src) {
+  std::vector<int64_t> ids;
+  const auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return ids;
+  if (it->is_number_integer()) {
+    ids.push_back(it->get<int64_t>());
+  } else if (it->is_array()) {
+    for (const auto& x : *it) {
+      if (!x.is_number_integer()) fail("{}: eos_token_id entries must be integers", src);
+      ids.push_back(x.get<int64_t>());
+    }
+  } else {
+    fail("{}: eos_token_id must be an integer or a list", src);
+  }
+  return ids;
+}
+}  // namespace
+
+void ModelConfig::merge_generation_config(const json& j, std::string_view src) {
+  if (!j.is_object()) fail("{}: expected a JSON object", src);
+  for (int64_t id : eos_ids_of(j, src)) {
+    if (id < 0 || id >= vocab_size)
+      fail("{}: eos_token_id {} is outside the vocabulary ({})", src, id, vocab_size);
+    if (std::find(eos_token_ids.begin(), eos_token_ids.end(), id) == eos_token_ids.end())
+      eos_token_ids.push_back(id);
+  }
+}
+
 ModelConfig ModelConfig::from_json(const json& j, std::string_view src) {
   if (!j.is_object()) fail("{}: expected a JSON object", src);
   ModelConfig c;
@@ -149,17 +179,7 @@ ModelConfig ModelConfig::from_json(const json& j, std::string_view src) {
       fail("{}: quantization_config.quant_method '{}' is not supported (only 'mxfp4')", src, method);
     c.experts_mxfp4 = true;
   }
-  if (const json* e = find(j, "eos_token_id")) {
-    if (e->is_number_integer())
-      c.eos_token_ids.push_back(e->get<int64_t>());
-    else if (e->is_array()) {
-      for (const auto& x : *e) {
-        if (!x.is_number_integer()) fail("{}: eos_token_id entries must be integers", src);
-        c.eos_token_ids.push_back(x.get<int64_t>());
-      }
-    } else
-      fail("{}: eos_token_id must be an integer or a list", src);
-  }
+  c.eos_token_ids = eos_ids_of(j, src);
   if (const json* p = find(j, "pad_token_id")) {
     if (!p->is_number_integer()) fail("{}: pad_token_id must be an integer", src);
     c.pad_token_id = p->get<int64_t>();
@@ -297,7 +317,7 @@ ModelConfig gpt_oss_base() {
   c.vocab_size = 201088;
   c.sliding_window = 128;
   c.max_position_embeddings = 131072;
-  c.eos_token_ids = {200002};
+  c.eos_token_ids = {200002, 199999, 200012};  // as the synthetic checkpoint's generation_config.json
   c.pad_token_id = 199999;
   return c;
 }

@@ -46,6 +46,9 @@ struct ModelConfig {
   int64_t max_position_embeddings = 131072;
   bool tie_word_embeddings = false;
   bool experts_mxfp4 = true;  // quantization_config.quant_method == "mxfp4"
+  // Ids that end a generation: config.json's eos_token_id, then generation_config.json's (the published
+  // gpt-oss checkpoints list <|return|>, <|endoftext|> and <|call|> there, and transformers and vLLM stop on
+  // each of them).
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = -1;
   std::string name;  // preset name or source path, for messages
@@ -59,6 +62,9 @@ struct ModelConfig {
   // Throws orchid::Error naming `source` and the field for anything missing or inconsistent.
   static ModelConfig from_json(const nlohmann::json& j, std::string_view source);
   static ModelConfig from_file(const std::string& path);
+  // Adds generation_config.json's eos_token_id (an integer or a list) to eos_token_ids; throws orchid::Error
+  // naming `source` for a malformed or out-of-vocabulary id.
+  void merge_generation_config(const nlohmann::json& j, std::string_view source);
   nlohmann::json to_json(ConfigStyle style) const;
   void validate(std::string_view source) const;
 };

@@ -1,6 +1,9 @@
 #include "model/loader.h"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/parse.h"
@@ -44,7 +47,19 @@ ModelConfig load_config(const ModelRef& ref) {
   }
   const fs::path cfg = fs::path(ref.dir) / "config.json";
   if (!fs::exists(cfg)) fail("model directory '{}' has no config.json", ref.dir);
-  return ModelConfig::from_file(cfg.string());
+  ModelConfig c = ModelConfig::from_file(cfg.string());
+  const fs::path gen = fs::path(ref.dir) / "generation_config.json";
+  if (fs::exists(gen)) {
+    std::ifstream in(gen);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON ({})", gen.string(), e.what());
+    }
+    c.merge_generation_config(j, gen.string());
+  }
+  return c;
 }
 
 LoadedModel load_model(const std::string& arg) {

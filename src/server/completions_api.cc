@@ -4,7 +4,7 @@
 #include "server/engine_response.h"
 #include "server/json_body.h"
 #include "server/sampling_request.h"
-#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/engine_text_decoder.h"
 
 namespace orchid::server {
 
@@ -12,18 +12,6 @@ namespace {
 
 constexpr size_t kMaxPrompts = 64;
 constexpr int64_t kMaxChoices = 128;
-
-class DetokenizingDecoder : public engine::TextDecoder {
- public:
-  explicit DetokenizingDecoder(std::shared_ptr<const tokenizer::Tokenizer> tok)
-      : tok_(std::move(tok)), detok_(*tok_) {}
-  std::string append(int32_t id) override { return detok_.push(id); }
-  std::string flush() override { return detok_.flush(); }
-
- private:
-  std::shared_ptr<const tokenizer::Tokenizer> tok_;
-  tokenizer::IncrementalDetokenizer detok_;
-};
 
 std::vector<std::vector<int32_t>> read_prompts(const Json* p, const tokenizer::Tokenizer& tok) {
   if (!p) bad_request("prompt", "prompt: missing");
@@ -244,7 +232,7 @@ HttpResponse handle_completions(ServerContext& ctx, const HttpRequest& request) 
       engine::RequestSpec spec = make_request_spec(params, int32_t(i) * params.n + j, budgets[i]);
       spec.prompt = prompts[i];
       spec.stop_strings = params.stop;
-      spec.decoder = std::make_unique<DetokenizingDecoder>(ctx.tokenizer_ptr());
+      spec.decoder = std::make_unique<tokenizer::EngineTextDecoder>(ctx.tokenizer_ptr());
       response->add(std::move(spec), i);
     }
   }

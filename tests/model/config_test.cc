@@ -48,6 +48,25 @@ TEST(ModelConfig, Reads20bTransformers4Style) {
   EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{200002});
 }
 
+// The published generation_config.json of gpt-oss-20b lists three eos ids; generation stops on each, as in
+// transformers and vLLM.
+TEST(ModelConfig, GenerationConfigAddsItsEosIds) {
+  auto c = ModelConfig::from_json(config_20b_v4(), "config.json");
+  c.merge_generation_config(
+      json::parse(R"({"bos_token_id": 199998, "do_sample": true, "eos_token_id": [200002, 199999, 200012],
+                      "pad_token_id": 199999, "transformers_version": "4.55.0.dev0"})"),
+      "generation_config.json");
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{200002, 199999, 200012}));
+  c.merge_generation_config(json::parse(R"({"eos_token_id": 200012})"), "g");  // no duplicates
+  EXPECT_EQ(c.eos_token_ids.size(), 3u);
+  c.merge_generation_config(json::parse(R"({"temperature": 1.0})"), "g");  // none given: unchanged
+  EXPECT_EQ(c.eos_token_ids.size(), 3u);
+  EXPECT_THROW(c.merge_generation_config(json::parse(R"({"eos_token_id": 300000})"), "g"), Error);
+  EXPECT_THROW(c.merge_generation_config(json::parse(R"({"eos_token_id": "x"})"), "g"), Error);
+  EXPECT_THROW(c.merge_generation_config(json::parse(R"({"eos_token_id": [1, "x"]})"), "g"), Error);
+  EXPECT_THROW(c.merge_generation_config(json::parse("[1]"), "g"), Error);
+}
+
 TEST(ModelConfig, Transformers5StyleGivesTheSameConfig) {
   json j = config_20b_v4();
   json rp = j["rope_scaling"];

@@ -118,3 +118,26 @@ def test_bench_prefill_and_decode_json(orchid):
     assert [(r["seq_len"], r["batch"]) for r in out["rows"]] == [(40, 1), (40, 3)]
     for r in out["rows"]:
         assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["tokens_per_s_per_user"])
+
+
+def test_generation_config_eos_ids_join_the_configs(orchid, tmp_path):
+    # The published checkpoints list <|call|> (200012) only in generation_config.json; transformers and vLLM stop
+    # on it, so the loaded model must too.
+    d = tmp_path / "tiny"
+    orchid("synth", d, "--preset", "tiny")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["eos_token_id"] = 200002
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [200002, 199999, 200012]}))
+
+    def eos_ids():
+        out = orchid("inspect", d).stdout
+        start = out.index("{")
+        return json.JSONDecoder().raw_decode(out[start:])[0]["eos_token_id"]
+
+    assert eos_ids() == [200002, 199999, 200012]
+    (d / "generation_config.json").unlink()
+    assert eos_ids() in (200002, [200002])
+    (d / "generation_config.json").write_text('{"eos_token_id": [200002, "x"]}')
+    res = orchid("inspect", d, check=False)
+    assert res.returncode not in (0, 70) and "generation_config.json" in res.stderr
