@@ -1,7 +1,8 @@
 // The CUDA backend's sampling path end to end on synthetic:tiny: a prefill step of three sequences with
 // temperature/top-p/top-k, penalties, banned tokens and logprobs, whose raw logits come back (kSampled) and
 // are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's. And
-// sampled decode steps replayed from a CUDA graph draw what the same steps draw eagerly.
+// sampled decode steps replayed from a CUDA graph draw what the same steps draw eagerly. Allowed-token masks
+// (structured outputs), filled only when the backend asks for them, limit every draw in both.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,6 +176,105 @@ TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
     }
   }
   std::printf("CUDA graphs: %d sampled decode tokens equal to eager execution\n", compared);
+}
+
+// A few allowed tokens per sequence, different every step; bit t of word t / 32.
+void allow_few(StepBatch& b, int step, int32_t V) {
+  b.mask_words = (V + 31) / 32;
+  b.token_masks.assign(b.seqs.size() * size_t(b.mask_words), 0u);
+  for (size_t i = 0; i < b.seqs.size(); ++i)
+    for (int j = 0; j < 3; ++j) {
+      const int32_t t = int32_t((step * 7919 + int(i) * 104729 + j * 15485863) % V);
+      b.token_masks[i * size_t(b.mask_words) + size_t(t / 32)] |= 1u << (t % 32);
+    }
+}
+
+bool allowed(const StepBatch& b, size_t row, int32_t t) {
+  return (b.token_masks[row * size_t(b.mask_words) + size_t(t / 32)] >> (t % 32)) & 1u;
+}
+
+TEST(CudaSampling, MasksLimitEveryDrawInGraphsAndEagerSteps) {
+  if (!cuda_device_available()) {
+    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
+    GTEST_SKIP() << "no CUDA device";
+  }
+  CudaBackend graphed("synthetic:tiny", small_options(true));
+  CudaBackend eager("synthetic:tiny", small_options(false));
+  ASSERT_TRUE(graphed.applies_token_masks());
+  const int32_t V = int32_t(graphed.model_config().vocab_size);
+  const KvCacheSpec spec = graphed.kv_spec();
+  constexpr int kSeqs = 4, kPrompt = 5, kSteps = 8;
+  const int32_t pages = (kPrompt + kSteps + spec.page_size - 1) / spec.page_size;
+  StepBatch b;
+  for (int i = 0; i < kSeqs; ++i) {
+    StepSequence s;
+    s.seq_id = i;
+    s.token_begin = int32_t(b.tokens.size());
+    s.num_tokens = kPrompt;
+    for (int t = 0; t < kPrompt; ++t) b.tokens.push_back((i * 211 + t * 13 + 3) % V);
+    s.full_table_begin = s.sliding_table_begin = int32_t(b.full_page_table.size());
+    for (int32_t p = 0; p < pages; ++p) {
+      b.full_page_table.push_back(i * pages + p);
+      b.sliding_page_table.push_back(spec.sliding_window > 0 ? i * pages + p : kNoPage);
+    }
+    s.num_full_pages = s.num_sliding_pages = pages;
+    s.sample = true;
+    s.params_index = i;
+    s.mask_row = i == 3 ? -1 : i;  // the last sequence is free
+    SamplingParams p;
+    p.seed = 5 + uint64_t(i);
+    if (i == 0) p.temperature = 0.0f;  // greedy within the mask
+    if (i == 1) p.num_logprobs = 4;    // top-N lists only allowed tokens
+    if (i == 2) p.top_p = 0.5f;
+    b.params.push_back(p);
+    b.seqs.push_back(s);
+  }
+  int waits = 0, checked = 0;
+  for (int step = 0; step <= kSteps; ++step) {
+    // The masks are written only when the backend waits for them, as the engine's worker does.
+    b.token_masks.clear();
+    b.token_masks_ready = [&b, &waits, step, V] {
+      ++waits;
+      allow_few(b, step, V);
+    };
+    b.logits = step == 0 ? LogitsMode::kSampled : LogitsMode::kNone;  // step 0: raw logits for the host
+    const StepOutput e = eager.forward(b);
+    b.token_masks.clear();
+    const StepOutput g = graphed.forward(b);
+    ASSERT_EQ(g.samples.size(), size_t(kSeqs));
+    ASSERT_EQ(e.samples.size(), size_t(kSeqs));
+    for (int i = 0; i < kSeqs; ++i) {
+      SCOPED_TRACE(::testing::Message() << "step " << step << " sequence " << i);
+      const SampledToken& got = g.samples[size_t(i)];
+      EXPECT_EQ(got.token, e.samples[size_t(i)].token);
+      EXPECT_NEAR(got.logprob, e.samples[size_t(i)].logprob, 1e-3);
+      if (i < 3) {
+        EXPECT_TRUE(allowed(b, size_t(i), got.token)) << "token " << got.token;
+        for (const auto& [id, lp] : got.top) EXPECT_TRUE(allowed(b, size_t(i), id)) << "top id " << id;
+        ++checked;
+      }
+      if (step == 0) {  // the host sampler with the same mask on the backend's raw logits
+        const std::span<const float> row(e.logits.data() + size_t(i) * size_t(V), size_t(V));
+        const SampledToken want = sample_token(step_sample_input(b, b.seqs[size_t(i)], row));
+        EXPECT_EQ(e.samples[size_t(i)].token, want.token);
+        EXPECT_NEAR(e.samples[size_t(i)].logprob, want.logprob,
+                    1e-5 * std::max(1.0f, std::fabs(want.logprob)));
+        ASSERT_EQ(e.samples[size_t(i)].top.size(), want.top.size());
+      }
+    }
+    if (::testing::Test::HasFailure()) return;
+    b.tokens.clear();
+    for (int i = 0; i < kSeqs; ++i) b.tokens.push_back(g.samples[size_t(i)].token);
+    for (int i = 0; i < kSeqs; ++i) {
+      StepSequence& s = b.seqs[size_t(i)];
+      s.start_pos += s.num_tokens;
+      s.token_begin = i;
+      s.num_tokens = 1;
+      s.sample_index = step + 1;
+    }
+  }
+  EXPECT_EQ(waits, 2 * (kSteps + 1));
+  std::printf("CUDA masks: %d constrained draws within their masks, graphs equal to eager\n", checked);
 }
 
 }  // namespace

@@ -546,11 +546,24 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
   RowResult& out = a.out[row_index];
   const int gtid = row.rank * kThreads + tid, gthreads = row.n * kThreads;
 
-  // 1. Logprobs of the raw logits: log-sum-exp and the N most likely tokens.
+  // 0. The allowed-token mask (structured outputs): every token it leaves out is -inf from here on, in the
+  //    logprobs too. Each block masks its own part of the row, then the cluster syncs (later steps read
+  //    other parts).
+  if (P.mask_row >= 0) {
+    const uint32_t* mask = a.token_masks + int64_t(P.mask_row) * a.mask_words;
+    for (int j = row.lo + tid; j < row.hi; j += kThreads)
+      if (!((mask[j >> 5] >> (j & 31)) & 1u)) L[j] = -INFINITY;
+    __threadfence();
+    row.sync();
+  }
+
+  // 1. Logprobs of the raw logits: log-sum-exp and the N most likely tokens (a masked row lists only tokens
+  //    that can be drawn, never its -inf ones).
+  const bool list_neg_inf = P.mask_row < 0;
   double lse = 0;
   int n_top = 0;
   if (P.num_logprobs >= 0) {
-    const RowStats raw = row_stats(row, true, s);
+    const RowStats raw = row_stats(row, list_neg_inf, s);
     const float m = raw.count ? key_logit(raw.kmax) : -INFINITY;
     double sum = 0;
     // expf (2 ulp) summed in fp64: within 1e-7 of the host's fp64 exp, at a fraction of its cost.
@@ -561,11 +574,11 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(SampleArgs a) 
     n_top = int(uint64_t(P.num_logprobs) < raw.count ? uint64_t(P.num_logprobs) : raw.count);
     if (n_top > 0) {
       const uint64_t kn =
-          radix_select<false>(row, true, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, lists, s);
+          radix_select<false>(row, list_neg_inf, raw.kmin, raw.kmax, double(n_top), 0.f, 0.f, h, lists, s);
       if (tid == 0) s.pub.n_top = 0;
       __syncthreads();
       for_block_ids(row, [&](float v, int i, bool in) {
-        if (!in || !is_candidate_value(v, true)) return;
+        if (!in || !is_candidate_value(v, list_neg_inf)) return;
         const uint64_t k = rank_key(v, i);
         if (k >= kn) s.pub.top_keys[atomicAdd(&s.pub.n_top, 1)] = k;
       });

@@ -1,4 +1,5 @@
-// Sampling on the GPU: one thread block per logits row applies the request's penalties and banned tokens,
+// Sampling on the GPU: one thread block per logits row applies the request's allowed-token mask, penalties
+// and banned tokens,
 // then draws greedily or by temperature / top-k / top-p / min-p with the request's seed, and reports
 // logprobs. The semantics are the host sampler's (runtime/sampler.h), step for step, so that both backends
 // draw the same token from the same logits; kernels/sampling tests compare the two on random rows.
@@ -37,6 +38,7 @@ struct RowParams {
   int32_t prompt_begin = 0, prompt_len = 0;
   int32_t output_begin = 0, output_len = 0;
   int32_t banned_begin = 0, num_banned = 0;
+  int32_t mask_row = -1;  // row of SampleArgs::token_masks (structured outputs); -1: every token allowed
 };
 
 struct RowResult {
@@ -62,6 +64,11 @@ struct SampleArgs {
   int32_t* penalty_scratch =
       nullptr;               // penalty_scratch_bytes(rows, vocab); needed only if a row has penalties
   RowResult* out = nullptr;  // [rows]
+  // Allowed-token bitmasks, `mask_words` uint32 a row: token t may be drawn iff bit t % 32 of word t / 32 is
+  // set. Tokens a row's mask leaves out are -inf before anything else, so its logprobs are those of the
+  // masked distribution (the host sampler's semantics).
+  const uint32_t* token_masks = nullptr;
+  int32_t mask_words = 0;
 };
 
 // vocab must be below 2^20.

@@ -487,14 +487,14 @@ std::vector<float> CudaRank::run_layer(int64_t l, const std::vector<float>& x, i
   return y;
 }
 
-void CudaRank::decode_body(const StepMeta& m, int64_t T, bool sampler) {
+void CudaRank::decode_body(const StepMeta& m, int64_t T, DecodePick pick) {
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, config_.hidden_size, stream_);
   for (int64_t l = 0; l < config_.num_layers; ++l) layer(l, m, T);
   compute_logits(m.rows, T);
   if (!samples_) return;
-  if (sampler)
+  if (pick == DecodePick::kSampler)
     sampler_->enqueue(logits_, stream_);
-  else
+  else if (pick == DecodePick::kArgmax)
     kernels::ops::greedy_pick(logits_, T, config_.vocab_size, d_ids_, d_logprobs_, stream_);
 }
 
@@ -507,7 +507,8 @@ bool plain_greedy(const StepBatch& b) {
   for (const auto& s : b.seqs) {
     if (!s.sample) continue;
     const SamplingParams& p = b.params[size_t(s.params_index)];
-    if (!p.is_greedy() || p.num_logprobs > 0 || p.uses_penalties() || s.num_banned > 0) return false;
+    if (!p.is_greedy() || p.num_logprobs > 0 || p.uses_penalties() || s.num_banned > 0 || s.mask_row >= 0)
+      return false;
   }
   return true;
 }
@@ -541,6 +542,9 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
     }
   bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens}));
   const bool sampler = samples_ && !plain_greedy(b);
+  const bool masked = sampler && GpuSampler::has_masks(b);
+  const DecodePick pick =
+      masked ? DecodePick::kAfterGraph : (sampler ? DecodePick::kSampler : DecodePick::kArgmax);
   std::vector<int32_t> tokens = b.tokens, rows(size_t(bucket), 0);
   tokens.resize(size_t(bucket), 0);
   for (int64_t i = 0; i < B; ++i) rows[size_t(i)] = b.seqs[size_t(i)].token_begin;
@@ -550,15 +554,15 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
       std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
   const StepMeta m = upload_step(tokens, b, rows, po);
   if (sampler) sampler_->upload(b, stream_, bucket);
-  const int key = bucket * 2 + (sampler ? 1 : 0);
+  const int key = bucket * 4 + int(pick);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    decode_body(m, bucket, sampler);
+    decode_body(m, bucket, pick);
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ORCHID_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    decode_body(m, bucket, sampler);
+    decode_body(m, bucket, pick);
     ORCHID_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -571,6 +575,10 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
     return out;
   }
   if (sampler) {
+    if (masked) {  // the graph is running: the masks are waited for (and copied) while it does
+      sampler_->upload_masks(b, stream_);
+      sampler_->enqueue(logits_, stream_);
+    }
     sampler_->download(stream_);
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     out.samples = sampler_->results();
@@ -627,6 +635,7 @@ StepOutput CudaRank::forward(const StepBatch& b) {
           cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
     } else {
       sampler_->upload(b, stream_);
+      sampler_->upload_masks(b, stream_);  // the layers are enqueued: waiting here overlaps them
       sampler_->enqueue(logits_, stream_);
       sampler_->download(stream_);
     }

@@ -95,7 +95,10 @@ class CudaRank {
   void compute_logits(const int32_t* d_rows, int64_t rows);
   // Decode of one token per sequence: embedding, every layer, logits, then (rank 0) the arg-max or the GPU
   // sampler over the uploaded parameters; what a graph captures.
-  void decode_body(const StepMeta& m, int64_t T, bool sampler);
+  // How a captured decode step picks its tokens: the arg-max kernel, the GPU sampler, or not at all (steps
+  // with allowed-token masks sample after the graph, once the engine's masks are ready).
+  enum class DecodePick { kArgmax = 0, kSampler = 1, kAfterGraph = 2 };
+  void decode_body(const StepMeta& m, int64_t T, DecodePick pick);
   bool graphable(const StepBatch& b) const;
   StepOutput forward_graph(const StepBatch& b);
 

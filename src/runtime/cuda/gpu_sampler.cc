@@ -35,6 +35,8 @@ void GpuSampler::ensure(DeviceBuffer& buf, size_t bytes, const char* what) {
 
 void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to) {
   rows_ = 0;
+  mask_words_ = 0;
+  masked_ = false;
   bool penalties = false;
   for (const auto& s : b.seqs) {
     if (!s.sample || s.num_tokens == 0) continue;
@@ -71,6 +73,8 @@ void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to)
                  size_t(s.banned_begin) + size_t(s.num_banned) <= b.banned_tokens.size());
     r.banned_begin = s.banned_begin;
     r.num_banned = s.num_banned;
+    r.mask_row = s.mask_row;
+    masked_ = masked_ || s.mask_row >= 0;
     ++rows_;
   }
   sampled_ = rows_;
@@ -104,7 +108,30 @@ void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to)
                                     cudaMemcpyHostToDevice, stream));
 }
 
+bool GpuSampler::has_masks(const StepBatch& b) {
+  for (const auto& s : b.seqs)
+    if (s.sample && s.num_tokens > 0 && s.mask_row >= 0) return true;
+  return false;
+}
+
+void GpuSampler::upload_masks(const StepBatch& b, cudaStream_t stream) {
+  mask_words_ = 0;
+  if (!has_masks(b)) return;
+  b.wait_token_masks();
+  const size_t words = size_t(b.mask_words);
+  ORCHID_CHECK(words * 32 >= size_t(vocab_) && b.token_masks.size() % words == 0,
+               "token masks of {} words a row for a vocabulary of {}", words, vocab_);
+  const int64_t mask_rows = int64_t(b.token_masks.size() / words);
+  for (const auto& s : b.seqs)
+    ORCHID_CHECK(s.mask_row < mask_rows, "mask row {} of {}", s.mask_row, mask_rows);
+  ensure(masks_d_, b.token_masks.size() * 4, "token masks");
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(masks_d_.data(), b.token_masks.data(), b.token_masks.size() * 4,
+                                    cudaMemcpyHostToDevice, stream));
+  mask_words_ = int32_t(words);
+}
+
 void GpuSampler::enqueue(float* logits, cudaStream_t stream) {
+  ORCHID_CHECK(!masked_ || mask_words_ > 0, "GPU sampler: masked rows need upload_masks() before enqueue()");
   ks::SampleArgs a;
   a.logits = logits;
   a.vocab = vocab_;
@@ -115,6 +142,8 @@ void GpuSampler::enqueue(float* logits, cudaStream_t stream) {
   a.banned = reinterpret_cast<const int32_t*>(banned_d_.data());
   a.penalty_scratch = reinterpret_cast<int32_t*>(scratch_d_.data());
   a.out = reinterpret_cast<ks::RowResult*>(results_d_.data());
+  a.token_masks = reinterpret_cast<const uint32_t*>(masks_d_.data());
+  a.mask_words = mask_words_;
   ks::sample_rows(a, stream);
 }
 

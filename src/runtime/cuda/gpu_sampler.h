@@ -1,6 +1,6 @@
 // The CUDA backend's sampler: turns a step's sampled rows of logits into tokens on the GPU
 // (kernels/sampling), with the host sampler's semantics. Owns the per-row parameter and result buffers
-// (pinned on the host, fixed on the device) and the history, banned-token and penalty scratch buffers,
+// (pinned on the host, fixed on the device) and the history, banned-token, mask and penalty scratch buffers,
 // which grow on the rare step that needs more (a long penalized history) and are then kept.
 #pragma once
 
@@ -25,6 +25,11 @@ class GpuSampler {
   // row r of the logits belongs to the r-th of them. Padded with inert greedy rows up to `pad_to` rows, so
   // that a decode graph captured for a batch bucket samples every row of it.
   void upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to = 0);
+  // Whether a sequence of `b` that is sampled has an allowed-token mask (structured outputs).
+  static bool has_masks(const StepBatch& b);
+  // Waits for the batch's allowed-token masks (the engine computes them while the model runs) and copies
+  // them to the device, after upload() and before enqueue(); does nothing for a batch without masks.
+  void upload_masks(const StepBatch& b, cudaStream_t stream);
   // Enqueues the kernel over the uploaded rows; penalties and banned tokens are applied to `logits` in place.
   // Its arguments are fixed buffers, so a CUDA graph may capture it for steps without penalties or banned
   // tokens (whose buffers can grow).
@@ -42,7 +47,9 @@ class GpuSampler {
   int64_t sampled_ = 0;                                // rows that belong to sequences
   kernels::sampling::RowParams* params_h_ = nullptr;   // pinned
   kernels::sampling::RowResult* results_h_ = nullptr;  // pinned
-  DeviceBuffer params_d_, results_d_, history_d_, history_raw_d_, banned_d_, scratch_d_;
+  DeviceBuffer params_d_, results_d_, history_d_, history_raw_d_, banned_d_, scratch_d_, masks_d_;
+  int32_t mask_words_ = 0;  // of the masks uploaded for this step; 0: none
+  bool masked_ = false;     // a row of this step has a mask
 };
 
 }  // namespace orchid::runtime::cuda

@@ -1,6 +1,7 @@
 // The GPU sampler against the host sampler (runtime/sampler.h, the reference semantics) on random rows:
 // the same token, the same top-N ids, logprobs within 1e-5, for every mix of greedy, temperature, top-k,
-// top-p, min-p, penalties, banned tokens and logprobs, on odd and full vocabularies, with ties and -inf.
+// top-p, min-p, penalties, banned tokens, allowed-token masks and logprobs, on odd and full vocabularies,
+// with ties and -inf.
 #include "kernels/sampling/sampling.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@ struct Case {
   runtime::SamplingParams params;
   int32_t sample_index = 0;
   std::vector<int32_t> prompt, output, banned;
+  std::vector<uint32_t> mask;  // allowed tokens (structured outputs), ceil(vocab / 32) words; empty: all
 };
 
 enum class Shape { kNormal, kTies, kPeaked, kWithNegInf };
@@ -95,6 +97,21 @@ Case random_case(std::mt19937_64& rng, int64_t vocab, int kind) {
     c.banned.resize(1 + rng() % 5);
     for (auto& id : c.banned) id = int32_t(rng() % size_t(vocab));
   }
+  if (vocab >= 16 && rng() % 3 == 0) {  // a grammar's mask: a few allowed tokens, or about half of them
+    c.mask.assign(size_t((vocab + 31) / 32), 0u);
+    const bool sparse = rng() % 2;
+    auto allow = [&](int64_t id) { c.mask[size_t(id) / 32] |= 1u << (id % 32); };
+    if (sparse) {
+      for (int j = 1 + int(rng() % 40); j > 0; --j) allow(int64_t(rng() % size_t(vocab)));
+    } else {
+      for (int64_t id = 0; id < vocab; ++id)
+        if (rng() % 2) allow(id);
+    }
+    const int32_t kept = int32_t(rng() % size_t(vocab));  // one allowed token that can be drawn
+    allow(kept);
+    if (std::isinf(c.logits[size_t(kept)])) c.logits[size_t(kept)] = 0.0f;
+    std::erase(c.banned, kept);
+  }
   return c;
 }
 
@@ -103,6 +120,8 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
   const int64_t rows = int64_t(cases.size());
   std::vector<float> logits;
   std::vector<int32_t> history, banned;
+  std::vector<uint32_t> masks;
+  const int32_t mask_words = int32_t((vocab + 31) / 32);
   std::vector<RowParams> params(cases.size());
   for (size_t r = 0; r < cases.size(); ++r) {
     const Case& c = cases[r];
@@ -130,8 +149,13 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
     P.banned_begin = int32_t(banned.size());
     P.num_banned = int32_t(c.banned.size());
     banned.insert(banned.end(), c.banned.begin(), c.banned.end());
+    if (!c.mask.empty()) {
+      P.mask_row = int32_t(masks.size() / size_t(mask_words));
+      masks.insert(masks.end(), c.mask.begin(), c.mask.end());
+    }
   }
   DeviceBuffer<float> d_logits(logits);
+  DeviceBuffer<uint32_t> d_masks(masks.empty() ? std::vector<uint32_t>{0} : masks);
   DeviceBuffer<RowParams> d_params(params);
   DeviceBuffer<int32_t> d_history(history.empty() ? std::vector<int32_t>{0} : history);
   DeviceBuffer<float> d_history_raw(std::max<size_t>(history.size(), 1));
@@ -149,6 +173,8 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
   a.banned = d_banned.get();
   a.penalty_scratch = d_scratch.get();
   a.out = d_out.get();
+  a.token_masks = d_masks.get();
+  a.mask_words = mask_words;
   sample_rows(a, nullptr);
   ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
   const auto got = d_out.download();
@@ -166,6 +192,7 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
     in.prompt_tokens = c.prompt;
     in.output_tokens = c.output;
     in.banned_tokens = c.banned;
+    in.allowed_mask = c.mask;
     const runtime::SampledToken want = runtime::sample_token(in);
     const RowResult& g = got[r];
     const auto& p = c.params;
@@ -173,8 +200,8 @@ std::vector<RowResult> check_batch(const std::vector<Case>& cases, int64_t vocab
                  << "row " << r << " vocab " << vocab << " T " << p.temperature << " k " << p.top_k << " p "
                  << p.top_p << " min_p " << p.min_p << " rep " << p.repetition_penalty << " freq "
                  << p.frequency_penalty << " pres " << p.presence_penalty << " logprobs " << p.num_logprobs
-                 << " banned " << c.banned.size() << " history " << c.prompt.size() << "+"
-                 << c.output.size());
+                 << " banned " << c.banned.size() << " masked " << !c.mask.empty() << " history "
+                 << c.prompt.size() << "+" << c.output.size());
     EXPECT_EQ(g.token, want.token);
     if (g.token != want.token) continue;
     ++*draws_checked;
