@@ -45,7 +45,7 @@ class ResponsesResponse : public EngineResponse {
         id_(ctx.new_id("resp_")),
         created_(unix_time()),
         output_(ctx.tokenizer_ptr(), cfg_.forced_prefix,
-                [&ctx](std::string_view prefix) { return ctx.new_id(prefix); }) {}
+                [c = &ctx](std::string_view prefix) { return c->new_id(prefix); }) {}
 
  protected:
   void on_start(std::string* body) override {
