@@ -104,9 +104,13 @@ std::string joined_text(const Json& content, const std::string& where, const cha
 }
 
 ReasoningEffort parse_effort(const Json& v, const std::string& where) {
-  if (!v.is_string()) fail("{}: expected \"low\", \"medium\" or \"high\"", where);
-  auto e = effort_from_name(v.get<std::string>());
-  if (!e) fail("{}: '{}' is not low, medium or high", where, v.get<std::string>());
+  if (!v.is_string()) fail("{}: expected \"none\", \"minimal\", \"low\", \"medium\" or \"high\"", where);
+  const std::string name = v.get<std::string>();
+  // The OpenAI API also names "none" and "minimal" (the OpenAI Agents SDK sends them); Harmony's least
+  // effort is low, and gpt-oss always reasons, so both mean low.
+  if (name == "none" || name == "minimal") return ReasoningEffort::kLow;
+  auto e = effort_from_name(name);
+  if (!e) fail("{}: '{}' is not none, minimal, low, medium or high", where, name);
   return *e;
 }
 

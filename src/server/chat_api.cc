@@ -56,7 +56,9 @@ class ChatResponse : public EngineResponse {
     State& c = *states_[i];
     if (streamed() && !c.role_sent) {
       c.role_sent = true;  // sent with the first token, so the first chunk marks the time to first token
-      emit(i, Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr, body);
+      // Whether the answer will be text or tool calls is not known yet: null, as OpenAI sends before tool
+      // calls, is right for both, while "" would make clients (the Agents SDK) open an empty text message.
+      emit(i, Json{{"role", "assistant"}, {"content", nullptr}}, nullptr, nullptr, body);
     }
     std::vector<OutputEvent> events;
     if (!c.stopped) {

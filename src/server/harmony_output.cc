@@ -123,11 +123,18 @@ void HarmonyOutput::push(int32_t token, const runtime::SampledToken* logprob,
 }
 
 void HarmonyOutput::finish(std::vector<OutputEvent>* events) {
+  const bool in_header = parser_.state() == harmony::StreamState::kHeader;
   try {
     parser_.process_eos();
   } catch (const std::exception& e) {
     spdlog::warn("harmony output: end of stream: {}", e.what());
   }
+  // The output stopped (max_tokens, abort) inside a message header: the parser reads the header words as
+  // text (openai-harmony's rule for "I must refuse<|end|>"), which here would be "to=functions.f
+  // <|constrain|>json" shown as the answer. A header is never content: the message is dropped, as the
+  // reference servers do (they show only messages whose content began). A call whose <|message|> came is
+  // already an item and is reported with the arguments so far.
+  if (in_header) messages_seen_ = parser_.messages().size();
   if (!prefix_events_.empty()) {
     for (auto& e : prefix_events_) events->push_back(std::move(e));
     prefix_events_.clear();

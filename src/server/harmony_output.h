@@ -46,7 +46,8 @@ class HarmonyOutput {
 
   // One generated token. Events are appended to `events`; `logprob` (may be null) must outlive them.
   void push(int32_t token, const runtime::SampledToken* logprob, std::vector<OutputEvent>* events);
-  // The end of the output (stop token, max_tokens, abort): completes the message in progress.
+  // The end of the output (stop token, max_tokens, abort): completes the message in progress; a header
+  // left unfinished is dropped (a header is never text).
   void finish(std::vector<OutputEvent>* events);
 
   const std::vector<OutputItem>& items() const { return items_; }

@@ -1,17 +1,33 @@
 #include "server/responses_api.h"
 
+#include <limits>
+
 #include "harmony/openai_mapping.h"
 #include "server/api_error.h"
 #include "server/engine_response.h"
-#include "server/harmony_output.h"
 #include "server/harmony_prompt.h"
 #include "server/json_body.h"
+#include "server/responses_output.h"
 #include "server/sampling_request.h"
 #include "server/tool_schema.h"
 
 namespace orchid::server {
 
 namespace {
+
+// OpenAI's limits: up to 16 pairs, keys up to 64 characters, string values up to 512.
+Json checked_metadata(const Json* metadata) {
+  if (!metadata) return Json::object();
+  if (!metadata->is_object() || metadata->size() > 16)
+    bad_request("metadata", "metadata: expected an object of at most 16 string values");
+  for (auto it = metadata->begin(); it != metadata->end(); ++it) {
+    if (it.key().size() > 64)
+      bad_request("metadata", "metadata: key '{}' is longer than 64 characters", it.key().substr(0, 64));
+    if (!it.value().is_string() || it.value().get_ref<const std::string&>().size() > 512)
+      bad_request("metadata", "metadata.{}: expected a string of at most 512 characters", it.key());
+  }
+  return *metadata;
+}
 
 class ResponsesResponse : public EngineResponse {
  public:
@@ -28,25 +44,25 @@ class ResponsesResponse : public EngineResponse {
         cfg_(std::move(config)),
         id_(ctx.new_id("resp_")),
         created_(unix_time()),
-        output_(ctx.tokenizer_ptr(), cfg_.forced_prefix) {}
+        output_(ctx.tokenizer_ptr(), cfg_.forced_prefix,
+                [c = &ctx](std::string_view prefix) { return c->new_id(prefix); }) {}
 
  protected:
   void on_start(std::string* body) override {
     if (!streamed()) return;
-    event("response.created", {{"response", response_json("in_progress")}}, body);
-    event("response.in_progress", {{"response", response_json("in_progress")}}, body);
+    output_.event("response.created", {{"response", response_json("in_progress")}}, body);
+    output_.event("response.in_progress", {{"response", response_json("in_progress")}}, body);
   }
 
   void on_event(size_t, engine::RequestEvent& ev, std::string* body) override {
-    std::vector<OutputEvent> events;
-    for (int32_t t : ev.token_ids) output_.push(t, nullptr, &events);
+    std::string* sse = streamed() ? body : nullptr;
+    output_.push(ev.token_ids, sse);
     if (ev.finished()) {
       finish_ = ev.finish;
       error_ = ev.error;
       usage_ = ev.usage;
-      output_.finish(&events);
+      output_.finish(finish_ == engine::FinishReason::kLength, sse);
     }
-    for (const OutputEvent& e : events) translate(e, body);
   }
 
   void on_complete(std::string* body, HttpResponse* response) override {
@@ -62,64 +78,12 @@ class ResponsesResponse : public EngineResponse {
       response->body = json_text(response_json(status));
       return;
     }
-    event("response." + (status == "completed" ? std::string("completed") : status),
-          {{"response", response_json(status)}}, body);
+    output_.event("response." + (status == "completed" ? std::string("completed") : status),
+                  {{"response", response_json(status)}}, body);
   }
 
  private:
-  struct ItemIds {
-    std::string id, call_id;
-  };
-
-  void event(const std::string& type, Json fields, std::string* body) {
-    Json e = {{"type", type}, {"sequence_number", seq_++}};
-    for (auto it = fields.begin(); it != fields.end(); ++it) e[it.key()] = it.value();
-    *body += sse_event(type, json_text(e));
-  }
-
-  Json item_json(size_t index) const {
-    const OutputItem& item = output_.items()[index];
-    const ItemIds& ids = ids_[index];
-    const std::string status = item.done ? "completed" : "in_progress";
-    switch (item.kind) {
-      case ItemKind::kReasoning: {
-        Json content = Json::array();
-        if (item.done) content.push_back({{"type", "reasoning_text"}, {"text", item.text}});
-        return {{"id", ids.id},
-                {"type", "reasoning"},
-                {"summary", Json::array()},
-                {"content", content},
-                {"status", status}};
-      }
-      case ItemKind::kFunctionCall:
-        return {{"id", ids.id},
-                {"type", "function_call"},
-                {"call_id", ids.call_id},
-                {"name", item.name},
-                {"arguments", item.done ? item.text : std::string()},
-                {"status", status}};
-      case ItemKind::kMessage:
-      default: {
-        Json content = Json::array();
-        if (item.done) content.push_back(text_part(item.text));
-        return {{"id", ids.id},
-                {"type", "message"},
-                {"role", "assistant"},
-                {"status", status},
-                {"content", content}};
-      }
-    }
-  }
-
-  static Json text_part(const std::string& text) {
-    return {
-        {"type", "output_text"}, {"text", text}, {"annotations", Json::array()}, {"logprobs", Json::array()}};
-  }
-
   Json response_json(const std::string& status) const {
-    Json output = Json::array();
-    if (status != "in_progress")
-      for (size_t i = 0; i < output_.items().size(); ++i) output.push_back(item_json(i));
     Json r = {{"id", id_},
               {"object", "response"},
               {"created_at", created_},
@@ -129,7 +93,7 @@ class ResponsesResponse : public EngineResponse {
               {"incomplete_details", nullptr},
               {"max_output_tokens", cfg_.params.max_tokens ? Json(*cfg_.params.max_tokens) : Json(nullptr)},
               {"model", cfg_.model},
-              {"output", output},
+              {"output", status == "in_progress" ? Json::array() : output_.output_json()},
               {"parallel_tool_calls", true},
               {"previous_response_id", nullptr},
               {"service_tier", "default"},
@@ -155,69 +119,10 @@ class ResponsesResponse : public EngineResponse {
     return r;
   }
 
-  void translate(const OutputEvent& e, std::string* body) {
-    if (e.type == OutputEvent::Type::kBegin) {
-      const ItemKind kind = output_.items()[e.item].kind;
-      ItemIds ids;
-      ids.id = ctx().new_id(kind == ItemKind::kReasoning      ? "rs_"
-                            : kind == ItemKind::kFunctionCall ? "fc_"
-                                                              : "msg_");
-      if (kind == ItemKind::kFunctionCall) ids.call_id = ctx().new_id("call_");
-      ids_.push_back(std::move(ids));
-    }
-    if (!streamed()) return;
-    const OutputItem& item = output_.items()[e.item];
-    const Json where = {{"item_id", ids_[e.item].id}, {"output_index", e.item}};
-    auto with = [&](Json extra) {
-      Json j = where;
-      for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
-      return j;
-    };
-    switch (e.type) {
-      case OutputEvent::Type::kBegin:
-        event("response.output_item.added", {{"output_index", e.item}, {"item", item_json(e.item)}}, body);
-        if (item.kind == ItemKind::kMessage)
-          event("response.content_part.added", with({{"content_index", 0}, {"part", text_part("")}}), body);
-        if (item.kind == ItemKind::kReasoning)
-          event("response.content_part.added",
-                with({{"content_index", 0}, {"part", {{"type", "reasoning_text"}, {"text", ""}}}}), body);
-        return;
-      case OutputEvent::Type::kDelta:
-        if (e.delta.empty()) return;
-        if (item.kind == ItemKind::kMessage)
-          event("response.output_text.delta",
-                with({{"content_index", 0}, {"delta", e.delta}, {"logprobs", Json::array()}}), body);
-        else if (item.kind == ItemKind::kReasoning)
-          event("response.reasoning_text.delta", with({{"content_index", 0}, {"delta", e.delta}}), body);
-        else
-          event("response.function_call_arguments.delta", with({{"delta", e.delta}}), body);
-        return;
-      case OutputEvent::Type::kEnd:
-        if (item.kind == ItemKind::kMessage) {
-          event("response.output_text.done",
-                with({{"content_index", 0}, {"text", item.text}, {"logprobs", Json::array()}}), body);
-          event("response.content_part.done", with({{"content_index", 0}, {"part", text_part(item.text)}}),
-                body);
-        } else if (item.kind == ItemKind::kReasoning) {
-          event("response.reasoning_text.done", with({{"content_index", 0}, {"text", item.text}}), body);
-          event("response.content_part.done",
-                with({{"content_index", 0}, {"part", {{"type", "reasoning_text"}, {"text", item.text}}}}),
-                body);
-        } else {
-          event("response.function_call_arguments.done",
-                with({{"arguments", item.text}, {"name", item.name}}), body);
-        }
-        event("response.output_item.done", {{"output_index", e.item}, {"item", item_json(e.item)}}, body);
-        return;
-    }
-  }
-
   Config cfg_;
   std::string id_;
   int64_t created_;
-  HarmonyOutput output_;
-  std::vector<ItemIds> ids_;
-  int64_t seq_ = 0;
+  ResponsesOutput output_;
   engine::FinishReason finish_ = engine::FinishReason::kNone;
   std::string error_;
   engine::Usage usage_;
@@ -242,7 +147,8 @@ HttpResponse handle_responses(ServerContext& ctx, const HttpRequest& request) {
   if (const Json* t = f.get("tools")) tools = check_responses_tools(*t);
   std::string forced;
   const ToolChoice choice = check_tool_choice(f.get("tool_choice"), tools, /*chat_shape=*/false, &forced);
-  f.boolean("parallel_tool_calls");
+  // The response object repeats what the request said; these are the fields it would otherwise default.
+  Json echo = {{"parallel_tool_calls", f.boolean("parallel_tool_calls").value_or(true)}};
   f.get("instructions");  // checked by the Harmony mapping
   std::string effort = ctx.options().default_reasoning_effort;
   if (const Json* r = f.get("reasoning")) {
@@ -262,18 +168,35 @@ HttpResponse handle_responses(ServerContext& ctx, const HttpRequest& request) {
     tf.ignore({"verbosity"});
     tf.reject_unknown();
   }
-  if (auto t = f.string("truncation"); t && *t != "disabled" && *t != "auto")
-    bad_request("truncation", "truncation: expected \"disabled\" or \"auto\"");
-  if (auto n = f.integer("top_logprobs", 0, 20); n && *n > 0)
-    bad_request("top_logprobs",
-                "top_logprobs: not supported by the Responses API here; use chat completions");
+  if (auto t = f.string("truncation")) {
+    if (*t != "disabled" && *t != "auto")
+      bad_request("truncation", "truncation: expected \"disabled\" or \"auto\"");
+    echo["truncation"] = *t;
+  }
+  if (auto n = f.integer("top_logprobs", 0, 20)) {
+    if (*n > 0)
+      bad_request("top_logprobs",
+                  "top_logprobs: not supported by the Responses API here; use chat completions");
+    echo["top_logprobs"] = *n;
+  }
   if (const Json* so = f.get("stream_options")) {
     JsonFields of(*so, "stream_options");
     of.ignore({"include_obfuscation"});
     of.reject_unknown();
   }
-  f.ignore({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "include",
-            "max_tool_calls"});
+  echo["metadata"] = checked_metadata(f.get("metadata"));
+  for (const char* key : {"user", "prompt_cache_key", "safety_identifier"})
+    if (auto v = f.string(key)) echo[key] = *v;
+  // As sent (the sampler keeps them as float).
+  for (const char* key : {"temperature", "top_p"})
+    if (body.contains(key) && body[key].is_number()) echo[key] = body[key];
+  if (auto n = f.integer("max_tool_calls", 0, std::numeric_limits<int32_t>::max()))
+    echo["max_tool_calls"] = *n;
+  // No response is kept (previous_response_id is refused above): store=true, the API's default, is accepted
+  // and the response says "store": false, so a client knows it cannot fetch or continue it by id. vLLM
+  // without its response store does the same.
+  f.boolean("store");
+  f.ignore({"service_tier", "include"});
   f.reject_unknown();
 
   const harmony::Conversation conv = harmony::conversation_from_responses_request(
@@ -292,6 +215,7 @@ HttpResponse handle_responses(ServerContext& ctx, const HttpRequest& request) {
               {"tools", body.contains("tools") ? body["tools"] : Json::array()},
               {"tool_choice", body.contains("tool_choice") ? body["tool_choice"] : Json("auto")},
               {"reasoning", {{"effort", effort}, {"summary", nullptr}}}};
+  cfg.echo.update(echo);
   auto response = std::make_shared<ResponsesResponse>(ctx, std::move(cfg), ctx.admit(1));
   engine::RequestSpec spec = make_request_spec(params, 0, max_tokens);
   spec.prompt = prompt.ids;

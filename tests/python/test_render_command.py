@@ -21,7 +21,9 @@ from openai_harmony import (Author, Conversation, DeveloperContent, Message, Rea
                             SystemContent, ToolDescription)
 
 DATE = "2025-06-28"
-EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
+EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH,
+           # The OpenAI API's lesser efforts; Harmony has none below low (docs/design.md).
+           "minimal": ReasoningEffort.LOW, "none": ReasoningEffort.LOW}
 
 
 def text_of(content, sep="\n"):
@@ -150,7 +152,7 @@ def random_chat(rng):
         msgs = msgs[:-1]
     req = {"messages": msgs, "tools": tools}
     if rng.random() < 0.7:
-        req["reasoning_effort"] = rng.choice(["low", "medium", "high"])
+        req["reasoning_effort"] = rng.choice(list(EFFORTS))
     return req
 
 
@@ -170,7 +172,7 @@ def random_responses(rng):
     if rng.random() < 0.5:
         req["instructions"] = hr.text(rng, 6)
     if rng.random() < 0.7:
-        req["reasoning"] = {"effort": rng.choice(["low", "medium", "high"])}
+        req["reasoning"] = {"effort": rng.choice(list(EFFORTS))}
     return req
 
 

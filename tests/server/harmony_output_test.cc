@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "harmony/stream_parser.h"
@@ -62,6 +63,21 @@ class HarmonyOutputTest : public ::testing::Test {
     return text;
   }
 
+  // The parser's messages less the one the end of the output makes of an unfinished header: the server never
+  // shows a header as text.
+  std::vector<harmony::Message> shown_messages(const std::vector<int32_t>& tokens) const {
+    harmony::StreamParser p(tok, harmony::Role::kAssistant, /*strict=*/false);
+    for (int32_t t : tokens) p.process(t);
+    const size_t before_end = p.messages().size();
+    const bool in_header = p.state() == harmony::StreamState::kHeader;
+    p.process_eos();
+    std::vector<harmony::Message> shown = p.messages();
+    if (in_header) shown.resize(before_end);
+    EXPECT_EQ(shown.size() + (in_header && p.messages().size() > before_end),
+              harmony::parse_completion(tok, tokens, harmony::Role::kAssistant, false).messages.size());
+    return shown;
+  }
+
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   std::unordered_set<std::string> specials;
 };
@@ -108,10 +124,9 @@ TEST_F(HarmonyOutputTest, CutOffOutputStillAddsUp) {
     const std::vector<int32_t> head(tokens.begin(), tokens.begin() + cut);
     auto r = run(head);
     const auto texts = check_events(*r);
-    const auto parsed = harmony::parse_completion(tok, head, harmony::Role::kAssistant, /*strict=*/false);
-    ASSERT_EQ(r->out.items().size(), parsed.messages.size()) << cut;
-    for (size_t i = 0; i < parsed.messages.size(); ++i)
-      EXPECT_EQ(texts[i], parsed.messages[i].text_content()) << cut;
+    const auto shown = shown_messages(head);
+    ASSERT_EQ(r->out.items().size(), shown.size()) << cut;
+    for (size_t i = 0; i < shown.size(); ++i) EXPECT_EQ(texts[i], shown[i].text_content()) << cut;
   }
 }
 
@@ -124,11 +139,28 @@ TEST_F(HarmonyOutputTest, RandomTokensNeverBreakIt) {
       tokens.push_back(rng() % 3 == 0 ? specials_ids[rng() % specials_ids.size()] : int32_t(rng() % 200000));
     auto r = run(tokens);
     const auto texts = check_events(*r);
-    const auto parsed = harmony::parse_completion(tok, tokens, harmony::Role::kAssistant, /*strict=*/false);
-    ASSERT_EQ(r->out.items().size(), parsed.messages.size());
-    for (size_t i = 0; i < parsed.messages.size(); ++i)
-      EXPECT_EQ(texts[i], parsed.messages[i].text_content());
+    const auto shown = shown_messages(tokens);
+    ASSERT_EQ(r->out.items().size(), shown.size());
+    for (size_t i = 0; i < shown.size(); ++i) EXPECT_EQ(texts[i], shown[i].text_content());
     EXPECT_LE(r->out.reasoning_tokens(), int32_t(tokens.size()));
+  }
+}
+
+TEST_F(HarmonyOutputTest, OutputEndingInAHeaderShowsNothingOfIt) {
+  // tool_choice "required": the prompt ends with the start of a call header, the model continues it.
+  const auto prefix = ids("<|channel|>commentary to=functions");
+  const auto tokens = ids(".get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}<|call|>");
+  const auto message_at = std::find(tokens.begin(), tokens.end(), *tok->special_id("<|message|>"));
+  for (size_t cut = 0; cut < tokens.size(); ++cut) {
+    auto r = run(std::vector<int32_t>(tokens.begin(), tokens.begin() + cut), prefix);
+    check_events(*r);
+    if (tokens.begin() + cut <= message_at) {
+      EXPECT_TRUE(r->out.items().empty()) << cut << ": " << r->out.items()[0].text;
+    } else {
+      ASSERT_EQ(r->out.items().size(), 1u) << cut;
+      EXPECT_EQ(r->out.items()[0].kind, ItemKind::kFunctionCall);
+      EXPECT_EQ(r->out.items()[0].name, "get_weather");
+    }
   }
 }
 
