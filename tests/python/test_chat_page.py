@@ -360,6 +360,12 @@ def test_reasoning_tool_calls_and_answer_apart_keyboard_only(browser, replay_ser
     assert (prompts[0], prompts[2]) == (prompts[1], prompts[3])
     assert sdk.model_extra["reasoning_content"] in text[2] and TOOL_OUTPUT in text[2]
 
+    # A collapsed reasoning block opens from the keyboard.
+    js(d, "document.querySelector('#messages > li.assistant summary').focus()")
+    keys(Keys.ENTER)
+    assert by_css(d, "#messages > li.assistant .reasoning")[0].get_attribute("open")
+    js(d, "document.getElementById('prompt').focus()")
+
     png = d.get_screenshot_as_png()
     check_png(d, png, tmp_path / "chat-page.png")
     if SCREENSHOT_OUT:
