@@ -307,6 +307,15 @@ class AssistantTurn {
 // Calls onData with each event's data of a text/event-stream body until [DONE] or the end of the body.
 async function readEvents(body, onData) {
   const reader = body.getReader();
+  try {
+    await readEventsFrom(reader, onData);
+  } catch (e) {
+    reader.cancel().catch(() => {});  // closes the connection, so the server stops generating
+    throw e;
+  }
+}
+
+async function readEventsFrom(reader, onData) {
   const decoder = new TextDecoder();
   let buffer = '';
   for (;;) {
@@ -334,6 +343,7 @@ function setBusy(busy) {
 
 // Sends the history and streams the answer into a new assistant turn. Resolves when the turn has ended.
 async function runTurn() {
+  const history = chat.history;  // a new chat while this turn streams starts a new array
   let settings;
   try {
     settings = requestSettings();
@@ -345,7 +355,7 @@ async function runTurn() {
   const system = $('system').value.trim();
   const body = {
     model: $('model').value || undefined,
-    messages: [...(system ? [{role: 'system', content: system}] : []), ...chat.history],
+    messages: [...(system ? [{role: 'system', content: system}] : []), ...history],
     stream: true,
     stream_options: {include_usage: true},
     ...settings,
@@ -365,17 +375,17 @@ async function runTurn() {
     });
     turn.end('done');
     const m = turn.message(true);
-    if (m) chat.history.push(m);
+    if (m) history.push(m);
     setStatus('Ready.');
     if (turn.finishReason === 'tool_calls' && turn.calls.some(Boolean))
-      turn.askForResults((results) => { chat.history.push(...results); runTurn(); });
+      turn.askForResults((results) => { history.push(...results); runTurn(); });
     else $('prompt').focus();
     return true;
   } catch (e) {
     if (controller.signal.aborted) {
       turn.end('stopped', 'stopped');
       const m = turn.message(false);  // what was shown stays in the conversation; cut-off tool calls do not
-      if (m) chat.history.push(m);
+      if (m) history.push(m);
       setStatus('Stopped.');
       $('prompt').focus();
       return true;
@@ -397,12 +407,19 @@ async function send() {
   const prompt = $('prompt');
   const text = prompt.value;
   if (!text.trim() || chat.controller) return;
+  try {
+    requestSettings();  // a mistake in the settings is said before anything is sent or shown
+  } catch (e) {
+    setStatus(e.message, true);
+    return;
+  }
   const userEl = addUserMessage(text);
-  chat.history.push({role: 'user', content: text});
+  const history = chat.history;
+  history.push({role: 'user', content: text});
   prompt.value = '';
   if (!(await runTurn())) {
     // Failed before the model answered: the message goes back into the box, nothing is lost.
-    chat.history.pop();
+    history.pop();
     userEl.classList.add('failed');
     if (!prompt.value) prompt.value = text;
     prompt.focus();

@@ -215,9 +215,12 @@ def check_png(driver, png, path):
 
 
 def set_field(driver, field, value):
+    """Types a short value; a long one (JSON) is set at once, typing it key by key would only take time."""
     box = by_css(driver, f"#{field}")[0]
     box.clear()
-    if value:
+    if len(value) > 40:
+        js(driver, "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", box, value)
+    elif value:
         box.send_keys(value)
     js(driver, "arguments[0].dispatchEvent(new Event('change'))", box)
 
@@ -277,22 +280,31 @@ def test_streams_the_random_model_and_stops_mid_stream(browser, random_server, t
     assert 0 < generated < max_tokens
     check_png(d, d.get_screenshot_as_png(), tmp_path / "chat-page-stopped.png")
 
+    # Esc stops too (from the message box, where the focus is).
+    prompt.send_keys("Another long one.", Keys.ENTER)
+    wait_for(lambda: len(assistant_turns(d)) == 2 and any(c["arguments"] for c in turn_view(
+        assistant_turns(d)[1])["tool_calls"]), what="the second stream")
+    prompt.send_keys(Keys.ESCAPE)
+    wait_for(lambda: assistant_turns(d)[1].get_attribute("data-state") == "stopped", what="Esc to stop")
+
     # The conversation goes on after a stop; a plain answer of random weights ends well too.
     set_field(d, "tool-choice", "")
     set_field(d, "tools", "")
     set_field(d, "max-tokens", "24")
     prompt.send_keys("And now a short one.", Keys.ENTER)
-    wait_for(lambda: len(assistant_turns(d)) == 2 and assistant_turns(d)[1].get_attribute("data-state") == "done",
-             what="the second answer")
-    view = turn_view(assistant_turns(d)[1])
+    wait_for(lambda: len(assistant_turns(d)) == 3 and assistant_turns(d)[2].get_attribute("data-state") == "done",
+             what="the third answer")
+    view = turn_view(assistant_turns(d)[2])
     assert view["answer"] or view["reasoning"], view
     roles = [li.get_attribute("data-role") for li in by_css(d, "#messages > li")]
-    assert roles == ["user", "assistant", "user", "assistant"]
+    assert roles == ["user", "assistant"] * 3
     # Reasoning, answer and tool calls are separate elements, none inside another.
     for outer in (".answer", ".reasoning", ".tool-calls"):
         for inner in (".answer", ".reasoning", ".tool-calls"):
             if outer != inner:
                 assert by_css(d, f"#messages {outer} {inner}") == []
+    by_css(d, "#new-chat")[0].click()
+    assert by_css(d, "#messages > li") == [] and active_id(d) == "prompt"
 
 
 def test_reasoning_tool_calls_and_answer_apart_keyboard_only(browser, replay_server, tmp_path, tik):
@@ -390,3 +402,58 @@ def test_model_output_is_text_not_markup(browser, replay_server):
     assert "<img" in view["answer"]  # shown as the text it is
     assert by_css(d, "#messages .answer *, #messages .reasoning-text *") == []
     assert js(d, "return window.__injected === undefined")
+
+
+def test_errors_are_shown_and_lose_nothing(browser, replay_server):
+    from selenium.webdriver.common.keys import Keys
+    d = browser
+    open_page(d, replay_server)
+    by_css(d, "#api-key")[0].send_keys(API_KEY, Keys.TAB)
+    wait_for(lambda: model_options(d), what="the models")
+    prompt = by_css(d, "#prompt")[0]
+
+    # Tools that are not JSON: said next to the box, nothing is sent, the message stays in the composer.
+    set_field(d, "tools", "[{not json")
+    prompt.send_keys(QUESTION, Keys.ENTER)
+    assert by_css(d, "#tools-error")[0].text.startswith("Tools:")
+    assert "tools" in by_css(d, "#status")[0].text
+    assert by_css(d, "#messages > li") == [] and prompt.get_attribute("value") == QUESTION
+
+    # Tools the server refuses: its OpenAI error message is shown and the message comes back into the box.
+    bad_tools = [{"type": "function", "function": {"parameters": {}}}]
+    set_field(d, "tools", json.dumps(bad_tools))
+    wait_for(lambda: not by_css(d, "#send")[0].get_attribute("disabled"), what="the send button")
+    prompt.clear()
+    prompt.send_keys(QUESTION, Keys.ENTER)
+    wait_for(lambda: assistant_turns(d) and assistant_turns(d)[-1].get_attribute("data-state") == "error",
+             what="the error")
+    status, _, body = replay_server_post(replay_server, {"messages": [{"role": "user", "content": QUESTION}],
+                                                         "tools": bad_tools, "stream": True})
+    message = json.loads(body)["error"]["message"]
+    assert status == 400 and message in by_css(d, "#status")[0].text
+    assert message in assistant_turns(d)[-1].find_element("css selector", ".meta").text
+    assert prompt.get_attribute("value") == QUESTION
+    assert "failed" in by_css(d, "#messages > li.user")[-1].get_attribute("class")
+
+    # Fixed, the same message goes through, and the failed attempt is not part of the history sent.
+    set_field(d, "tools", json.dumps(TOOLS))
+    before = len(replay_server.prompt_log.read_text().splitlines()) if replay_server.prompt_log.exists() else 0
+    prompt.send_keys(Keys.ENTER)
+    wait_for(lambda: assistant_turns(d)[-1].get_attribute("data-state") == "done", what="the answer")
+    assert [c["name"] for c in turn_view(assistant_turns(d)[-1])["tool_calls"]] == ["get_weather"]
+    sent = json.loads(replay_server.prompt_log.read_text().splitlines()[before])["prompt"]
+    status, _, body = replay_server_post(replay_server, {"messages": [{"role": "user", "content": QUESTION}],
+                                                         "tools": TOOLS, "reasoning_effort": "medium"})
+    assert status == 200
+    assert json.loads(replay_server.prompt_log.read_text().splitlines()[before + 1])["prompt"] == sent
+
+
+def replay_server_post(server, body):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        conn.close()
