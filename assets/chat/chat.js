@@ -373,6 +373,7 @@ async function runTurn() {
       if (chunk.error) throw new Error(chunk.error.message || 'the server reported an error');
       turn.apply(chunk);
     });
+    if (!turn.finishReason) throw new Error('the stream ended before the answer did');
     turn.end('done');
     const m = turn.message(true);
     if (m) history.push(m);

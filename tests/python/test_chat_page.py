@@ -457,3 +457,29 @@ def replay_server_post(server, body):
         return r.status, dict(r.getheaders()), r.read()
     finally:
         conn.close()
+
+
+def test_event_stream_parsing_survives_any_split(browser, replay_server):
+    """The page's SSE reader against a body cut into pieces of 1..7 bytes (inside UTF-8 characters and line ends
+    too), with LF and CRLF line ends and multi-line data: it must hand over exactly the events that were sent."""
+    d = browser
+    open_page(d, replay_server)
+    events = [{"index": k, "delta": {"content": "é💖 <b>\n" * k}} for k in range(12)]
+    for newline in ("\n", "\r\n"):
+        text = "".join(f"data: {json.dumps(e, ensure_ascii=False)}{newline}{newline}" for e in events[:6])
+        # A data field may span lines: the lines are joined with \n (JSON does not mind the break).
+        text += "".join(f"data: {json.dumps(e, ensure_ascii=False, indent=1).replace(chr(10), newline + 'data: ')}"
+                        f"{newline}{newline}" for e in events[6:])
+        text += f": a comment{newline}{newline}data: [DONE]{newline}{newline}data: {{\"after\": 1}}{newline}{newline}"
+        raw = text.encode()
+        pieces, at, size = [], 0, 1
+        while at < len(raw):
+            pieces.append(list(raw[at:at + size]))
+            at, size = at + size, size % 7 + 1
+        got = d.execute_async_script("""
+          const [pieces, done] = [arguments[0], arguments[arguments.length - 1]];
+          const body = new ReadableStream({start(c) { for (const p of pieces) c.enqueue(new Uint8Array(p)); c.close(); }});
+          const seen = [];
+          readEvents(body, (e) => seen.push(e)).then(() => done(seen), (e) => done(String(e)));
+        """, pieces)
+        assert got == events, newline

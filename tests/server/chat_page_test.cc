@@ -41,7 +41,10 @@ TEST(ChatPage, EmbedsEveryFileOfAssetsChat) {
     on_disk += e.is_regular_file();
   ASSERT_EQ(chat_page_files().size(), on_disk);
   for (const EmbeddedFile& f : chat_page_files()) {
-    EXPECT_EQ(f.bytes, read_asset(f.name)) << f.name;
+    const std::string on_disk_bytes = read_asset(f.name);
+    // Not EXPECT_EQ: a stale copy would print both files whole.
+    EXPECT_TRUE(f.bytes == on_disk_bytes) << f.name << ": " << f.bytes.size() << " bytes embedded, "
+                                          << on_disk_bytes.size() << " in assets/chat";
     EXPECT_EQ(f.sha256.size(), 64u) << f.name;
   }
 }
