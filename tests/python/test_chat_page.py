@@ -2,7 +2,8 @@
 it loads from the binary without the API key, streams an answer of the random-weight model in more than one update,
 stops mid-stream (and the server sees the request end), shows scripted reasoning, tool calls and answers in their
 own elements exactly as the openai SDK receives them, sends the whole history back (the prompt the page makes for a
-second turn is the one the SDK makes for the same conversation), and shows model output as text, never as HTML.
+second turn is the one the SDK makes for the same conversation), shows model output as text, never as HTML, and
+says what went wrong (bad tools, the server's errors, a model still loading) without losing the message.
 Checks are by DOM structure, not pixels; a screenshot is saved and checked to be a PNG of the window's size.
 
 No browser on this machine: ORCHID_SKIP_BROWSER_TESTS=1 skips the browser tests (CI installs the packages through
@@ -66,6 +67,18 @@ def fetch(server, path, method="GET", headers=None):
         conn.request(method, path, headers=headers or {})
         r = conn.getresponse()
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def post_chat(server, body):
+    """(status, headers, body bytes) of a chat completions request with the test's API key."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
     finally:
         conn.close()
 
@@ -427,7 +440,7 @@ def test_errors_are_shown_and_lose_nothing(browser, replay_server):
     prompt.send_keys(QUESTION, Keys.ENTER)
     wait_for(lambda: assistant_turns(d) and assistant_turns(d)[-1].get_attribute("data-state") == "error",
              what="the error")
-    status, _, body = replay_server_post(replay_server, {"messages": [{"role": "user", "content": QUESTION}],
+    status, _, body = post_chat(replay_server, {"messages": [{"role": "user", "content": QUESTION}],
                                                          "tools": bad_tools, "stream": True})
     message = json.loads(body)["error"]["message"]
     assert status == 400 and message in by_css(d, "#status")[0].text
@@ -442,21 +455,10 @@ def test_errors_are_shown_and_lose_nothing(browser, replay_server):
     wait_for(lambda: assistant_turns(d)[-1].get_attribute("data-state") == "done", what="the answer")
     assert [c["name"] for c in turn_view(assistant_turns(d)[-1])["tool_calls"]] == ["get_weather"]
     sent = json.loads(replay_server.prompt_log.read_text().splitlines()[before])["prompt"]
-    status, _, body = replay_server_post(replay_server, {"messages": [{"role": "user", "content": QUESTION}],
+    status, _, body = post_chat(replay_server, {"messages": [{"role": "user", "content": QUESTION}],
                                                          "tools": TOOLS, "reasoning_effort": "medium"})
     assert status == 200
     assert json.loads(replay_server.prompt_log.read_text().splitlines()[before + 1])["prompt"] == sent
-
-
-def replay_server_post(server, body):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
-        r = conn.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
-    finally:
-        conn.close()
 
 
 def test_event_stream_parsing_survives_any_split(browser, replay_server):
@@ -483,3 +485,31 @@ def test_event_stream_parsing_survives_any_split(browser, replay_server):
           readEvents(body, (e) => seen.push(e)).then(() => done(seen), (e) => done(String(e)));
         """, pieces)
         assert got == events, newline
+
+
+def test_page_loads_while_the_model_loads(browser, tmp_path):
+    """The page is there at once; a message sent before the model is ready gets the server's 503 message and stays
+    in the box, and goes through once the model is loaded."""
+    from selenium.webdriver.common.keys import Keys
+    script = {"rules": [{"match": "", "output": "<|channel|>final<|message|>ready now<|return|>"}],
+              "load_delay_ms": 4000}
+    (tmp_path / "script.json").write_text(json.dumps(script), encoding="utf-8")
+    with OrchidServer("synthetic:tiny", "--replay", tmp_path / "script.json", wait_ready=False) as s:
+        d = browser
+        open_page(d, s)
+        wait_for(lambda: model_options(d), what="the model list")
+        prompt = by_css(d, "#prompt")[0]
+        prompt.send_keys("Hello", Keys.ENTER)
+        wait_for(lambda: assistant_turns(d) and assistant_turns(d)[-1].get_attribute("data-state") != "streaming",
+                 what="the first attempt")
+        status, _, body = post_chat(s, {"messages": [{"role": "user", "content": "Hello"}], "stream": True})
+        assert status == 503, "the model loaded too soon for this test"
+        message = json.loads(body)["error"]["message"]
+        assert assistant_turns(d)[-1].get_attribute("data-state") == "error"
+        assert message in by_css(d, "#status")[0].text and prompt.get_attribute("value") == "Hello"
+        s.wait_ready()
+        prompt.send_keys(Keys.ENTER)
+        wait_for(lambda: assistant_turns(d)[-1].get_attribute("data-state") == "done", what="the answer")
+        sdk = openai_client(s).chat.completions.create(model=served_models(s)[0]["id"],
+                                                       messages=[{"role": "user", "content": "Hello"}])
+        assert turn_view(assistant_turns(d)[-1])["answer"] == sdk.choices[0].message.content
