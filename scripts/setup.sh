@@ -17,11 +17,13 @@ for arg in "$@"; do
   esac
 done
 
+# chromium + chromium-driver: the chat page's browser tests (headless; nothing downloads a browser).
 debian_packages=(
   build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
   nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
+  chromium chromium-driver fonts-dejavu-core
 )
 missing=()
 for p in "${debian_packages[@]}"; do

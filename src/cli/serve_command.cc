@@ -65,6 +65,7 @@ void serve(const ServeArgs& a) {
   http.start();
   spdlog::info("orchid serve: listening on http://{}:{} (model {} is loading)", a.http.host, http.port(),
                a.model);
+  if (so.chat_page) spdlog::info("orchid serve: chat page at http://{}:{}/", a.http.host, http.port());
 
   std::shared_ptr<engine::ServingEngine> engine;
   std::string load_error;
@@ -178,6 +179,9 @@ void add_serve_command(CLI::App& app) {
                   "seconds to let requests in progress finish after SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  cmd->add_flag(
+      "--no-chat-page", [a](int64_t) { a->server.chat_page = false; },
+      "do not serve the built-in chat page at / (the API is unchanged)");
   cmd->add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                 "do not reuse cached KV pages of prefixes");
   cmd->add_option("--seed", a->seed, "seed for requests that bring none (default: random)")

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/chat_api.h"
+#include "server/chat_page.h"
 #include "server/completions_api.h"
 #include "server/json_body.h"
 #include "server/prometheus.h"
@@ -113,6 +114,9 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
     res.body = prometheus_text(em ? &*em : nullptr, s);
     return res;
   }
+  // The page itself needs no key: it holds nothing, and asks for the key to make its API calls.
+  if (ctx_.options().chat_page)
+    if (std::optional<HttpResponse> page = chat_page_response(r)) return std::move(*page);
   if (path.starts_with("/v1/")) {
     if (!authorized(r))
       throw ApiError(401, "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`.", {},

@@ -22,6 +22,7 @@ struct ServerOptions {
   int32_t max_waiting_requests = 1024;
   int32_t max_num_seqs = 256;
   std::string default_reasoning_effort = "medium";
+  bool chat_page = true;  // serve the built-in chat page at / (--no-chat-page turns it off)
 };
 
 enum class Phase { kLoading, kReady, kDraining };
