@@ -298,6 +298,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.001, 1e6))
       ->capture_default_str();
   serve->add_flag("!--no-ignore-eos", s->ignore_eos, "let outputs stop at the end-of-sequence token");
+  serve->add_option("--extra-body", s->extra_body,
+                    "a JSON object merged into every request, e.g. '{\"guided_json\": {...}}'");
   serve->add_flag("--json", s->json, "print JSON instead of a table");
   serve->callback([s] {
     const int rc = run_serve_bench(*s);

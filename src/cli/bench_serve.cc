@@ -318,11 +318,21 @@ int run_serve_bench(const ServeBenchOptions& o) {
   sh.opts = &o;
   sh.url = parse_url(o.url);
   const std::string model = o.model.empty() ? first_model(sh.url, o.api_key) : o.model;
+  Json extra = Json::object();
+  if (!o.extra_body.empty()) {
+    try {
+      extra = Json::parse(o.extra_body);
+    } catch (const Json::exception& e) {
+      fail("--extra-body: not valid JSON ({})", e.what());
+    }
+    if (!extra.is_object()) fail("--extra-body must be a JSON object, got {}", o.extra_body);
+  }
   const auto prompts = make_prompts(o);
   for (const Prompt& p : prompts) {
     Json body = {{"model", model},   {"prompt", p.prompt}, {"max_tokens", p.max_tokens},
                  {"temperature", 0}, {"stream", true},     {"stream_options", {{"include_usage", true}}}};
     if (o.ignore_eos) body["ignore_eos"] = true;
+    body.update(extra);
     sh.bodies.push_back(body.dump());
     ServeRequestResult r;
     r.expected_output = p.max_tokens;

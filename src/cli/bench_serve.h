@@ -24,6 +24,7 @@ struct ServeBenchOptions {
   int64_t vocab = 199998;  // random prompt ids are drawn from [0, vocab): ordinary tokens of o200k_harmony
   uint64_t seed = 0;
   bool ignore_eos = true;
+  std::string extra_body;   // a JSON object merged into every request (e.g. vLLM's guided_json)
   double timeout_s = 3600;  // per request
   bool json = false;
 };

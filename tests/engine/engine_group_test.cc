@@ -74,16 +74,18 @@ TEST(EngineGroup, SpreadsRequestsAndAnswersAsOneEngine) {
 
 TEST(EngineGroup, AbortReachesTheEngineThatHasTheRequest) {
   auto group = make_group(2);
-  for (size_t i = 0; i < group->size(); ++i) group->engine(i).start();
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int r = 0; r < 4; ++r) {
     Req q;
     q.prompt = {1, 2, 3};
     q.ignore_eos = true;
-    q.max_tokens = 100000;  // runs until aborted
+    q.max_tokens = 100000;  // would run to the context's end unless aborted
     streams.push_back(group->submit(q.spec()));
   }
+  // The aborts are routed before the engines start, so none can reach its length limit first (a loaded
+  // machine once let a fast fake engine do that between the submits and the aborts).
   for (auto& s : streams) group->abort(s->id());
+  for (size_t i = 0; i < group->size(); ++i) group->engine(i).start();
   for (auto& s : streams) EXPECT_EQ(s->wait_all().finish, FinishReason::kAbort) << s->id();
   group->stop();
   EXPECT_EQ(group->metrics().requests_aborted, 4);

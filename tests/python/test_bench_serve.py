@@ -69,3 +69,14 @@ def test_bad_urls(orchid):
     assert res.returncode == 2 and "expected http://HOST" in res.stderr
     res, _ = bench(orchid, "--url", "http://127.0.0.1:9", "--num-prompts", 1, check=False)  # nothing listens
     assert res.returncode == 2 and "cannot reach" in res.stderr
+
+
+def test_extra_body_is_merged_into_every_request(orchid, server):
+    # The extra body overrides the bench's own fields: max_tokens 2 instead of --output-len 5.
+    _, r = bench(orchid, "--url", server.base_url, "--num-prompts", 3, "--input-len", 4, "--output-len", 5,
+                 "--no-ignore-eos", "--extra-body", '{"max_tokens": 2, "ignore_eos": true}')
+    assert (r["completed"], r["errors"]) == (3, 0)
+    assert r["output_tokens"] == 3 * 2
+    for bad in ("{not json", "[1, 2]"):
+        res, _ = bench(orchid, "--url", server.base_url, "--num-prompts", 1, "--extra-body", bad, check=False)
+        assert res.returncode not in (0, 70) and "--extra-body" in res.stderr
