@@ -83,6 +83,7 @@ std::optional<HttpResponse> OpenAIServer::screen(const HttpRequest& head) const 
 }
 
 HttpResponse OpenAIServer::handle(const HttpRequest& request) {
+  if (request.method == "OPTIONS") return cors_->preflight(request);
   HttpResponse res = answer(request);
   cors_->add_headers(request, &res);
   return res;
@@ -90,7 +91,6 @@ HttpResponse OpenAIServer::handle(const HttpRequest& request) {
 
 HttpResponse OpenAIServer::answer(const HttpRequest& request) {
   try {
-    if (request.method == "OPTIONS") return cors_->preflight(request);
     return route(request);
   } catch (const ApiError& e) {
     if (e.status() >= 500) spdlog::warn("{} {}: {}", request.method, request.path, e.what());

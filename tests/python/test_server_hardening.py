@@ -228,3 +228,23 @@ def test_out_of_memory_in_one_request_does_not_end_the_process():
         assert s.proc.poll() is None and s.get("/health")[0] == 200
         status, out = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "ignore_eos": True})
         assert status == 200 and out["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("flag", ['["https://a.example", "https://b.example"]', "https://a.example,https://b.example"],
+                         ids=["vLLM's JSON list", "comma-separated"])
+def test_allowed_origins_are_echoed_and_others_refused(flag):
+    with OrchidServer("synthetic:tiny", "--allowed-origins", flag) as s:
+        for origin, allowed in (("https://b.example", True), ("https://evil.example", False)):
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+            conn.request("OPTIONS", "/v1/chat/completions", headers={
+                "Origin": origin, "Access-Control-Request-Method": "POST"})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 204
+            assert r.getheader("Access-Control-Allow-Origin") == (origin if allowed else None)
+            conn.request("GET", "/v1/models", headers={"Origin": origin})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200 and r.getheader("Access-Control-Allow-Origin") == (origin if allowed else None)
+            assert r.getheader("Vary") == ("Origin" if allowed else None)
+            conn.close()
