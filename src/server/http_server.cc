@@ -236,7 +236,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(uint32_t(opt().max_header_bytes));
     response_started_ = false;
-    arm(first ? opt().request_timeout : opt().idle_timeout);
+    // A connection over the per-client cap gets only a moment to send the head its 429 answers: it must not
+    // hold a slot of the global limit for the whole request timeout.
+    arm(!client_ ? opt().linger_timeout : first ? opt().request_timeout : opt().idle_timeout);
     http::async_read_header(socket_, buffer_, *parser_,
                             guarded([](Session& s, beast::error_code ec, size_t) { s.on_header(ec); }));
   }

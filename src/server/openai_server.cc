@@ -75,7 +75,7 @@ bool OpenAIServer::authorized(const HttpRequest& r) const {
 }
 
 std::optional<HttpResponse> OpenAIServer::screen(const HttpRequest& head) const {
-  // Preflights carry no credentials (browsers never send them there); they get their answer from route().
+  // Preflights carry no credentials (browsers never send them there); handle() answers them.
   if (head.method == "OPTIONS" || !head.path.starts_with("/v1/") || authorized(head)) return std::nullopt;
   HttpResponse res = unauthorized();
   cors_->add_headers(head, &res);
