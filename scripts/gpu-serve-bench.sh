@@ -18,7 +18,8 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then model=$1; shift; fi
 workloads=${ORCHID_SERVE_WORKLOADS:-"1:128:1024 64:128:1024 256:128:1024 256:1024:256"}
 [ -x "$bin" ] || { echo "missing $bin: build the cuda preset first" >&2; exit 2; }
 
-"$bin" serve "$model" --port 0 --backend cuda "$@" >"$out/server.out" 2>"$out/server.log" &
+# One client opens every connection of a wave: no per-client cap.
+"$bin" serve "$model" --port 0 --backend cuda --max-connections-per-client 0 "$@" >"$out/server.out" 2>"$out/server.log" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 port=""

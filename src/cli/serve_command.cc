@@ -38,6 +38,17 @@ std::shared_ptr<runtime::Backend> make_backend(const ServeArgs& a,
   return std::make_shared<server::testing::ReplayBackend>(std::move(o), tok);
 }
 
+// --allowed-origins as vLLM spells it too: '["https://a.example", "https://b.example"]' (split at the commas
+// already), so brackets, quotes and blanks around each origin are dropped.
+std::vector<std::string> origin_list(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (const std::string& g : given) {
+    const size_t b = g.find_first_not_of(" \t[\"'"), e = g.find_last_not_of(" \t]\"'");
+    if (b != std::string::npos && e >= b) out.push_back(g.substr(b, e - b + 1));
+  }
+  return out;
+}
+
 // Waits up to `ms` for one of the blocked signals in `set`; 0 if none came.
 int wait_signal(const sigset_t& set, int ms) {
   timespec ts{ms / 1000, long(ms % 1000) * 1000000L};
@@ -59,6 +70,7 @@ void serve(const ServeArgs& a) {
   so.model_path = a.model;
   if (so.served_model_name.empty()) so.served_model_name = a.model;
   so.max_num_seqs = a.backend.max_num_seqs;
+  so.allowed_origins = origin_list(a.server.allowed_origins);
   auto tok = tokenizer::Tokenizer::for_model(a.model);
   server::ServerContext ctx(so, tok);
   server::OpenAIServer http(ctx, a.http);
@@ -172,8 +184,23 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-request-bytes", a->http.max_body_bytes, "largest request body; larger ones get 413")
       ->check(CLI::Range(size_t(1024), size_t(1) << 31))
       ->capture_default_str();
-  cmd->add_option("--http-threads", a->http.threads, "threads serving HTTP connections")
+  cmd->add_option("--http-threads", a->http.threads, "threads serving HTTP connections (I/O only)")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--request-threads", a->http.request_threads,
+                  "threads that parse, render and tokenize requests (default: half the cores, 2..16)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--max-queued-requests", a->http.max_queued_requests,
+                  "requests waiting for a request thread; more get 503 with Retry-After "
+                  "(default: 128 per request thread, at least 256)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 20));
+  cmd->add_option("--max-connections-per-client", a->http.max_connections_per_client,
+                  "open connections per client address; more get 429 (0: no limit; raise it behind a proxy)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--allowed-origins", a->server.allowed_origins,
+                  "origins browsers may call from (comma-separated or a JSON list; * for any)")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "seconds to let requests in progress finish after SIGTERM")

@@ -7,6 +7,7 @@
 #include "server/chat_api.h"
 #include "server/chat_page.h"
 #include "server/completions_api.h"
+#include "server/cors.h"
 #include "server/json_body.h"
 #include "server/prometheus.h"
 #include "server/responses_api.h"
@@ -22,10 +23,22 @@ bool constant_time_equal(std::string_view given, std::string_view expected) {
   return diff == 0;
 }
 
-OpenAIServer::OpenAIServer(ServerContext& ctx, HttpServerOptions http) : ctx_(ctx) {
-  http_ = std::make_unique<HttpServer>(
-      std::move(http), [this](const HttpRequest& r) { return handle(r); },
-      [](int status, const std::string& message) { return error_response(status, message); });
+OpenAIServer::OpenAIServer(ServerContext& ctx, HttpServerOptions http)
+    : ctx_(ctx), cors_(std::make_unique<Cors>(ctx.options().allowed_origins)) {
+  HttpHandlers h;
+  h.handle = [this](const HttpRequest& r) { return handle(r); };
+  h.errors = [this](int status, const std::string& message) {
+    HttpResponse res = error_response(status, message);
+    cors_->add_headers({}, &res);
+    return res;
+  };
+  h.screen = [this](const HttpRequest& head) { return screen(head); };
+  // Answered from memory in microseconds; everything with a prompt goes to the request threads.
+  h.answer_inline = [](const HttpRequest& r) {
+    return r.method == "OPTIONS" || r.path == "/health" || r.path == "/metrics" || r.path == "/v1/models" ||
+           r.path.starts_with("/v1/models/");
+  };
+  http_ = std::make_unique<HttpServer>(std::move(http), std::move(h));
 }
 
 OpenAIServer::~OpenAIServer() {
@@ -62,7 +75,22 @@ bool OpenAIServer::authorized(const HttpRequest& r) const {
   return constant_time_equal(auth.substr(kBearer.size()), key);
 }
 
+std::optional<HttpResponse> OpenAIServer::screen(const HttpRequest& head) const {
+  // Preflights carry no credentials (browsers never send them there); handle() answers them.
+  if (head.method == "OPTIONS" || !head.path.starts_with("/v1/") || authorized(head)) return std::nullopt;
+  HttpResponse res = unauthorized();
+  cors_->add_headers(head, &res);
+  return res;
+}
+
 HttpResponse OpenAIServer::handle(const HttpRequest& request) {
+  if (request.method == "OPTIONS") return cors_->preflight(request);
+  HttpResponse res = answer(request);
+  cors_->add_headers(request, &res);
+  return res;
+}
+
+HttpResponse OpenAIServer::answer(const HttpRequest& request) {
   try {
     return route(request);
   } catch (const ApiError& e) {
@@ -70,10 +98,20 @@ HttpResponse OpenAIServer::handle(const HttpRequest& request) {
     return error_response(e);
   } catch (const Error& e) {
     return error_response(400, e.what());
+  } catch (const std::bad_alloc&) {
+    spdlog::error("{} {}: out of memory", request.method, request.path);
+    HttpResponse res = error_response(503, "the server ran out of memory for this request; retry later");
+    res.headers.emplace_back("Retry-After", "1");
+    return res;
   } catch (const std::exception& e) {
     spdlog::error("{} {}: {}", request.method, request.path, e.what());
     return error_response(500, "internal error while handling the request");
   }
+}
+
+HttpResponse OpenAIServer::unauthorized() {
+  return error_response(401, "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`.", {},
+                        "invalid_api_key");
 }
 
 namespace {
@@ -118,9 +156,7 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
   if (ctx_.options().chat_page)
     if (std::optional<HttpResponse> page = chat_page_response(r)) return std::move(*page);
   if (path.starts_with("/v1/")) {
-    if (!authorized(r))
-      throw ApiError(401, "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`.", {},
-                     "invalid_api_key");
+    if (!authorized(r)) return unauthorized();  // screen() turned it away already when served over HTTP
     if (path == "/v1/models" || path.starts_with("/v1/models/")) {
       require_method(r, "GET");
       const ServerOptions& o = ctx_.options();

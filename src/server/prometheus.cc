@@ -50,7 +50,8 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
   w.gauge("orchid_ready", "1 once the model is loaded and requests are served", s.ready ? 1 : 0);
   w.gauge("orchid_http_connections_open", "open HTTP connections", double(s.http.connections_open));
   w.counter("orchid_http_connections_total", "HTTP connections accepted", double(s.http.connections_total));
-  w.counter("orchid_http_connections_rejected_total", "connections closed at once: too many open",
+  w.counter("orchid_http_connections_rejected_total",
+            "connections refused: too many open, or too many from one client (429)",
             double(s.http.connections_rejected));
   w.gauge("orchid_http_requests_active", "HTTP requests read and not yet answered in full",
           double(s.http.requests_active));
@@ -59,6 +60,11 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
             double(s.http.responses_cancelled));
   w.counter("orchid_http_timeouts_total", "connections closed by a read, write or idle timeout",
             double(s.http.timeouts));
+  w.gauge("orchid_http_requests_queued",
+          "requests waiting for a request thread (parsing, rendering, tokenizing)",
+          double(s.http.requests_queued));
+  w.counter("orchid_http_requests_rejected_busy_total",
+            "requests refused with 503: the request queue was full", double(s.http.requests_rejected_busy));
   w.gauge("orchid_requests_in_flight", "generation requests admitted and not yet answered",
           double(s.requests_in_flight));
   w.counter("orchid_requests_rejected_total", "generation requests refused with 429",

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/serving_engine.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,8 @@ struct ServerOptions {
   int32_t max_num_seqs = 256;
   std::string default_reasoning_effort = "medium";
   bool chat_page = true;  // serve the built-in chat page at / (--no-chat-page turns it off)
+  // Origins that browsers may call from ("*": any; empty: none), see cors.h.
+  std::vector<std::string> allowed_origins = {"*"};
 };
 
 enum class Phase { kLoading, kReady, kDraining };

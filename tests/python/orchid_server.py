@@ -15,10 +15,10 @@ TIKTOKEN_DIR = ROOT.parent / "shared" / "fixtures" / "gpt-oss-tokenizer"
 
 
 class OrchidServer:
-    def __init__(self, *args, wait_ready=True, timeout=120):
+    def __init__(self, *args, wait_ready=True, timeout=120, preexec_fn=None):
         cmd = [orchid_bin(), "serve", *map(str, args), "--port", "0", "--log-level", "info"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     errors="replace")
+                                     errors="replace", preexec_fn=preexec_fn)
         self.log = []
         self._listening = threading.Event()
         self.port = None

@@ -3,6 +3,8 @@
 that 401, 413 and the context checks are reachable."""
 import json
 import socket
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -198,13 +200,29 @@ def raw_exchange(server, data):
         return out
 
 
+RAW_AUTH = f"Authorization: Bearer {KEY}\r\n".encode()
+
+
 @pytest.mark.parametrize("data,expected", [
     (b"GARBAGE\r\n\r\n", 400),
-    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n", 413),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH + b"Content-Length: 99999999999\r\n\r\n", 413),
+    # The key is checked before the body: a client without one never learns the limit, nor is its body read.
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n", 401),
     (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400),
     (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n", 431),
-    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
-], ids=["garbage request line", "claimed huge body", "bad content-length", "huge header", "bad chunk size"])
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    # Framings the server cannot decode are refused, not ignored.
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH +
+     b"Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 501),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH +
+     b"Transfer-Encoding: chunked, identity\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 501),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH +
+     b"Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", 415),
+    (b"GET /v1/models/tiny%zz HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH + b"\r\n", 400),
+    (b"GET /v1/models/ti%00ny HTTP/1.1\r\nHost: x\r\n" + RAW_AUTH + b"\r\n", 400),
+], ids=["garbage request line", "claimed huge body", "huge body without a key", "bad content-length",
+        "huge header", "bad chunk size", "gzip, chunked", "chunked, identity", "content-encoding gzip",
+        "bad percent escape", "percent-encoded NUL"])
 def test_broken_http_is_answered(server, data, expected):
     out = raw_exchange(server, data)
     head, _, body = out.partition(b"\r\n\r\n")
@@ -219,3 +237,31 @@ def test_still_generating_after_the_battery(server):
     m = server.wait_idle()
     assert m["orchid_kv_full_pages_used"] == 0
     assert "critical" not in server.log_text() and "internal error" not in server.log_text()
+
+
+def test_percent_encoded_model_id_is_found(server):
+    status, text = server.get("/v1/models/t%69ny", headers=AUTH)
+    assert status == 200 and json.loads(text)["id"] == "tiny", text
+
+
+def test_cors_preflight_is_answered_before_the_key(server):
+    # A browser's preflight carries no Authorization; the real request that follows does.
+    out = raw_exchange(server, b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://page.example\r\n"
+                               b"Access-Control-Request-Method: POST\r\n"
+                               b"Access-Control-Request-Headers: authorization, content-type\r\n\r\n")
+    head = out.partition(b"\r\n\r\n")[0].decode().lower()
+    assert head.startswith("http/1.1 204"), head
+    assert "access-control-allow-origin: *" in head and head.count("access-control-allow-origin") == 1
+    assert "access-control-allow-methods: get, post, options" in head
+    assert "access-control-allow-headers: authorization, content-type" in head
+    assert "access-control-max-age:" in head
+    # Answers carry the origin header too, errors included, so that the page can read them.
+    for headers, expected in ((AUTH, 200), ({}, 401)):
+        req = urllib.request.Request(server.url("/v1/models"), headers={"Origin": "http://page.example", **headers})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                status, allow = r.status, r.headers.get("Access-Control-Allow-Origin")
+        except urllib.error.HTTPError as e:
+            status, allow = e.code, e.headers.get("Access-Control-Allow-Origin")
+        assert (status, allow) == (expected, "*")
+    still_serving(server)

@@ -36,6 +36,17 @@ void TestConnection::close() {
   fd_ = -1;
 }
 
+void TestConnection::shutdown_write() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
+}
+
+void TestConnection::reset() {
+  if (fd_ < 0) return;
+  linger l{1, 0};  // close with RST instead of FIN: a client that is gone, not one that is done sending
+  ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  close();
+}
+
 void TestConnection::send(const std::string& bytes) {
   size_t off = 0;
   while (off < bytes.size()) {
@@ -60,13 +71,18 @@ bool TestConnection::fill(std::chrono::steady_clock::time_point deadline) {
 
 std::optional<RawResponse> TestConnection::read_response(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  size_t head_end;
-  while ((head_end = buf_.find("\r\n\r\n")) == std::string::npos)
-    if (!fill(deadline)) return std::nullopt;
   RawResponse r;
-  const std::string head = buf_.substr(0, head_end);
-  buf_.erase(0, head_end + 4);
-  r.status = std::stoi(head.substr(9, 3));
+  std::string head;
+  for (;;) {  // interim 1xx responses are skipped, as HTTP/1.1 clients must
+    size_t head_end;
+    while ((head_end = buf_.find("\r\n\r\n")) == std::string::npos)
+      if (!fill(deadline)) return std::nullopt;
+    head = buf_.substr(0, head_end);
+    buf_.erase(0, head_end + 4);
+    r.status = std::stoi(head.substr(9, 3));
+    if (r.status >= 200 || r.status == 101) break;
+    ++r.interim;
+  }
   size_t pos = head.find("\r\n");
   while (pos != std::string::npos && pos + 2 < head.size()) {
     const size_t next = head.find("\r\n", pos + 2);

@@ -13,6 +13,7 @@ struct RawResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // names in lower case
   std::string body;                            // de-chunked
+  int interim = 0;                             // 1xx responses that came before
   std::string header(const std::string& name) const;
 };
 
@@ -32,6 +33,10 @@ class TestConnection {
   // True once the server has closed the connection (reads EOF) within `timeout`.
   bool closed_by_peer(std::chrono::milliseconds timeout);
   void close();
+  // shutdown(SHUT_WR): the request is complete, nothing more will be sent; the reading side stays open.
+  void shutdown_write();
+  // Closes with a TCP reset, as a client that crashed or aborted does.
+  void reset();
 
  private:
   bool fill(std::chrono::steady_clock::time_point deadline);  // false on EOF/timeout
