@@ -92,7 +92,7 @@ struct HttpServerOptions {
   std::chrono::milliseconds idle_timeout{65000};     // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{60000};    // for one write to make progress
   int max_connections = 4096;                        // more are accepted and closed at once
-  int max_connections_per_client = 64;               // per remote address, 0: no limit; more get 429
+  int max_connections_per_client = 1024;             // per remote address, 0: no limit; more get 429
   int request_threads = 0;                           // <= 0: default_request_threads()
   size_t max_queued_requests = 0;                    // waiting for a request thread; 0: the default
   std::chrono::milliseconds linger_timeout{2000};    // discarding an unread body before closing
