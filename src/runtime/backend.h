@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +47,8 @@ struct StepSequence {
   // Tokens the sampler must not draw (SampleInput::banned_tokens): the request's stop ids and EOS while
   // min_tokens is not reached. A range of StepBatch::banned_tokens; empty for most sequences.
   int32_t banned_begin = 0, num_banned = 0;
+  // Structured outputs: the row of StepBatch::token_masks that limits what may be sampled; -1: no limit.
+  int32_t mask_row = -1;
 };
 
 enum class LogitsMode : uint8_t { kNone, kSampled, kAll };
@@ -59,6 +62,17 @@ struct StepBatch {
   std::vector<int32_t> history_tokens;
   std::vector<int32_t> banned_tokens;
   LogitsMode logits = LogitsMode::kNone;  // also return raw logits (tests, `orchid forward`)
+  // Allowed-token bitmasks of the constrained sequences (StepSequence::mask_row), `mask_words` uint32 words
+  // a row, rows back to back: token t may be sampled iff bit t % 32 of word t / 32 is set; mask_words is
+  // ceil(vocab_size / 32). The rows may still be being written when forward() starts (the engine computes
+  // them while the model runs): call wait_token_masks() before reading them, right before sampling.
+  std::vector<uint32_t> token_masks;
+  int32_t mask_words = 0;
+  std::function<void()> token_masks_ready;
+
+  void wait_token_masks() const {
+    if (token_masks_ready) token_masks_ready();
+  }
 
   int32_t num_tokens() const { return int32_t(tokens.size()); }
 };
@@ -86,6 +100,9 @@ class Backend {
   virtual int32_t max_step_tokens() const { return 1 << 30; }
   // Most sequences one step may carry.
   virtual int32_t max_step_seqs() const { return 1 << 30; }
+  // Whether forward() samples within StepBatch::token_masks (structured outputs). The engine refuses
+  // constrained requests on a backend that does not.
+  virtual bool applies_token_masks() const { return false; }
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;

@@ -93,7 +93,7 @@ std::vector<int32_t> sampling_candidates(std::span<const float> l, const Samplin
   ids.reserve(l.size());
   for (int32_t i = 0; i < int32_t(l.size()); ++i)
     if (l[i] != kNegInf) ids.push_back(i);
-  ORCHID_CHECK(!ids.empty(), "every token is banned");
+  if (ids.empty()) fail("sampling: every token is banned or masked out");
   const float mx = l[argmax_lowest_id(l)];
   const float inv_t = 1.0f / p.temperature;
   auto weight = [&](int32_t id) { return double(sampling_weight(l[id], mx, inv_t)); };
@@ -161,6 +161,14 @@ SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq,
   in.prompt_tokens = range(batch.history_tokens, seq.prompt_history_begin, seq.prompt_history_len);
   in.output_tokens = range(batch.history_tokens, seq.output_history_begin, seq.output_history_len);
   in.banned_tokens = range(batch.banned_tokens, seq.banned_begin, seq.num_banned);
+  if (seq.mask_row >= 0) {
+    const size_t words = size_t(batch.mask_words);
+    ORCHID_CHECK(
+        words * 32 >= logits.size() && (size_t(seq.mask_row) + 1) * words <= batch.token_masks.size(),
+        "mask row {} of {} words", seq.mask_row, words);
+    in.allowed_mask =
+        std::span<const uint32_t>(batch.token_masks.data() + size_t(seq.mask_row) * words, words);
+  }
   return in;
 }
 
@@ -176,11 +184,20 @@ SampledToken sample_token(const SampleInput& in) {
     ORCHID_CHECK(id >= 0 && id < vocab, "banned token {} out of range", id);
     work[id] = kNegInf;
   }
+  // Logprobs are taken over the allowed tokens only (the header says why).
+  thread_local std::vector<float> masked;
+  std::span<const float> lp_logits = in.logits;
+  if (!in.allowed_mask.empty()) {
+    masked.assign(in.logits.begin(), in.logits.end());
+    for (int32_t id = 0; id < vocab; ++id)
+      if (!mask_allows(in.allowed_mask, id)) work[id] = masked[id] = kNegInf;
+    lp_logits = masked;
+  }
 
   SampledToken out;
   if (p.is_greedy()) {
     out.token = argmax_lowest_id(work);
-    ORCHID_CHECK(work[out.token] != kNegInf, "every token is banned");
+    if (work[out.token] == kNegInf) fail("sampling: every token is banned or masked out");
   } else {
     std::vector<double> w;
     const std::vector<int32_t> ids = sampling_candidates(work, p, &w);
@@ -201,15 +218,16 @@ SampledToken sample_token(const SampleInput& in) {
   }
 
   if (p.num_logprobs >= 0) {
-    const double lse = log_sum_exp(in.logits);
-    out.logprob = float(double(in.logits[out.token]) - lse);
+    const double lse = log_sum_exp(lp_logits);
+    out.logprob = float(double(lp_logits[out.token]) - lse);
     if (p.num_logprobs > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(vocab));
       for (int32_t i = 0; i < vocab; ++i) ids[i] = i;
-      sort_prefix(ids, size_t(p.num_logprobs), in.logits);
+      if (!in.allowed_mask.empty()) std::erase_if(ids, [&](int32_t id) { return lp_logits[id] == kNegInf; });
+      sort_prefix(ids, size_t(p.num_logprobs), lp_logits);
       ids.resize(std::min(ids.size(), size_t(p.num_logprobs)));
       out.top.reserve(ids.size());
-      for (int32_t id : ids) out.top.emplace_back(id, float(double(in.logits[id]) - lse));
+      for (int32_t id : ids) out.top.emplace_back(id, float(double(lp_logits[id]) - lse));
     }
   }
   return out;

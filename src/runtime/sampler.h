@@ -1,8 +1,11 @@
 // Host sampling: the reference semantics of every SamplingParams field, used by the CPU backend and as the
-// oracle for the GPU sampler. Order: penalties on the raw logits -> banned tokens (-inf) -> (greedy: argmax,
-// lowest id on ties) -> temperature -> top-k -> top-p -> min-p -> one uniform draw from a counter-based RNG
-// keyed by (seed, sample_index) (runtime/philox.h), so a request draws the same tokens whatever else shares
-// its batch. Logprobs are the log-softmax of the raw logits (before penalties and temperature).
+// oracle for the GPU sampler. Order: penalties on the raw logits -> banned and masked-out tokens (-inf) ->
+// (greedy: argmax, lowest id on ties) -> temperature -> top-k -> top-p -> min-p -> one uniform draw from a
+// counter-based RNG keyed by (seed, sample_index) (runtime/philox.h), so a request draws the same tokens
+// whatever else shares its batch. Logprobs are the log-softmax of the raw logits (before penalties and
+// temperature); with an allowed-token mask (structured outputs) the masked tokens are left out of that
+// softmax too, so logprobs describe the distribution the token was drawn from and never list a token that
+// could not be drawn.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,13 @@ struct SampleInput {
   std::span<const int32_t> prompt_tokens;  // for repetition_penalty
   std::span<const int32_t> output_tokens;  // for frequency/presence/repetition penalties
   std::span<const int32_t> banned_tokens;  // never drawn (e.g. stop ids before min_tokens)
+  std::span<const uint32_t> allowed_mask;  // empty: every token; else StepBatch::token_masks' row layout
 };
+
+// Whether `token` is set in a StepBatch::token_masks row.
+inline bool mask_allows(std::span<const uint32_t> mask, int32_t token) {
+  return (mask[size_t(token) >> 5] >> (uint32_t(token) & 31u)) & 1u;
+}
 
 SampledToken sample_token(const SampleInput& in);
 
