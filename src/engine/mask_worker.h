@@ -1,7 +1,8 @@
-// Computes the allowed-token masks of a step's constrained sequences on a thread of its own, so the work
-// overlaps the backend's forward: the engine starts it right before forward(), the backend waits for it
-// right before sampling (StepBatch::wait_token_masks), and the engine waits again after forward() returns
-// (a backend may fail before sampling) before any constraint is touched on the engine thread.
+// Computes the allowed-token masks of a step's constrained sequences on threads of its own (the jobs of a
+// step shared among them), so the work overlaps the backend's forward: the engine starts it right before
+// forward(), the backend waits for it right before sampling (StepBatch::wait_token_masks), and the engine
+// waits again after forward() returns (a backend may fail before sampling) before any constraint is touched
+// on the engine thread.
 #pragma once
 
 #include <condition_variable>
@@ -25,7 +26,8 @@ struct MaskJob {
 
 class MaskWorker {
  public:
-  MaskWorker();
+  // 0 threads: one per hardware thread, at most 8.
+  explicit MaskWorker(int32_t threads = 0);
   ~MaskWorker();
   MaskWorker(const MaskWorker&) = delete;
   MaskWorker& operator=(const MaskWorker&) = delete;
@@ -45,9 +47,12 @@ class MaskWorker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<MaskJob> jobs_;
-  bool busy_ = false, quit_ = false;
+  size_t next_ = 0;     // the next job to take
+  size_t done_ = 0;     // jobs finished
+  uint64_t round_ = 0;  // start() calls so far, so that a thread takes part once per round
+  bool quit_ = false;
   std::vector<std::pair<size_t, std::string>> failures_;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace orchid::engine

@@ -94,7 +94,14 @@ int32_t GrammarBody::closing_length(int32_t cap) const {
 }
 
 void GrammarBody::fill_mask(std::span<uint32_t> mask, int32_t remaining) {
-  if (!closing_ && remaining <= kWatch) closing_ = closing_length(remaining) + kSlack >= remaining;
+  // The walk is measured again only when the budget comes near its last length, or every kRecheck tokens
+  // (one token changes a walk's length by a few tokens, not by the margin).
+  if (!closing_ && remaining <= kWatch &&
+      (last_length_ < 0 || remaining <= last_length_ + kSlack + kRecheck || ++since_check_ >= kRecheck)) {
+    last_length_ = closing_length(remaining);
+    since_check_ = 0;
+    closing_ = last_length_ + kSlack >= remaining;
+  }
   if (closing_) {
     only(mask, closing_token(matcher_, walk_));
     return;

@@ -25,6 +25,7 @@ class GrammarBody {
   // beyond a walk's length (one sampled token can open structure that a walk then has to close).
   static constexpr int32_t kWatch = 160;
   static constexpr int32_t kSlack = 24;
+  static constexpr int32_t kRecheck = 8;
 
   GrammarBody(std::shared_ptr<GrammarVocabulary> vocab, const xgrammar::CompiledGrammar& grammar,
               int32_t end_token);
@@ -46,7 +47,8 @@ class GrammarBody {
   xgrammar::GrammarMatcher matcher_;
   int32_t end_token_;
   bool closing_ = false;
-  std::vector<int32_t> walk_;  // the tokens accepted so far
+  int32_t last_length_ = -1, since_check_ = 0;  // the last measured walk, tokens since
+  std::vector<int32_t> walk_;                   // the tokens accepted so far
 };
 
 }  // namespace orchid::structured

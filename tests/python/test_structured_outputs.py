@@ -1,7 +1,7 @@
 """Structured outputs against `orchid serve synthetic:tiny` (random weights) through the official openai SDK:
 every answer must parse and validate (jsonschema) whatever the weights, because the server constrains the final
 channel and tool-call arguments to the requested grammar and bounds the free analysis channel. A subset of the
-full acceptance run (tools/structured_acceptance.py) to keep CI fast."""
+full acceptance run (tools/structured/acceptance.py, 200 requests and more) to keep CI short."""
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -44,8 +44,8 @@ def test_every_schema_validates(client):
         content = r.choices[0].message.content
         validate(json.loads(content), schema)
         return r.choices[0].finish_reason
-    reasons = parallel(one, [(kv, seed) for seed in range(2) for kv in SCHEMAS.items()])
-    assert reasons == ["stop"] * (2 * len(SCHEMAS))
+    reasons = parallel(one, [(kv, seed) for seed, kv in enumerate(SCHEMAS.items())])
+    assert reasons == ["stop"] * len(SCHEMAS)
 
 
 def test_tight_budget_still_closes(client):
@@ -56,7 +56,7 @@ def test_tight_budget_still_closes(client):
                                            max_tokens=90, seed=seed)
         validate(json.loads(r.choices[0].message.content), schema)
         assert r.usage.completion_tokens <= 90
-    parallel(one, range(6))
+    parallel(one, range(4))
 
 
 def test_parse_with_pydantic_models(client):
@@ -67,7 +67,7 @@ def test_parse_with_pydantic_models(client):
         parsed = r.choices[0].message.parsed
         assert isinstance(parsed, model)
         validate(json.loads(r.choices[0].message.content), model.model_json_schema())
-    parallel(one, MODELS.items())
+    parallel(one, list(MODELS.items())[:2])
 
 
 def test_responses_parse(client):
@@ -76,7 +76,7 @@ def test_responses_parse(client):
         r = client.responses.parse(model="tiny", input="Answer in JSON.", text_format=model, max_output_tokens=220,
                                    extra_body=FAST)
         assert isinstance(r.output_parsed, model)
-    parallel(one, MODELS.items())
+    parallel(one, list(MODELS.items())[2:])
 
 
 def test_streamed_answers_validate(client):
@@ -86,7 +86,7 @@ def test_streamed_answers_validate(client):
                                                 response_format=schema_format(name, schema), extra_body=FAST)
         content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         validate(json.loads(content), schema)
-    parallel(one, list(SCHEMAS.items())[:8])
+    parallel(one, list(SCHEMAS.items())[:4])
 
 
 def test_json_object_is_an_object(client):
@@ -94,13 +94,13 @@ def test_json_object_is_an_object(client):
         r = client.chat.completions.create(model="tiny", messages=MSGS, response_format={"type": "json_object"},
                                            max_tokens=120, seed=seed, extra_body=FAST)
         assert isinstance(json.loads(r.choices[0].message.content), dict)
-    parallel(one, range(6))
+    parallel(one, range(3))
 
 
 def test_default_reasoning_budget_ends_analysis(client):
     schema = SCHEMAS["person"]
     r = client.chat.completions.create(model="tiny", messages=MSGS, response_format=schema_format("p", schema),
-                                       max_tokens=400, seed=1)
+                                       max_tokens=300, seed=1)
     validate(json.loads(r.choices[0].message.content), schema)
     assert r.usage.completion_tokens_details.reasoning_tokens > 0
 
@@ -127,7 +127,7 @@ def test_strict_tool_calls_validate(client, tool_choice):
         for call in m.tool_calls or []:
             validate(json.loads(call.function.arguments), schemas[call.function.name])
         return bool(m.tool_calls)
-    calls = parallel(one, range(6))
+    calls = parallel(one, range(4))
     assert any(calls)
 
 
