@@ -19,7 +19,7 @@ done
 
 # chromium + chromium-driver: the chat page's browser tests (headless; nothing downloads a browser).
 debian_packages=(
-  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config git ccache clang clang-format libclang-rt-14-dev
   nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
@@ -51,4 +51,7 @@ if [ ! -f "$stamp" ] || ! grep -qx "$req_hash" "$stamp"; then
   [ $want_golden = 1 ] && .venv/bin/python -m pip install -q -r tools/requirements-golden.txt
   echo "$req_hash" >> "$stamp"
 fi
+
+# C++ libraries that Debian 12 does not package, built into .deps/ (ignored by git).
+scripts/build-xgrammar.sh
 echo "setup: done"

@@ -106,7 +106,8 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
       ss.output_history_len = s->num_outputs();
       b.history_tokens.insert(b.history_tokens.end(), s->tokens.begin(), s->tokens.end());
     }
-    if (e.sample && s->stop.bans_stop_ids(s->num_outputs())) {
+    // A constrained request's own mask decides when it may end (min_tokens does not apply to it).
+    if (e.sample && !s->constraint && s->stop.bans_stop_ids(s->num_outputs())) {
       const auto& ids = s->stop.config().stop_ids;
       ss.banned_begin = int32_t(b.banned_tokens.size());
       ss.num_banned = int32_t(ids.size());

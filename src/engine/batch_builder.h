@@ -29,6 +29,8 @@ class BatchBuilder {
   // The sequence stopped running (finished, aborted, preempted): its region is free.
   void drop(Sequence* seq);
   const runtime::StepBatch& batch() const { return batch_; }
+  // The engine adds the step's token masks (structured outputs) to the batch it built.
+  runtime::StepBatch& batch() { return batch_; }
 
  private:
   void sync_tables(Sequence* seq);

@@ -85,6 +85,9 @@ Engine::~Engine() {
 
 std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
   validate_request(spec, vocab_size_, max_model_len_);
+  if (spec.constraint && !backend_->applies_token_masks())
+    fail("structured outputs are not available on the {} backend yet (it does not apply token masks)",
+         backend_->name());
   StopConfig stop;
   stop.stop_ids = spec.stop_token_ids;
   if (!spec.ignore_eos) stop.stop_ids.insert(stop.stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
@@ -109,6 +112,7 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     seq->tokens = std::move(spec.prompt);
     seq->params = spec.sampling;
     seq->params.seed = spec.seed ? *spec.seed : splitmix64(seed_state_);
+    seq->constraint = std::move(spec.constraint);
     seq->stream = stream = std::make_shared<RequestStream>(id);
     seq->arrival_time = seq->last_token_time = Sequence::Clock::now();
     inbox_.added.push_back(std::move(seq));
@@ -176,8 +180,17 @@ bool Engine::step_once() {
     update_metrics(t0, 0.0);
     return false;
   }
+  runtime::StepBatch& batch = scheduler_.batch();
+  // Waits for the mask worker however this scope is left: its jobs point into sequences and the batch.
+  struct MaskScope {
+    Engine* engine;
+    bool active;
+    ~MaskScope() {
+      if (active) engine->end_masks();
+    }
+  } masks{this, start_masks(batch)};
   try {
-    output_ = backend_->forward(scheduler_.batch());
+    output_ = backend_->forward(batch);
   } catch (const Error& e) {
     // The backend refused this batch; its requests fail, the others carry on.
     spdlog::error("engine: step failed: {}", e.what());
@@ -189,10 +202,50 @@ bool Engine::step_once() {
     update_metrics(Sequence::Clock::now(), 0.0);
     return true;
   }
+  if (masks.active) {
+    masks.active = false;
+    end_masks();
+  }
   process_outputs(output_);
   const auto t1 = Sequence::Clock::now();
   update_metrics(t1, std::chrono::duration<double>(t1 - t0).count());
   return true;
+}
+
+bool Engine::start_masks(runtime::StepBatch& batch) {
+  batch.token_masks.clear();
+  batch.mask_words = 0;
+  batch.token_masks_ready = nullptr;
+  masked_seqs_.clear();
+  for (const ScheduledSeq& entry : plan_)
+    if (entry.sample && entry.seq->constraint) masked_seqs_.push_back(entry.seq);
+  if (masked_seqs_.empty()) return false;
+  const size_t words = (size_t(vocab_size_) + 31) / 32;
+  batch.mask_words = int32_t(words);
+  batch.token_masks.resize(masked_seqs_.size() * words);
+  std::vector<MaskJob> jobs;
+  jobs.reserve(masked_seqs_.size());
+  ORCHID_CHECK(batch.seqs.size() == plan_.size(), "batch of {} for a plan of {}", batch.seqs.size(),
+               plan_.size());
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    Sequence* s = plan_[i].seq;
+    if (!plan_[i].sample || !s->constraint) continue;
+    const int32_t row = int32_t(jobs.size());
+    batch.seqs[i].mask_row = row;
+    const int32_t remaining =
+        std::min(s->stop.config().max_tokens - s->num_outputs(), max_model_len_ - int32_t(s->tokens.size()));
+    jobs.push_back({s->constraint.get(), std::max(1, remaining),
+                    std::span<uint32_t>(batch.token_masks.data() + size_t(row) * words, words)});
+  }
+  mask_worker_.start(std::move(jobs));
+  batch.token_masks_ready = [this] { mask_worker_.wait(); };
+  return true;
+}
+
+void Engine::end_masks() {
+  mask_worker_.wait();
+  for (const auto& [job, message] : mask_worker_.failures())
+    masked_seqs_[job]->constraint_error = "structured output: " + message;
 }
 
 void Engine::process_outputs(const runtime::StepOutput& out) {
@@ -210,6 +263,17 @@ void Engine::process_outputs(const runtime::StepOutput& out) {
     ORCHID_CHECK(st.token >= 0 && st.token < vocab_size_, "backend sampled token {}", st.token);
     s->tokens.push_back(st.token);
     ++step_generated_tokens_;
+    if (s->constraint && s->constraint_error.empty() && !s->constraint->accept(st.token))
+      s->constraint_error = fmt::format(
+          "structured output: the backend sampled token {}, which the format "
+          "does not allow",
+          st.token);
+    if (!s->constraint_error.empty()) {
+      RequestEvent ev;
+      ev.error = s->constraint_error;
+      finish(s, FinishReason::kError, std::move(ev));
+      continue;
+    }
     const int32_t n_out = s->num_outputs();
     StopOutcome so = s->stop.on_token(st.token, n_out, int32_t(s->tokens.size()) >= max_model_len_);
 

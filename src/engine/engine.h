@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/mask_worker.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
@@ -81,6 +82,9 @@ class Engine final : public ServingEngine {
   void take_inbox();
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
   void process_outputs(const runtime::StepOutput& out);
+  // Sizes the step's token masks and starts computing them; false when no sequence is constrained.
+  bool start_masks(runtime::StepBatch& batch);
+  void end_masks();
   void fail_all(const std::string& message);
   void update_metrics(Sequence::Clock::time_point now, double step_seconds);
 
@@ -106,6 +110,8 @@ class Engine final : public ServingEngine {
 
   // Engine-thread state.
   std::vector<ScheduledSeq> plan_;
+  MaskWorker mask_worker_;
+  std::vector<Sequence*> masked_seqs_;  // the started mask jobs' sequences
   runtime::StepOutput output_;
   int64_t step_prompt_tokens_ = 0, step_generated_tokens_ = 0;
   std::vector<double> step_ttft_, step_itl_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/text_decoder.h"
+#include "engine/token_constraint.h"
 #include "runtime/backend.h"
 
 namespace orchid::engine {
@@ -25,6 +26,8 @@ struct RequestSpec {
   int32_t min_tokens = 0;                // stop ids and EOS are never drawn before this many tokens
   int32_t priority = 0;                  // lower runs first; equal priorities run in arrival order
   std::unique_ptr<TextDecoder> decoder;  // optional; gives events their text and enables stop strings
+  // Optional: limits every sampled token (structured outputs); needs a backend that applies token masks.
+  std::unique_ptr<TokenConstraint> constraint;
 };
 
 // Checks a request against the model and the engine's limits; throws orchid::Error naming the field.

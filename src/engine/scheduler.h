@@ -41,6 +41,7 @@ class Scheduler {
   // Plans the next step and builds its batch (batch()). Returns false when there is nothing to run.
   bool schedule(std::vector<ScheduledSeq>& plan);
   const runtime::StepBatch& batch() const { return builder_.batch(); }
+  runtime::StepBatch& batch() { return builder_.batch(); }
   // The step ran: the planned tokens are in the cache now.
   void complete(const ScheduledSeq& entry);
   // Ends a sequence: drops its pages and forgets it. The caller has sent its final event.

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "engine/block_manager.h"
 #include "engine/request_stream.h"
 #include "engine/stop_checker.h"
+#include "engine/token_constraint.h"
 #include "runtime/sampling_params.h"
 
 namespace orchid::engine {
@@ -33,6 +35,8 @@ struct Sequence {
   StopChecker stop;
   std::shared_ptr<RequestStream> stream;
   SeqPages pages;
+  std::unique_ptr<TokenConstraint> constraint;  // structured outputs; null: any token
+  std::string constraint_error;                 // the constraint failed this step: the request ends
 
   bool admitted_once = false;
   int32_t cached_tokens = 0;  // prefix-cache hit at first admission

@@ -17,6 +17,7 @@ struct ConversationBuilder {
   std::optional<ReasoningEffort> effort;
   std::vector<Message> turns;
   std::map<std::string, std::string> call_names;  // tool call id -> function name
+  std::optional<std::string> response_format;     // the developer message's "# Response Formats" section
 
   Conversation finish(const MappingOptions& opt) {
     SystemContent sys;
@@ -32,18 +33,24 @@ struct ConversationBuilder {
     system.author.role = Role::kSystem;
     system.content.emplace_back(std::move(sys));
     conv.messages.push_back(std::move(system));
-    if (!instructions.empty() || !functions.empty()) {
-      DeveloperContent dev;
-      if (!instructions.empty()) {
-        std::string joined;
-        for (size_t i = 0; i < instructions.size(); ++i) joined += (i ? "\n\n" : "") + instructions[i];
-        dev.instructions = std::move(joined);
-      }
-      if (!functions.empty())
-        dev.tools = ToolsMap{{"functions", ToolNamespace{"functions", std::nullopt, functions}}};
+    if (!instructions.empty() || !functions.empty() || response_format) {
       Message developer;
       developer.author.role = Role::kDeveloper;
-      developer.content.emplace_back(std::move(dev));
+      if (!instructions.empty() || !functions.empty()) {
+        DeveloperContent dev;
+        if (!instructions.empty()) {
+          std::string joined;
+          for (size_t i = 0; i < instructions.size(); ++i) joined += (i ? "\n\n" : "") + instructions[i];
+          dev.instructions = std::move(joined);
+        }
+        if (!functions.empty())
+          dev.tools = ToolsMap{{"functions", ToolNamespace{"functions", std::nullopt, functions}}};
+        developer.content.emplace_back(std::move(dev));
+      }
+      // Appended to the developer text, as the Harmony guide prescribes for structured output.
+      if (response_format)
+        developer.content.emplace_back(
+            TextContent{(developer.content.empty() ? "" : "\n\n") + *response_format});
       conv.messages.push_back(std::move(developer));
     }
     for (Message& m : turns) conv.messages.push_back(std::move(m));
@@ -170,6 +177,20 @@ void chat_message(const Json& m, const std::string& where, bool after_last_user,
   }
 }
 
+// "# Response Formats\n\n## {name}\n\n// {description}\n{schema}" (no "//" line without a description);
+// the schema as compact JSON in the request's key order.
+std::string response_format_section(const Json& format, const std::string& where) {
+  if (!format.is_object()) fail("{}: expected an object", where);
+  const Json* schema = field(format, "schema");
+  if (!schema) return {};  // the format's own checks (server) name what is missing
+  std::string name = "response";
+  if (const Json* n = field(format, "name"); n && n->is_string()) name = n->get<std::string>();
+  std::string out = "# Response Formats\n\n## " + name + "\n\n";
+  if (const Json* d = field(format, "description"); d && d->is_string() && !d->get<std::string>().empty())
+    out += "// " + d->get<std::string>() + "\n";
+  return out + schema->dump();
+}
+
 }  // namespace
 
 Conversation conversation_from_chat_request(const Json& request, const MappingOptions& options) {
@@ -188,6 +209,13 @@ Conversation conversation_from_chat_request(const Json& request, const MappingOp
       const Json* f = field((*tools)[i], "function");
       if (!f) fail("{}.function: missing", w);
       b.functions.push_back(function_tool(*f, w + ".function"));
+    }
+  }
+  if (const Json* rf = field(request, "response_format");
+      rf && rf->is_object() && field(*rf, "type") && (*rf)["type"] == "json_schema") {
+    if (const Json* js = field(*rf, "json_schema")) {
+      std::string section = response_format_section(*js, "request.response_format.json_schema");
+      if (!section.empty()) b.response_format = std::move(section);
     }
   }
   const Json* messages = field(request, "messages");
@@ -214,6 +242,13 @@ Conversation conversation_from_responses_request(const Json& request, const Mapp
   if (const Json* instr = field(request, "instructions")) {
     if (!instr->is_string()) fail("request.instructions: expected a string");
     b.instructions.push_back(instr->get<std::string>());
+  }
+  if (const Json* text = field(request, "text"); text && text->is_object()) {
+    if (const Json* f = field(*text, "format");
+        f && f->is_object() && field(*f, "type") && (*f)["type"] == "json_schema") {
+      std::string section = response_format_section(*f, "request.text.format");
+      if (!section.empty()) b.response_format = std::move(section);
+    }
   }
   if (const Json* tools = field(request, "tools")) {
     if (!tools->is_array()) fail("request.tools: expected an array");

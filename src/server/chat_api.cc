@@ -9,6 +9,7 @@
 #include "server/json_body.h"
 #include "server/sampling_request.h"
 #include "server/stop_strings.h"
+#include "server/structured_output.h"
 #include "server/tool_schema.h"
 
 namespace orchid::server {
@@ -275,18 +276,19 @@ HttpResponse handle_chat_completions(ServerContext& ctx, const HttpRequest& requ
   f.boolean("parallel_tool_calls");
   f.get("reasoning_effort");  // checked by the Harmony mapping
   bool include_reasoning = f.boolean("include_reasoning").value_or(true);
+  std::optional<int64_t> reasoning_budget;  // structured outputs only
   if (const Json* r = f.get("reasoning")) {
     JsonFields rf(*r, "reasoning");
     rf.get("effort");  // checked by the Harmony mapping
     if (rf.boolean("exclude").value_or(false)) include_reasoning = false;
-    rf.ignore({"enabled", "max_tokens", "summary"});
+    reasoning_budget = rf.integer("max_tokens", 0, 1 << 30);
+    rf.ignore({"enabled", "summary"});
     rf.reject_unknown();
   }
-  if (const Json* rf = f.get("response_format")) {
-    JsonFields ff(*rf, "response_format");
-    if (ff.string("type") != "text")
-      bad_request("response_format", "response_format: only {{\"type\": \"text\"}} is supported");
-    ff.reject_unknown();
+  std::optional<RequestedFormat> format = read_response_format(f, "response_format");
+  if (std::optional<RequestedFormat> extra = read_vllm_format(f)) {
+    if (format) bad_request(extra->param, "{}: response_format is given too", extra->param);
+    format = std::move(extra);
   }
   if (const Json* bias = f.get("logit_bias"); bias && !(bias->is_object() && bias->empty()))
     bad_request("logit_bias", "logit_bias: not supported");
@@ -307,10 +309,14 @@ HttpResponse handle_chat_completions(ServerContext& ctx, const HttpRequest& requ
   cfg.include_reasoning = include_reasoning;
   cfg.prompt_tokens = int64_t(prompt.ids.size());
   cfg.forced_prefix = prompt.forced_prefix;
+  const auto structured = StructuredOutput::for_harmony(
+      ctx, format, choice == ToolChoice::kNone ? std::vector<FunctionTool>{} : tools,
+      choice == ToolChoice::kRequired, choice == ToolChoice::kNamed ? forced : "", reasoning_budget);
   auto response = std::make_shared<ChatResponse>(ctx, std::move(cfg), ctx.admit(params.n));
   for (int32_t j = 0; j < params.n; ++j) {
     engine::RequestSpec spec = make_request_spec(params, j, max_tokens);
     spec.prompt = prompt.ids;
+    if (structured) spec.constraint = structured->make();
     if (!params.ignore_eos) spec.stop_token_ids = harmony_stop_ids(ctx.tokenizer());
     response->add(std::move(spec));
   }

@@ -4,6 +4,7 @@
 #include "server/engine_response.h"
 #include "server/json_body.h"
 #include "server/sampling_request.h"
+#include "server/structured_output.h"
 #include "tokenizer/engine_text_decoder.h"
 
 namespace orchid::server {
@@ -209,6 +210,8 @@ HttpResponse handle_completions(ServerContext& ctx, const HttpRequest& request) 
   if (const Json* bias = f.get("logit_bias"); bias && !(bias->is_object() && bias->empty()))
     bad_request("logit_bias", "logit_bias: not supported");
   f.ignore({"user", "metadata", "store", "service_tier"});
+  // No Harmony here: a requested format constrains the whole output.
+  const std::optional<RequestedFormat> format = read_vllm_format(f);
   const auto prompts = read_prompts(f.get("prompt"), ctx.tokenizer());
   f.reject_unknown();
   if (int64_t(prompts.size()) * params.n > kMaxChoices)
@@ -220,6 +223,7 @@ HttpResponse handle_completions(ServerContext& ctx, const HttpRequest& request) 
   for (const auto& p : prompts)
     budgets.push_back(
         resolve_max_tokens(int64_t(p.size()), params.max_tokens, engine.max_model_len(), "prompt"));
+  const auto structured = format ? StructuredOutput::for_completion(ctx, *format) : nullptr;
   std::vector<std::string> echo;
   if (params.echo)
     for (const auto& p : prompts) echo.push_back(ctx.tokenizer().decode(p));
@@ -233,6 +237,7 @@ HttpResponse handle_completions(ServerContext& ctx, const HttpRequest& request) 
       spec.prompt = prompts[i];
       spec.stop_strings = params.stop;
       spec.decoder = std::make_unique<tokenizer::EngineTextDecoder>(ctx.tokenizer_ptr());
+      if (structured) spec.constraint = structured->make();
       response->add(std::move(spec), i);
     }
   }

@@ -9,6 +9,7 @@
 #include "server/json_body.h"
 #include "server/responses_output.h"
 #include "server/sampling_request.h"
+#include "server/structured_output.h"
 #include "server/tool_schema.h"
 
 namespace orchid::server {
@@ -151,22 +152,19 @@ HttpResponse handle_responses(ServerContext& ctx, const HttpRequest& request) {
   Json echo = {{"parallel_tool_calls", f.boolean("parallel_tool_calls").value_or(true)}};
   f.get("instructions");  // checked by the Harmony mapping
   std::string effort = ctx.options().default_reasoning_effort;
+  std::optional<int64_t> reasoning_budget;  // structured outputs only
   if (const Json* r = f.get("reasoning")) {
     JsonFields rf(*r, "reasoning");
     if (auto e = rf.string("effort")) effort = *e;  // its value is checked by the Harmony mapping
+    reasoning_budget = rf.integer("max_tokens", 0, 1 << 30);
     rf.ignore({"summary", "generate_summary"});
     rf.reject_unknown();
   }
-  if (const Json* t = f.get("text")) {
-    JsonFields tf(*t, "text");
-    if (const Json* fmt = tf.get("format")) {
-      JsonFields ff(*fmt, "text.format");
-      if (ff.string("type") != "text")
-        bad_request("text.format", "text.format: only {{\"type\": \"text\"}} is supported");
-      ff.reject_unknown();
-    }
-    tf.ignore({"verbosity"});
-    tf.reject_unknown();
+  std::optional<RequestedFormat> format;
+  if (const Json* t = f.get("text")) format = read_text_format(*t, "text");
+  if (std::optional<RequestedFormat> extra = read_vllm_format(f)) {
+    if (format) bad_request(extra->param, "{}: text.format is given too", extra->param);
+    format = std::move(extra);
   }
   if (auto t = f.string("truncation")) {
     if (*t != "disabled" && *t != "auto")
@@ -216,10 +214,15 @@ HttpResponse handle_responses(ServerContext& ctx, const HttpRequest& request) {
               {"tool_choice", body.contains("tool_choice") ? body["tool_choice"] : Json("auto")},
               {"reasoning", {{"effort", effort}, {"summary", nullptr}}}};
   cfg.echo.update(echo);
+  if (const Json* t = f.get("text"); t && t->contains("format")) cfg.echo["text"] = *t;
+  const auto structured = StructuredOutput::for_harmony(
+      ctx, format, choice == ToolChoice::kNone ? std::vector<FunctionTool>{} : tools,
+      choice == ToolChoice::kRequired, choice == ToolChoice::kNamed ? forced : "", reasoning_budget);
   auto response = std::make_shared<ResponsesResponse>(ctx, std::move(cfg), ctx.admit(1));
   engine::RequestSpec spec = make_request_spec(params, 0, max_tokens);
   spec.prompt = prompt.ids;
   spec.stop_token_ids = harmony_stop_ids(ctx.tokenizer());
+  if (structured) spec.constraint = structured->make();
   response->add_choice(std::move(spec));
   HttpResponse r;
   if (params.stream) {

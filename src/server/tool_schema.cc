@@ -86,7 +86,7 @@ FunctionTool check_function(JsonFields& f, std::vector<FunctionTool>& seen) {
     if (s.name == *name) bad_request(f.name("name"), "{}: two tools are named '{}'", f.name("name"), *name);
   t.name = *name;
   f.string("description");
-  f.boolean("strict");
+  t.strict = f.boolean("strict").value_or(false);
   if ((t.parameters = f.get("parameters"))) check_parameters_schema(*t.parameters, f.name("parameters"));
   f.reject_unknown();
   return t;

@@ -14,6 +14,7 @@ namespace orchid::server {
 struct FunctionTool {
   std::string name;
   const Json* parameters = nullptr;  // in the request body; null when absent
+  bool strict = false;               // the arguments must follow `parameters` (structured outputs)
 };
 
 void check_function_name(const std::string& name, const std::string& param);

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "tools" / "golden"))
 import harmony_cases as hc  # noqa: E402
 import harmony_random as hr  # noqa: E402
 from openai_harmony import (Author, Conversation, DeveloperContent, Message, ReasoningEffort, Role,  # noqa: E402
-                            SystemContent, ToolDescription)
+                            SystemContent, TextContent, ToolDescription)
 
 DATE = "2025-06-28"
 EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH,
@@ -209,3 +209,51 @@ def test_render_names_the_bad_field(orchid, tmp_path):
     run = orchid("render", path, check=False)
     assert run.returncode == 2
     assert "request.messages[0].content[0].type" in run.stderr
+
+
+def response_formats_text(fmt):
+    """The "# Response Formats" section the Harmony guide prescribes, from the request's format object."""
+    desc = f"// {fmt['description']}\n" if fmt.get("description") else ""
+    schema = json.dumps(fmt["schema"], ensure_ascii=False, separators=(",", ":"))
+    return f"# Response Formats\n\n## {fmt.get('name', 'response')}\n\n{desc}{schema}"
+
+
+def with_response_formats(conv, section):
+    """The conversation with `section` appended to the developer message's text (a developer message of its own
+    when there is none), as a second content item the way openai-harmony renders a message's items."""
+    msgs = list(conv.messages)
+    for i, m in enumerate(msgs):
+        if m.author.role == Role.DEVELOPER:
+            msgs[i] = Message(author=m.author, content=[*m.content, TextContent(text="\n\n" + section)])
+            break
+    else:
+        msgs.insert(1, Message.from_role_and_content(Role.DEVELOPER, section))
+    return Conversation.from_messages(msgs)
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "temp": {"type": "number"}},
+          "required": ["city", "temp"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_render_response_formats_match_openai_harmony(orchid, encoding, tmp_path, index):
+    rng = random.Random(100 + index)
+    shape = "chat" if index % 2 == 0 else "responses"
+    req = random_chat(rng) if shape == "chat" else random_responses(rng)
+    fmt = {"name": rng.choice(["weather", "answer_v2"]), "schema": SCHEMA, "strict": True}
+    if index % 3 == 0:
+        fmt["description"] = "The weather in a city"
+    if shape == "chat":
+        req["response_format"] = {"type": "json_schema", "json_schema": fmt}
+        conv = expected_from_chat(req)
+    else:
+        req["text"] = {"format": {"type": "json_schema", **fmt}}
+        conv = expected_from_responses(req)
+    want_ids = encoding.render_conversation_for_completion(with_response_formats(conv, response_formats_text(fmt)),
+                                                           Role.ASSISTANT)
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(req, ensure_ascii=False), encoding="utf-8")
+    out = subprocess.run([orchid_bin(), "render", str(path), "--date", DATE], capture_output=True, check=True).stdout
+    text, _, ids_line = out.decode("utf-8").rstrip("\n").rpartition("\n")
+    assert "# Response Formats" in text
+    assert json.loads(ids_line) == want_ids

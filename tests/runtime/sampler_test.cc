@@ -2,6 +2,8 @@
 // the distribution it should follow.
 #include "runtime/sampler.h"
 
+#include "core/error.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -317,6 +319,86 @@ TEST(Sampler, StepSampleInputReadsTheBatch) {
             (std::vector<int32_t>{8}));
   s.num_banned = 5;  // out of range: a programming error
   EXPECT_ANY_THROW(step_sample_input(b, s, row));
+}
+
+// Structured outputs: a token mask is the same as banning every token outside it, and logprobs are the
+// log-softmax over the allowed tokens.
+std::vector<uint32_t> random_mask(int n, uint32_t seed, std::vector<int32_t>* outside) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> mask(size_t((n + 31) / 32), 0u);
+  for (int32_t i = 0; i < n; ++i) {
+    if (rng() % 3 == 0) {
+      mask[size_t(i) / 32] |= 1u << (i % 32);
+    } else {
+      outside->push_back(i);
+    }
+  }
+  return mask;
+}
+
+TEST(Sampler, MaskDrawsLikeBanningTheRest) {
+  for (uint32_t s = 0; s < 30; ++s) {
+    auto l = random_logits(300, s);
+    std::vector<int32_t> outside;
+    const auto mask = random_mask(300, s + 99, &outside);
+    for (float t : {0.0f, 0.7f, 1.3f}) {
+      SamplingParams p;
+      p.temperature = t;
+      p.top_k = s % 2 ? 20 : 0;
+      p.top_p = s % 3 ? 0.9f : 1.0f;
+      p.seed = s;
+      SampleInput in;
+      in.logits = l;
+      in.params = &p;
+      in.sample_index = int32_t(s);
+      in.allowed_mask = mask;
+      const SampledToken masked = sample_token(in);
+      EXPECT_TRUE(mask_allows(mask, masked.token));
+      EXPECT_EQ(masked.token, draw(l, p, int32_t(s), {}, {}, outside).token);
+    }
+  }
+}
+
+TEST(Sampler, MaskedLogprobsAreOverTheAllowedTokens) {
+  auto l = random_logits(200, 5);
+  std::vector<int32_t> outside;
+  const auto mask = random_mask(200, 6, &outside);
+  std::vector<float> allowed_logits;
+  std::vector<int32_t> allowed_ids;
+  for (int32_t i = 0; i < 200; ++i)
+    if (mask_allows(mask, i)) {
+      allowed_logits.push_back(l[size_t(i)]);
+      allowed_ids.push_back(i);
+    }
+  SamplingParams p;
+  p.temperature = 0;
+  p.num_logprobs = 5;
+  SampleInput in;
+  in.logits = l;
+  in.params = &p;
+  in.allowed_mask = mask;
+  const SampledToken st = sample_token(in);
+  const auto probs = softmax(allowed_logits);
+  const auto order = ranked(allowed_logits);
+  EXPECT_EQ(st.token, allowed_ids[size_t(order[0])]);
+  EXPECT_NEAR(st.logprob, std::log(double(probs[size_t(order[0])])), 1e-5);
+  ASSERT_EQ(st.top.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(st.top[k].first, allowed_ids[size_t(order[k])]);
+    EXPECT_NEAR(st.top[k].second, std::log(double(probs[size_t(order[k])])), 1e-5);
+  }
+}
+
+TEST(Sampler, EmptyMaskIsAnError) {
+  auto l = random_logits(64, 1);
+  std::vector<uint32_t> mask(2, 0u);
+  SamplingParams p;
+  p.temperature = 0;
+  SampleInput in;
+  in.logits = l;
+  in.params = &p;
+  in.allowed_mask = mask;
+  EXPECT_THROW(sample_token(in), Error);
 }
 
 }  // namespace

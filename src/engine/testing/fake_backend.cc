@@ -1,6 +1,7 @@
 #include "engine/testing/fake_backend.h"
 
 #include <algorithm>
+#include <thread>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -156,6 +157,25 @@ void FakeBackend::logits_row(const runtime::StepBatch& b, const runtime::StepSeq
   for (int64_t id : options_.eos_token_ids) out[id] += options_.eos_bonus;
 }
 
+namespace {
+
+// The first token at or after `from` (cyclically) that the sequence's mask allows.
+int32_t first_allowed_from(const runtime::StepBatch& b, const runtime::StepSequence& s, int32_t from) {
+  const std::span<const uint32_t> mask(b.token_masks.data() + size_t(s.mask_row) * size_t(b.mask_words),
+                                       size_t(b.mask_words));
+  // Word by word from `from`'s word, wrapping once: the cost of a mask scan, not of a bit loop.
+  const size_t words = mask.size(), first = size_t(from) / 32;
+  const uint32_t head = mask[first] & (~0u << (uint32_t(from) % 32));
+  if (head) return int32_t(first * 32 + size_t(__builtin_ctz(head)));
+  for (size_t k = 1; k <= words; ++k) {
+    const size_t w = (first + k) % words;
+    if (mask[w]) return int32_t(w * 32 + size_t(__builtin_ctz(mask[w])));
+  }
+  fail("fake backend: every token is masked out");
+}
+
+}  // namespace
+
 runtime::StepOutput FakeBackend::forward(const runtime::StepBatch& b) {
   ++num_steps_;
   max_batch_tokens_ = std::max(max_batch_tokens_, b.num_tokens());
@@ -166,15 +186,19 @@ runtime::StepOutput FakeBackend::forward(const runtime::StepBatch& b) {
   }
   runtime::StepOutput out;
   if (!options_.simulate) {
+    if (options_.step_time.count() > 0) std::this_thread::sleep_for(options_.step_time);
+    b.wait_token_masks();
     for (const auto& s : b.seqs) {
       if (!s.sample) continue;
       runtime::SampledToken t;
       t.token = 1 + int32_t(uint64_t(s.seq_id * 7919 + s.sample_index) % uint64_t(options_.vocab_size - 1));
+      if (s.mask_row >= 0) t.token = first_allowed_from(b, s, t.token);
       out.samples.push_back(t);
     }
     return out;
   }
   validate(b);
+  b.wait_token_masks();
   const int32_t w = options_.kv.sliding_window;
   const size_t v = size_t(options_.vocab_size);
   std::vector<float> row(v);

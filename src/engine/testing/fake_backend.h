@@ -6,6 +6,7 @@
 // (layout, page ownership, positions, sample indices) and throws InternalError on the first violation.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
@@ -27,6 +28,9 @@ struct FakeBackendOptions {
   float eos_bonus = 0.0f;               // added to the EOS logits
   bool simulate = true;                 // false: no K/V, no checks, instant answers (benchmarks)
   std::optional<int32_t> reject_token;  // a batch holding this id is refused with orchid::Error
+  // simulate=false: how long a step takes (a stand-in for the model's forward, overlapping the engine's
+  // token-mask work as a real backend's would).
+  std::chrono::microseconds step_time{0};
 };
 
 class FakeBackend : public runtime::Backend {
@@ -34,6 +38,7 @@ class FakeBackend : public runtime::Backend {
   explicit FakeBackend(FakeBackendOptions options = {});
 
   std::string name() const override { return "fake"; }
+  bool applies_token_masks() const override { return true; }
   const model::ModelConfig& model_config() const override { return config_; }
   runtime::KvCacheSpec kv_spec() const override { return options_.kv; }
   runtime::StepOutput forward(const runtime::StepBatch& batch) override;

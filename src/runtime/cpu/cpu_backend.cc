@@ -459,6 +459,7 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     if (r.shard.rank == 0) logits = std::move(mine);
   });
 
+  b.wait_token_masks();
   for (const auto& s : b.seqs) {
     if (!s.sample) continue;
     ORCHID_CHECK(s.num_tokens > 0, "cannot sample a sequence with no new tokens");

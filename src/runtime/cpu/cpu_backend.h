@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   static std::unique_ptr<CpuBackend> create(const std::string& model_arg, const CpuBackendOptions& opts = {});
 
   std::string name() const override { return "cpu"; }
+  bool applies_token_masks() const override { return true; }
   const model::ModelConfig& model_config() const override { return model_.config; }
   KvCacheSpec kv_spec() const override { return spec_; }
   StepOutput forward(const StepBatch& batch) override;
