@@ -24,6 +24,17 @@ std::string regex_literal(std::string_view s) {
 constexpr const char* kIpv4Pattern =
     R"(^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$)";
 
+// Its strings bounded by minLength/maxLength admit raw control characters, which JSON forbids: such strings
+// get a pattern of JSON string characters (escapes count as one) with the same bounds instead.
+std::string bounded_string_pattern(const nlohmann::ordered_json& j) {
+  const auto bound = [&](const char* key) -> std::string {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_unsigned() ? std::to_string(it->get<uint64_t>()) : std::string();
+  };
+  const std::string lo = bound("minLength"), hi = bound("maxLength");
+  return R"(^([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){)" + (lo.empty() ? "0" : lo) + "," + hi + "}$";
+}
+
 void strict_formats(nlohmann::ordered_json& j) {
   if (j.is_array()) {
     for (auto& v : j) strict_formats(v);
@@ -33,6 +44,13 @@ void strict_formats(nlohmann::ordered_json& j) {
   if (auto f = j.find("format"); f != j.end() && *f == "ipv4" && !j.contains("pattern")) {
     j.erase("format");
     j["pattern"] = kIpv4Pattern;
+  }
+  if (j.value("type", nlohmann::ordered_json()) == "string" &&
+      (j.contains("minLength") || j.contains("maxLength")) && !j.contains("pattern") &&
+      !j.contains("format") && !j.contains("enum") && !j.contains("const")) {
+    j["pattern"] = bounded_string_pattern(j);
+    j.erase("minLength");
+    j.erase("maxLength");
   }
   for (auto& [key, v] : j.items()) strict_formats(v);
 }

@@ -5,7 +5,7 @@
 streamed; then strict tool calls (chat and Responses, streamed and not) and json_object. Every answer must parse
 and validate with jsonschema. Prints a summary line per group and exits non-zero on any failure.
 
-  tools/structured/acceptance.py [--orchid build/cpu/src/cli/orchid] [--workers 8] [--max-tokens 200]
+  tools/structured/acceptance.py [--orchid build/cpu/src/cli/orchid] [--workers 8] [--max-tokens 200] [--only TEXT]
 """
 import argparse
 import json
@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--orchid", default=str(ROOT / "build" / "cpu" / "src" / "cli" / "orchid"))
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--only", default="", help="run only the groups whose name contains this")
     args = ap.parse_args()
     os.environ["ORCHID_BIN"] = args.orchid
     results = {}
@@ -94,6 +95,8 @@ def main():
             assert isinstance(json.loads(r.choices[0].message.content), dict)
 
         def run(group, fn, jobs):
+            if args.only not in group:
+                return
             t0 = time.time()
             failures = []
 
