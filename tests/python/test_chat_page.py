@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import pathlib
+import re
 import struct
 import time
 
@@ -307,8 +308,10 @@ def test_streams_the_random_model_and_stops_mid_stream(browser, random_server, t
     prompt.send_keys("And now a short one.", Keys.ENTER)
     wait_for(lambda: len(assistant_turns(d)) == 3 and assistant_turns(d)[2].get_attribute("data-state") == "done",
              what="the third answer")
-    view = turn_view(assistant_turns(d)[2])
-    assert view["answer"] or view["reasoning"], view
+    # Random weights rarely close a Harmony header, and text cut inside a header is never shown (the server
+    # drops an unfinished header), so the answer may be empty; the turn must still end with its reason.
+    meta = assistant_turns(d)[2].find_element("css selector", ".meta").get_attribute("textContent")
+    assert re.match(r"(length|stop) · \d+ tokens", meta), meta
     roles = [li.get_attribute("data-role") for li in by_css(d, "#messages > li")]
     assert roles == ["user", "assistant"] * 3
     # Reasoning, answer and tool calls are separate elements, none inside another.
