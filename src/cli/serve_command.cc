@@ -192,7 +192,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   cmd->add_option("--max-queued-requests", a->http.max_queued_requests,
                   "requests waiting for a request thread; more get 503 with Retry-After "
-                  "(default: 128 per request thread, at least 256)")
+                  "(default: 128 per request thread, at least 1024)")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--max-connections-per-client", a->http.max_connections_per_client,
                   "open connections per client address; more get 429 (0: no limit; raise it behind a proxy)")

@@ -11,7 +11,9 @@ int default_request_threads() {
 }
 
 size_t default_max_queued_requests(int threads) {
-  return std::max<size_t>(256, size_t(threads) * 128);
+  // A wave of a thousand users (a benchmark, a burst) waits rather than fails; their bodies are read either
+  // way.
+  return std::max<size_t>(1024, size_t(threads) * 128);
 }
 
 RequestWorkers::RequestWorkers(int threads, size_t max_queued) : max_queued_(max_queued) {
