@@ -108,6 +108,40 @@ TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
   std::printf("CUDA backend: %d sampled tokens equal to the host sampler's on the same logits\n", draws);
 }
 
+// Appends sequence i's prompt (token t = token(i, t)) with `pages` pages of its own to `b`; the caller adds
+// its sampling parameters.
+template <typename TokenOf>
+StepSequence add_prompt(StepBatch& b, const KvCacheSpec& spec, int i, int prompt_len, int32_t pages,
+                        TokenOf token) {
+  StepSequence s;
+  s.seq_id = i;
+  s.token_begin = int32_t(b.tokens.size());
+  s.num_tokens = prompt_len;
+  for (int t = 0; t < prompt_len; ++t) b.tokens.push_back(token(i, t));
+  s.full_table_begin = s.sliding_table_begin = int32_t(b.full_page_table.size());
+  for (int32_t p = 0; p < pages; ++p) {
+    b.full_page_table.push_back(i * pages + p);
+    b.sliding_page_table.push_back(spec.sliding_window > 0 ? i * pages + p : kNoPage);
+  }
+  s.num_full_pages = s.num_sliding_pages = pages;
+  s.sample = true;
+  s.params_index = i;
+  return s;
+}
+
+// The next decode step of every sequence of `b`: one token each, the one just sampled.
+void advance_one_token(StepBatch& b, const std::vector<SampledToken>& sampled, int next_sample_index) {
+  b.tokens.clear();
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    b.tokens.push_back(sampled[i].token);
+    StepSequence& s = b.seqs[i];
+    s.start_pos += s.num_tokens;
+    s.token_begin = int32_t(i);
+    s.num_tokens = 1;
+    s.sample_index = next_sample_index;
+  }
+}
+
 TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
   if (!cuda_device_available()) {
     if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
@@ -120,21 +154,9 @@ TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
   constexpr int kSeqs = 3, kPrompt = 6, kSteps = 10;
   const int32_t pages = (kPrompt + kSteps + spec.page_size - 1) / spec.page_size;
   StepBatch b;
-  std::vector<int32_t> last(kSeqs);
   for (int i = 0; i < kSeqs; ++i) {
-    StepSequence s;
-    s.seq_id = i;
-    s.token_begin = int32_t(b.tokens.size());
-    s.num_tokens = kPrompt;
-    for (int t = 0; t < kPrompt; ++t) b.tokens.push_back((i * 389 + t * 17 + 5) % V);
-    s.full_table_begin = s.sliding_table_begin = int32_t(b.full_page_table.size());
-    for (int32_t p = 0; p < pages; ++p) {
-      b.full_page_table.push_back(i * pages + p);
-      b.sliding_page_table.push_back(spec.sliding_window > 0 ? i * pages + p : kNoPage);
-    }
-    s.num_full_pages = s.num_sliding_pages = pages;
-    s.sample = true;
-    s.params_index = i;
+    const StepSequence s =
+        add_prompt(b, spec, i, kPrompt, pages, [V](int i, int t) { return (i * 389 + t * 17 + 5) % V; });
     SamplingParams p;
     p.seed = 77 + uint64_t(i);
     if (i == 0) {
@@ -161,19 +183,10 @@ TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
       EXPECT_EQ(g.samples[size_t(i)].token, e.samples[size_t(i)].token);
       EXPECT_NEAR(g.samples[size_t(i)].logprob, e.samples[size_t(i)].logprob, 1e-3);
       EXPECT_EQ(g.samples[size_t(i)].top.size(), e.samples[size_t(i)].top.size());
-      last[size_t(i)] = g.samples[size_t(i)].token;
       ++compared;
     }
     if (::testing::Test::HasFailure()) return;
-    // The next step decodes the sampled tokens: one token per sequence.
-    b.tokens.assign(last.begin(), last.end());
-    for (int i = 0; i < kSeqs; ++i) {
-      StepSequence& s = b.seqs[size_t(i)];
-      s.start_pos += s.num_tokens;
-      s.token_begin = i;
-      s.num_tokens = 1;
-      s.sample_index = step + 1;
-    }
+    advance_one_token(b, g.samples, step + 1);  // the next step decodes the sampled tokens
   }
   std::printf("CUDA graphs: %d sampled decode tokens equal to eager execution\n", compared);
 }
@@ -207,19 +220,8 @@ TEST(CudaSampling, MasksLimitEveryDrawInGraphsAndEagerSteps) {
   const int32_t pages = (kPrompt + kSteps + spec.page_size - 1) / spec.page_size;
   StepBatch b;
   for (int i = 0; i < kSeqs; ++i) {
-    StepSequence s;
-    s.seq_id = i;
-    s.token_begin = int32_t(b.tokens.size());
-    s.num_tokens = kPrompt;
-    for (int t = 0; t < kPrompt; ++t) b.tokens.push_back((i * 211 + t * 13 + 3) % V);
-    s.full_table_begin = s.sliding_table_begin = int32_t(b.full_page_table.size());
-    for (int32_t p = 0; p < pages; ++p) {
-      b.full_page_table.push_back(i * pages + p);
-      b.sliding_page_table.push_back(spec.sliding_window > 0 ? i * pages + p : kNoPage);
-    }
-    s.num_full_pages = s.num_sliding_pages = pages;
-    s.sample = true;
-    s.params_index = i;
+    StepSequence s =
+        add_prompt(b, spec, i, kPrompt, pages, [V](int i, int t) { return (i * 211 + t * 13 + 3) % V; });
     s.mask_row = i == 3 ? -1 : i;  // the last sequence is free
     SamplingParams p;
     p.seed = 5 + uint64_t(i);
@@ -263,15 +265,7 @@ TEST(CudaSampling, MasksLimitEveryDrawInGraphsAndEagerSteps) {
       }
     }
     if (::testing::Test::HasFailure()) return;
-    b.tokens.clear();
-    for (int i = 0; i < kSeqs; ++i) b.tokens.push_back(g.samples[size_t(i)].token);
-    for (int i = 0; i < kSeqs; ++i) {
-      StepSequence& s = b.seqs[size_t(i)];
-      s.start_pos += s.num_tokens;
-      s.token_begin = i;
-      s.num_tokens = 1;
-      s.sample_index = step + 1;
-    }
+    advance_one_token(b, g.samples, step + 1);
   }
   EXPECT_EQ(waits, 2 * (kSteps + 1));
   std::printf("CUDA masks: %d constrained draws within their masks, graphs equal to eager\n", checked);
