@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <functional>
-#include <thread>
 #include <type_traits>
 
 #include "core/error.h"
 #include "runtime/cpu/cpu_blocks.h"
+#include "runtime/rank_threads.h"
 #include "runtime/sampler.h"
 
 namespace orchid::runtime::cpu {
@@ -269,33 +268,12 @@ float* CpuBackend::Rank::kv_row(bool key, int64_t layer, int32_t page, int64_t s
 }
 
 void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {
-  if (ranks_.size() == 1) return fn(*ranks_[0]);
-  std::vector<std::exception_ptr> errors(ranks_.size());
-  auto run = [&](size_t r) {
-    try {
-      fn(*ranks_[r]);
-    } catch (...) {
-      errors[r] = std::current_exception();
-      if (ranks_[r]->tp_local) ranks_[r]->tp_local->abort();
-      if (ranks_[r]->ep_local) ranks_[r]->ep_local->abort();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t r = 1; r < ranks_.size(); ++r) threads.emplace_back(run, r);
-  run(0);
-  for (auto& t : threads) t.join();
-  // The first rank's own failure, not the aborts it caused elsewhere.
-  for (auto& e : errors)
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const Error&) {
-        throw;
-      } catch (...) {
-      }
-    }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  run_on_rank_threads(
+      ranks_.size(), [&](size_t r) { fn(*ranks_[r]); },
+      [&](size_t r) {
+        if (ranks_[r]->tp_local) ranks_[r]->tp_local->abort();
+        if (ranks_[r]->ep_local) ranks_[r]->ep_local->abort();
+      });
 }
 
 void CpuBackend::validate(const StepBatch& b) const {

@@ -16,6 +16,7 @@
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/kv_memory_plan.h"
+#include "runtime/rank_threads.h"
 
 namespace orchid::runtime::cuda {
 
@@ -149,32 +150,11 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::on_ranks(const std::function<void(CudaRank&)>& fn) {
-  if (ranks_.size() == 1) return fn(*ranks_[0]);
-  std::vector<std::exception_ptr> errors(ranks_.size());
-  auto run = [&](size_t r) {
-    try {
-      fn(*ranks_[r]);
-    } catch (...) {
-      errors[r] = std::current_exception();
-      for (auto& c : comms_) c->abort();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t r = 1; r < ranks_.size(); ++r) threads.emplace_back(run, r);
-  run(0);
-  for (auto& t : threads) t.join();
-  // The first rank's own failure, not the aborts it caused elsewhere.
-  for (auto& e : errors)
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const Error&) {
-        throw;
-      } catch (...) {
-      }
-    }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  run_on_rank_threads(
+      ranks_.size(), [&](size_t r) { fn(*ranks_[r]); },
+      [&](size_t) {
+        for (auto& c : comms_) c->abort();
+      });
 }
 
 void CudaBackend::validate(const StepBatch& b) const {
