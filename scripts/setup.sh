@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything orchid needs on a fresh Debian 12 machine. Idempotent: safe to re-run.
-#   scripts/setup.sh            Debian packages + the Python venv for tests and tools (.venv)
+#   scripts/setup.sh            Debian packages + the Python venvs for tests and tools (.venv, and
+#                               .venv-llamaindex for the LlamaIndex client test)
 #   scripts/setup.sh --cuda     also the CUTLASS/CuTe headers (PyPI nvidia-cutlass) for the `cuda` preset
 #   scripts/setup.sh --golden   also torch + transformers, only needed to regenerate golden files
 set -euo pipefail
@@ -12,7 +13,7 @@ for arg in "$@"; do
   case "$arg" in
     --cuda) want_cuda=1 ;;
     --golden) want_golden=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,20 +38,29 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python: tests and tools only (the engine itself has no Python).
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-stamp=.venv/.orchid-requirements
-req_hash=$(cat tools/requirements-test.txt $( [ $want_cuda = 1 ] && echo tools/requirements-cuda.txt ) \
-  $( [ $want_golden = 1 ] && echo tools/requirements-golden.txt ) | sha256sum | cut -c1-16)
-if [ ! -f "$stamp" ] || ! grep -qx "$req_hash" "$stamp"; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r tools/requirements-test.txt
-  [ $want_cuda = 1 ] && .venv/bin/python -m pip install -q -r tools/requirements-cuda.txt
-  [ $want_golden = 1 ] && .venv/bin/python -m pip install -q -r tools/requirements-golden.txt
-  echo "$req_hash" >> "$stamp"
-fi
+# Python: tests and tools only (the engine itself has no Python). A stamp of the requirement files' hash keeps
+# re-runs from calling pip at all.
+sync_venv() {
+  local venv=$1
+  shift
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  local stamp=$venv/.orchid-requirements
+  local req_hash
+  req_hash=$(cat "$@" | sha256sum | cut -c1-16)
+  if [ ! -f "$stamp" ] || ! grep -qx "$req_hash" "$stamp"; then
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    for req in "$@"; do
+      "$venv/bin/python" -m pip install -q -r "$req"
+    done
+    echo "$req_hash" >> "$stamp"
+  fi
+}
+main_requirements=(tools/requirements-test.txt)
+[ $want_cuda = 1 ] && main_requirements+=(tools/requirements-cuda.txt)
+[ $want_golden = 1 ] && main_requirements+=(tools/requirements-golden.txt)
+sync_venv .venv "${main_requirements[@]}"
+# LlamaIndex needs openai<3, the other client libraries openai>=3: its test runs a driver in a venv of its own.
+sync_venv .venv-llamaindex tools/requirements-llamaindex.txt
 
 # C++ libraries that Debian 12 does not package, built into .deps/ (ignored by git).
 scripts/build-xgrammar.sh

@@ -1,17 +1,20 @@
 """The structured-output path of each popular client library against `orchid serve synthetic:tiny` (random
 weights): the server constrains the answer, so whatever the weights, each library must hand back its parsed object
 and that object must validate against the schema the library sent. The openai SDK's own `.parse` helpers are in
-test_structured_outputs.py. LlamaIndex is not here: its current OpenAI-like package needs openai<3, which the
-current releases of the libraries below do not install with. Nothing here reaches the network: tracing, telemetry
-and cost-map downloads are off."""
+test_structured_outputs.py. LlamaIndex's OpenAI-like package needs openai<3, which the current releases of the
+other libraries do not install with, so it runs in .venv-llamaindex (scripts/setup.sh makes it) through
+llamaindex_driver.py, which reports what it parsed and the bodies it sent. Nothing here reaches the network:
+tracing, telemetry and cost-map downloads are off, and the driver refuses to resolve any host but the loopback."""
 import asyncio
 import json
 import os
+import subprocess
 
 import pydantic
 import pytest
 from structured_schemas import Weather, validate
 
+from conftest import ROOT
 from orchid_server import OrchidServer, openai_client
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
@@ -23,6 +26,8 @@ QUESTION = "What is the weather in Rome? Answer in JSON."
 # A small reasoning budget keeps the CPU runs short.
 FAST = {"reasoning": {"max_tokens": 12}}
 MAX_TOKENS = 100
+LLAMAINDEX_PYTHON = ROOT / ".venv-llamaindex" / "bin" / "python"
+LLAMAINDEX_DRIVER = ROOT / "tests" / "python" / "llamaindex_driver.py"
 
 
 class Notes(pydantic.BaseModel):
@@ -134,3 +139,33 @@ def test_pydantic_ai_native_and_prompted_output(server, sent):
     assert isinstance(prompted.run_sync(QUESTION).output, Notes)
     assert sent[-1]["response_format"] == {"type": "json_object"}
 
+
+def test_llamaindex_structured_llm_and_function_calling_program(server):
+    if not LLAMAINDEX_PYTHON.exists():
+        pytest.fail(f"{LLAMAINDEX_PYTHON} not found: LlamaIndex (openai<3) has a venv of its own; run scripts/setup.sh")
+    cfg = {"base_url": server.url("/v1"), "model": SERVED, "question": QUESTION, "max_tokens": MAX_TOKENS,
+           "extra_body": FAST}
+    res = subprocess.run([str(LLAMAINDEX_PYTHON), str(LLAMAINDEX_DRIVER), json.dumps(cfg)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.splitlines()[-1])
+    assert out["blocked_hosts"] == [], res.stderr
+
+    # should_use_structured_outputs: response_format json_schema, no tools.
+    path = out["response_format"]
+    (body,) = path["bodies"]
+    assert_json_schema_sent([body])
+    assert "tools" not in body
+    assert path["type"] == "Weather"
+    check_weather(Weather.model_validate(path["parsed"]))
+    validate(path["parsed"], body["response_format"]["json_schema"]["schema"])
+
+    # A function-calling model: FunctionCallingProgram's one strict tool, required, and no response_format.
+    path = out["strict_tool"]
+    (body,) = path["bodies"]
+    assert "response_format" not in body and body["tool_choice"] == "required"
+    (tool,) = body["tools"]
+    assert tool["function"]["name"] == "Weather" and tool["function"]["strict"] is True
+    assert path["type"] == "Weather"
+    check_weather(Weather.model_validate(path["parsed"]))
+    validate(path["parsed"], tool["function"]["parameters"])
