@@ -31,7 +31,7 @@ PARTS = [
     ("mxfp4_moe_gemm_kernel", "experts: MXFP4 streaming GEMM"),
     ("mxfp4_tiled_kernel", "experts: MXFP4 tiled GEMM"),
     ("tiled_plan_kernel", "experts: tile plan"),
-    ("activation_f16_kernel", "experts: f16 input"),
+    ("activation_mx_kernel", "experts: MX-order input"),
     ("mxfp4_to_fp8", "experts: MXFP4 -> FP8 conversion"),
     ("grouped_setup_kernel", "experts: grouped GEMM set-up"),
     ("Fp8", "experts: FP8 grouped GEMM"),

@@ -414,7 +414,7 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
             const size_t active_bytes = ex.active_bytes;
             Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), x16(size_t(M) * k * 2, Fill::kBytes, 0);
             Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
-            mxfp4_activation_f16(xb.p, M, k, x16.p, s);
+            mxfp4_activation_mx(xb.p, M, k, x16.p, s);
             const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
             Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
             mxfp4_tiled_plan(r.offsets, E, tt, tiles.as<int>(), max_tiles, s);

@@ -20,16 +20,15 @@ size_t align256(size_t x) {
 // an H200, gpt-oss-20b shapes): the streaming kernel wins up to 8 tokens, the FP8 conversion path (twice the
 // tensor rate) from ~1024 tokens on, the tiled kernel in between.
 constexpr int kStreamMaxTokens = 8;
-constexpr int kTiledMaxTokens = 768;
+constexpr int kTiledMaxTokens = 1024;
 // Tiled: the CTA shape and tile of token rows by the average rows per expert (T * k / E), smallest first.
 struct TileChoice {
   int max_avg_rows;
   Mxfp4TiledShape shape;
   int tile_tokens;
 };
-constexpr TileChoice kTileTable[] = {{4, Mxfp4TiledShape::kRows128, 16},
-                                     {12, Mxfp4TiledShape::kRows256, 16},
-                                     {1 << 30, Mxfp4TiledShape::kRows128, 32}};
+constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows128, 16},
+                                     {1 << 30, Mxfp4TiledShape::kRows256, 32}};
 
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
@@ -79,7 +78,7 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   }
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
   if (needs_tiled(c)) {
-    b.x_f16 = take(T * H * 2);
+    b.x_mx = take(T * H * 2);
     b.tiles =
         static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), kMxfp4TileTokens[0])) * 8));
   }
@@ -200,14 +199,14 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.tiles = b.tiles;
     g.max_tiles = mxfp4_tiled_max_tiles(M, E, path.tile_tokens);
     mxfp4_tiled_plan(b.routing.offsets, E, g.tile_tokens, b.tiles, g.max_tiles, stream);  // both GEMMs
-    mxfp4_activation_f16(h, T, H, b.x_f16, stream);  // the hi rows of a split input
+    mxfp4_activation_mx(h, T, H, b.x_mx, stream);  // the hi rows of a split input
     g.n = 2 * I;
     g.k = H;
     g.blocks = static_cast<const uint8_t*>(w.w1);
     g.scales = static_cast<const uint8_t*>(w.w1_scale);
-    g.x = b.x_f16;
+    g.x = b.x_mx;
     g.x_rows = b.routing.row_token;
-    g.y = b.z_bf16;  // z in f16 MX order: the down GEMM's input as is
+    g.y = b.z_bf16;  // z in MX order: the down GEMM's input as is
     g.swiglu_bias = w.b1;
     g.swiglu = sp;
     mxfp4_tiled_gemm(g, stream);

@@ -83,11 +83,11 @@ struct MoeBuffers {
   float* a_scale = nullptr;
   void* a_bf16 = nullptr;  // BF16 expert input [M, H]
   void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 paths)
-  void* x_f16 = nullptr;   // MXFP4 tiled: the expert input in f16 MX order [T, H]
+  void* x_mx = nullptr;    // MXFP4 tiled: the expert input in MX order, bf16 [T, H]
   int* tiles = nullptr;    // MXFP4 tiled: the work list (int2 per tile)
   uint8_t* z_q = nullptr;  // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
   float* z_scale = nullptr;
-  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I] (MXFP4 tiled: f16 in MX order)
+  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I] (MXFP4 tiled: in MX order)
   void* y = nullptr;          // down output, bf16 [M, H], no bias
   uint8_t* w1_fp8 = nullptr;  // MXFP4 prefill: the layer's experts in the FP8 block format
   float* w1_fp8_scale = nullptr;

@@ -1,5 +1,5 @@
 // Device helpers shared by the MXFP4 expert GEMMs (mxfp4_gemm.cu: streaming, mxfp4_tiled_gemm.cu: tiled):
-// cp.async, the e2m1 -> f16 placement, the e8m0 scale and the m16n8k16 f16 MMA.
+// cp.async, the e2m1 -> f16 / bf16 placements, the e8m0 scale and the m16n8k16 f16 / bf16 MMAs.
 //
 // The k order inside an MMA is free as long as A and B agree. A lane (g = lane/4, t = lane%4) takes the
 // 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) and pairs element i with i+4 in each f16x2 register,
@@ -35,6 +35,39 @@ __device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
   const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
   const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x0E000E00u;
   return s | m;
+}
+
+// The same pair -> one bf16x2 holding e2m1 * 2^-126 exactly: sign to bit 15, (e1 e0 m) to bits 8..6
+// (e = 0 lands in the bf16 subnormals).
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair_to_bf16x2(uint32_t w) {
+  constexpr int kSign = 12 - 4 * I, kMag = 6 - 4 * I;
+  const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
+  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x01C001C0u;
+  return s | m;
+}
+
+// a * b on bf16x2 (round to nearest, subnormals kept).
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ void mma_16816_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Eight bf16 values (one 16-byte load) permuted into MX order.
+__device__ __forceinline__ uint4 bf16x8_to_mx_order(const uint4& v) {
+  // position 2q holds element q (low halves of v.x..v.w in turn), position 2q+1 element q+4
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
+                    __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
 }
 
 // 2^(s-127) * 2^14 (undoing the f16 placement above). Scales above 2^113 saturate to infinity.

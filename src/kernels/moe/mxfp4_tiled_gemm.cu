@@ -2,27 +2,32 @@
 //
 // Napkin math, gpt-oss-20b decode at batch 256 (1024 routed rows, ~32 per expert, all 32 experts used), one
 // layer: gate_up 32 * 5760 * 2880 * 17/32 B = 282 MB, down 141 MB -> 101 us at 4.17 TB/s; 24 layers 2.4 ms.
-// FLOPs: 2 * 1024 * (5760 + 2880) * 2880 = 51 GFLOP per layer -> 0.10 ms at ~500 TFLOP/s (mma.sync f16),
-// so with ~32 tokens per tile the step is bound by the weight bytes, and at 64 tokens per tile it turns
-// compute bound. Weights are read once per (row tile, token tile): with one token tile per expert (decode)
-// they are read exactly once.
+// FLOPs: 2 * 1024 * (5760 + 2880) * 2880 = 51 GFLOP per layer -> 0.10 ms at ~500 TFLOP/s (mma.sync f16).
+// Weights are read once per (row tile, token tile): with one token tile per expert (decode) exactly once.
 //
-// Structure: CTA = 8 warps = 512 weight rows of one expert x tile_tokens token rows. Each warp owns 64 weight
-// rows (four m16 MMA tiles), dequantizes each weight once (mxfp4_mma.cuh) and runs it against every token
-// n-tile; each activation fragment is loaded once per warp and used by the four m-tiles. The token rows are
-// re-read by every row tile of the expert (from L2), so a CTA covers many weight rows: at 32 tokens the
-// activation bytes are 1/4 of the weight bytes (2 B per f16 element vs 0.53 B per weight, 32 vs 512 rows).
-// A cp.async pipeline of 4 stages holds 2 MX blocks (k 64) of the weight rows and of the token rows each;
-// the MX scales of the CTA's rows are loaded once, with the first stage.
+// What bounds it is instruction issue (ncu, earlier version: 5.9 cycles between a warp's instructions, DRAM
+// at 19%), so the inner loop spends as few instructions per weight as it can. Per MX block and m16 tile a
+// warp issues 2 shared loads, 4 ops per bf16x2 register to place the e2m1 bits into bf16 (mxfp4_mma.cuh)
+// and 1 multiply by the block's scale, 2 scale loads and 2 IMADs; then per 8 tokens one 16-byte load and 2
+// MMAs straight into the fp32 accumulators. bf16 holds e2m1 * 2^(s-127) exactly for every scale the CTA
+// meets (the CTA's largest scale sets an exponent bias folded back in the epilogue), and the activations
+// are the model's bf16 as they are. No branch inside a chunk: the k tail is zero-filled (its scale index
+// clamped into the row), rows past n compute on zeros (the epilogue skips them), the number of token
+// n-tiles in use is a template parameter of the loop, and shared addresses are per-lane bases + constants.
+//
+// Structure: CTA = 8 warps = 128 or 256 weight rows of one expert x tile_tokens token rows. Each warp owns 16
+// or 32 weight rows (one or two m16 MMA tiles), dequantizes each weight once and runs it against every token
+// n-tile; each activation fragment is loaded once per warp and used by its m-tiles. A cp.async pipeline of
+// 3-4 stages holds 4 MX blocks (k 128) of the weight rows and of the token rows each; the MX scales of the
+// CTA's rows are loaded once, with the first stage.
 //
 // NOTES: shared rows are padded so that the fragment loads of a quarter warp hit distinct banks: weight rows
-// 32 + 16 B (rows g = 0..7 at 48 B steps cover distinct 16-byte windows of the 128), token rows 128 + 64 B.
-// One CTA per SM (the pipeline and the scales take ~150-190 KB); eight warps with 4 x kNT independent MMA
-// chains each keep the tensor pipes busy.
+// 16 per MX block + 16 B (rows g = 0..7 at 80- or 144-byte steps cover distinct 16-byte windows of the 128),
+// token rows 64 per MX block + 64 B.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
@@ -41,8 +46,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
 // A CTA shape: kMTiles m16 tiles of weight rows per warp, kChunkMx MX blocks (of 32 k) per pipeline stage,
-// kStages stages. Rows per CTA = 8 warps x 16 x kMTiles.
-// kMinBlocks: CTAs per SM the registers are capped for (2: at most 128 per thread).
+// kStages stages. Rows per CTA = 8 warps x 16 x kMTiles. kMinBlocks: CTAs per SM the registers are capped
+// for (2: at most 128 per thread).
 template <int kMTiles_, int kChunkMx_, int kStages_, int kMinBlocks_>
 struct Shape {
   static constexpr int kMTiles = kMTiles_, kChunkMx = kChunkMx_, kStages = kStages_;
@@ -50,7 +55,7 @@ struct Shape {
   static constexpr int kRowsPerWarp = 16 * kMTiles;
   static constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   static constexpr int kWRowBytes = kChunkMx * 16 + 16;      // one weight row of a stage, padded
-  static constexpr int kARowBytes = kChunkMx * 32 * 2 + 64;  // one token row of a stage (f16), padded
+  static constexpr int kARowBytes = kChunkMx * 32 * 2 + 64;  // one token row of a stage (bf16), padded
   static constexpr int kWStageBytes = kRowsPerCta * kWRowBytes;
   static constexpr int stage_bytes(int nt) { return kWStageBytes + 8 * nt * kARowBytes; }
   static constexpr int scale_bytes(int k) { return (kRowsPerCta * (k / 32) + 15) / 16 * 16; }
@@ -59,6 +64,12 @@ struct Shape {
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// The factor that turns the bf16 placement (e2m1 * 2^-126) into e2m1 * 2^(s-127-bias): 2^(s-1-bias) in both
+// halves of a bf16x2, exponent field s + 126 - bias (in 0..254 for s <= 254, bias = max(0, smax - 128)).
+__device__ __forceinline__ uint32_t mx_scale_bf16x2(uint32_t s, uint32_t base) {
+  return s * 0x00800080u + base;  // base = (126 - bias) * 0x00800080
 }
 
 template <class Sh, int kNT, bool kSwiglu>
@@ -88,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [cta_rows][kmx]
   {
     const uint8_t* sg =
-        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 512 == 0, n % 16 == 0
+        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 128 == 0, n % 16 == 0
     for (int i = tid; i < cta_rows * kmx / 16; i += kThreads) cp_async_16(ss + 16 * i, sg + 16 * i, true);
   }
 
@@ -105,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
     wsrc[q] = p.blocks + ((int64_t(e) * n + n0 + r) * kmx + j) * 16;
   }
   const int xseg = tid % kSegsPerTok;
-  const __half* xsrc[kTokPerThread];
+  const __nv_bfloat16* xsrc[kTokPerThread];
   bool xvalid[kTokPerThread];
 #pragma unroll
   for (int q = 0; q < kTokPerThread; ++q) {
@@ -113,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
     xvalid[q] = i < kTokens && i < m;
     int64_t src = 0;
     if (xvalid[q]) src = p.x_rows ? p.x_rows[rbase + i] : rbase + i;
-    xsrc[q] = static_cast<const __half*>(p.x) + src * k + xseg * 8;
+    xsrc[q] = static_cast<const __nv_bfloat16*>(p.x) + src * k + xseg * 8;
   }
 
   auto issue = [&](int c) {
@@ -146,65 +157,129 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
-  const int valid_nt = (m + 7) / 8;             // n-tiles that hold a token row
-  const int valid_mt = max(0, warp_rows) / 16;  // m-tiles inside n
-  const int wr0 = warp * kRowsPerWarp + g;      // this lane's row in m-tile mt: wr0 + 16 mt (+ 8)
+  const int wr0 = warp * kRowsPerWarp + g;  // this lane's row in m-tile mt: wr0 + 16 mt (+ 8)
+  // Rows past n hold zeros in shared memory (their copies are zero-filled); their scale rows are clamped
+  // into the CTA's, so their factors stay finite.
+  const uint8_t* srow[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    srow[mt][0] = ss + min(wr0 + 16 * mt, cta_rows - 1) * kmx;
+    srow[mt][1] = ss + min(wr0 + 16 * mt + 8, cta_rows - 1) * kmx;
+  }
+  const int w_lane = wr0 * kWRowBytes + 4 * t, a_lane = g * kARowBytes + 16 * t;
+  uint32_t scale_base = 0;
+  int bias = 0;
 
-  for (int c = 0; c < nchunks; ++c) {
-    cp_async_wait<kStages - 2>();  // chunk c (and the scales) of this thread have landed
-    __syncthreads();               // ... and of every thread; chunk c - 1's stage is free again
-    issue(c + kStages - 1);
-    if (warp_rows <= 0) continue;
-    const uint8_t* wst = smem + (c % kStages) * kStageBytes;
-    const uint8_t* ast = wst + kWStageBytes;
-#pragma unroll
-    for (int j = 0; j < kChunkMx; ++j) {
-      const int mx = kChunkMx * c + j;
-      if (mx >= kmx) break;
-      uint32_t a[kMTiles][8];
-      float sa[kMTiles], sb[kMTiles];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if (mt < valid_mt) {
-          const int r = wr0 + 16 * mt;
-          const uint32_t wa = lds32(wst + r * kWRowBytes + j * 16 + 4 * t);
-          const uint32_t wb = lds32(wst + (r + 8) * kWRowBytes + j * 16 + 4 * t);
-          sa[mt] = mx_scale(ss[r * kmx + mx]);
-          sb[mt] = mx_scale(ss[(r + 8) * kmx + mx]);
-          a[mt][0] = e2m1_pair_to_f16x2<0>(wa);
-          a[mt][1] = e2m1_pair_to_f16x2<0>(wb);
-          a[mt][2] = e2m1_pair_to_f16x2<1>(wa);
-          a[mt][3] = e2m1_pair_to_f16x2<1>(wb);
-          a[mt][4] = e2m1_pair_to_f16x2<2>(wa);
-          a[mt][5] = e2m1_pair_to_f16x2<2>(wb);
-          a[mt][6] = e2m1_pair_to_f16x2<3>(wa);
-          a[mt][7] = e2m1_pair_to_f16x2<3>(wb);
+  // The main loop over k, for kV token n-tiles in use (the rest of the tile is empty).
+  auto run = [&](auto v) {
+    constexpr int kV = decltype(v)::value;
+    for (int c = 0; c < nchunks; ++c) {
+      cp_async_wait<kStages - 2>();  // chunk c (and the scales) of this thread have landed
+      __syncthreads();               // ... and of every thread; chunk c - 1's stage is free again
+      if (c == 0 && warp_rows > 0) {
+        // The largest scale of the warp's rows: bf16 holds 2^(s-1-bias) for each of them when
+        // bias = max(0, smax - 128) (the warp's rows are 16 * kmx-byte aligned: whole uint4s).
+        const uint4* rows4 = reinterpret_cast<const uint4*>(ss + warp * kRowsPerWarp * kmx);
+        uint32_t mx4 = 0;
+        for (int i = lane; i < warp_rows * kmx / 16; i += 32) {
+          const uint4 q = rows4[i];
+          mx4 = __vmaxu4(mx4, __vmaxu4(__vmaxu4(q.x, q.y), __vmaxu4(q.z, q.w)));
         }
+        const uint32_t smax = max(max(mx4 & 0xffu, (mx4 >> 8) & 0xffu), max((mx4 >> 16) & 0xffu, mx4 >> 24));
+        bias = max(0, int(__reduce_max_sync(0xffffffffu, smax)) - 128);
+        scale_base = uint32_t(126 - bias) * 0x00800080u;
       }
+      issue(c + kStages - 1);
+      if (warp_rows <= 0) continue;
+      const uint8_t* wst = smem + (c % kStages) * kStageBytes + w_lane;
+      const uint8_t* ast = smem + (c % kStages) * kStageBytes + kWStageBytes + a_lane;
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        if (nt < valid_nt) {
-          const uint4 xb = *reinterpret_cast<const uint4*>(ast + (nt * 8 + g) * kARowBytes + j * 64 + t * 16);
+      for (int j = 0; j < kChunkMx; ++j) {
+        // Past k the weights and tokens are zero-filled; the scale index stays in the row.
+        const int mx = min(kChunkMx * c + j, kmx - 1);
+        uint32_t a[kMTiles][8];
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          const uint32_t wa = lds32(wst + (16 * mt) * kWRowBytes + j * 16);
+          const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + j * 16);
+          const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
+          const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
+          a[mt][0] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wa), sa);
+          a[mt][1] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wb), sb);
+          a[mt][2] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wa), sa);
+          a[mt][3] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wb), sb);
+          a[mt][4] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wa), sa);
+          a[mt][5] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wb), sb);
+          a[mt][6] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wa), sa);
+          a[mt][7] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wb), sb);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kV; ++nt) {
+          const uint4 xb = *reinterpret_cast<const uint4*>(ast + nt * 8 * kARowBytes + j * 64);
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
-            if (mt < valid_mt) {
-              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
-              mma_16816(part, a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
-              mma_16816(part, a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
-              acc[mt][nt][0] += part[0] * sa[mt];
-              acc[mt][nt][1] += part[1] * sa[mt];
-              acc[mt][nt][2] += part[2] * sb[mt];
-              acc[mt][nt][3] += part[3] * sb[mt];
-            }
+            // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
+            mma_16816_bf16(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
+            mma_16816_bf16(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
           }
         }
       }
     }
+  };
+  const int valid_nt = (m + 7) / 8;  // n-tiles that hold a token row (1..kNT)
+  if constexpr (kNT >= 8) {
+    switch (valid_nt) {
+      case 1:
+        run(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        run(std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        run(std::integral_constant<int, 3>{});
+        break;
+      case 4:
+        run(std::integral_constant<int, 4>{});
+        break;
+      case 5:
+        run(std::integral_constant<int, 5>{});
+        break;
+      case 6:
+        run(std::integral_constant<int, 6>{});
+        break;
+      case 7:
+        run(std::integral_constant<int, 7>{});
+        break;
+      default:
+        run(std::integral_constant<int, 8>{});
+        break;
+    }
+  } else if constexpr (kNT >= 4) {
+    switch (valid_nt) {
+      case 1:
+        run(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        run(std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        run(std::integral_constant<int, 3>{});
+        break;
+      default:
+        run(std::integral_constant<int, 4>{});
+        break;
+    }
+  } else {
+    if (valid_nt == 1)
+      run(std::integral_constant<int, 1>{});
+    else
+      run(std::integral_constant<int, 2>{});
   }
   cp_async_wait<0>();
   if (warp_rows <= 0) return;
 
+  const float unbias = __uint_as_float(uint32_t(127 + bias) << 23);  // 2^bias
+  const int valid_mt = warp_rows / 16;
   if constexpr (!kSwiglu) {
     __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
 #pragma unroll
@@ -217,15 +292,15 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
         for (int q = 0; q < 4; ++q) {
           const int tok = nt * 8 + 2 * t + (q & 1);
           if (tok < m)
-            y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] = __float2bfloat16_rn(acc[mt][nt][q]);
+            y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] = __float2bfloat16_rn(acc[mt][nt][q] * unbias);
         }
       }
     }
   } else {
     // Row g's partner row g^1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2,
     // at its MX-order position.
-    const __nv_bfloat16* bias = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
-    __half* z = static_cast<__half*>(p.y);
+    const __nv_bfloat16* b1 = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
+    __nv_bfloat16* z = static_cast<__nv_bfloat16*>(p.y);
     const int zn = n / 2;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -235,15 +310,16 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const float other = __shfl_xor_sync(0xffffffffu, acc[mt][nt][q], 4);
+          const float v = acc[mt][nt][q] * unbias;
+          const float other = __shfl_xor_sync(0xffffffffu, v, 4);
           const int tok = nt * 8 + 2 * t + (q & 1);
           const int r = row + (q >> 1) * 8;
           if ((g & 1) == 0 && tok < m) {
-            const float gate = acc[mt][nt][q] + __bfloat162float(bias[r]);
-            const float up = other + __bfloat162float(bias[r + 1]);
+            const float gate = v + __bfloat162float(b1[r]);
+            const float up = other + __bfloat162float(b1[r + 1]);
             const int i = r / 2;
             z[(int64_t(rbase) + tok) * zn + (i & ~7) + mx_order_pos(i & 7)] =
-                __float2half_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
+                __float2bfloat16_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
           }
         }
       }
@@ -286,10 +362,10 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
   }
 }
 
-__global__ void activation_f16_kernel(const uint4* __restrict__ x, int64_t groups, uint4* __restrict__ out) {
+__global__ void activation_mx_kernel(const uint4* __restrict__ x, int64_t groups, uint4* __restrict__ out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
        i += int64_t(gridDim.x) * blockDim.x) {
-    out[i] = bf16x8_to_f16_mx_order(x[i]);
+    out[i] = bf16x8_to_mx_order(x[i]);
   }
 }
 
@@ -352,13 +428,13 @@ void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int*
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void mxfp4_activation_f16(const void* x, int rows, int k, void* out, cudaStream_t stream) {
-  ORCHID_KERNEL_REQUIRE(k % 8 == 0, "mxfp4_activation_f16: k must be a multiple of 8");
+void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 8 == 0, "mxfp4_activation_mx: k must be a multiple of 8");
   const int64_t groups = int64_t(rows) * (k / 8);
   if (groups == 0) return;
   const int blocks = int(std::min<int64_t>((groups + 255) / 256, 4 * device_info().sm_count));
-  activation_f16_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(x), groups,
-                                                    static_cast<uint4*>(out));
+  activation_mx_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(x), groups,
+                                                   static_cast<uint4*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

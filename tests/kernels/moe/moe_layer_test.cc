@@ -273,8 +273,9 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       EXPECT_TRUE(
           orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.05));
     } else {
-      // The tiled MXFP4 kernel writes z in f16, in the MX order its down GEMM reads.
-      z_in = tiled ? orchid::testing::from_mx_order_f16(fetch<uint16_t>(b.z_bf16, size_t(M) * I), size_t(I))
+      // The tiled MXFP4 kernel writes z in the MX order its down GEMM reads.
+      z_in = tiled ? orchid::testing::bf16_to_floats(
+                         orchid::testing::from_mx_order(fetch<uint16_t>(b.z_bf16, size_t(M) * I), size_t(I)))
                    : fetch_bf16(b.z_bf16, size_t(M) * I);
       // Fused: z comes from the kernel's fp32 sums, the reference from fp64 ones (a bit more slack).
       EXPECT_TRUE(orchid::testing::check_close(

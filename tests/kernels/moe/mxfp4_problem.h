@@ -1,7 +1,7 @@
 // One MXFP4 expert-GEMM problem for the kernel tests (streaming and tiled): random MXFP4 experts with scales
-// 2^-9..2^-3, bf16 inputs that fp16 holds exactly (so the reference sees the kernels' operands), an optional
-// row map (gathered inputs), biases, and the fp64 reference on the exactly dequantized weights: y = x W^T, or
-// with swiglu z = SwiGLU(u + b1) on the interleaved gate/up rows.
+// 2^-9..2^-3 (or a given e8m0 range), bf16 inputs that fp16 holds exactly (so the reference sees the kernels'
+// operands), an optional row map (gathered inputs), biases, and the fp64 reference on the exactly dequantized
+// weights: y = x W^T, or with swiglu z = SwiGLU(u + b1) on the interleaved gate/up rows.
 #pragma once
 
 #include <algorithm>
@@ -26,7 +26,7 @@ struct Mxfp4Problem {
 };
 
 inline Mxfp4Problem make_mxfp4_problem(std::mt19937_64& rng, int n, int k, const std::vector<int>& sizes,
-                                       bool gather, bool swiglu) {
+                                       bool gather, bool swiglu, int scale_lo = 118, int scale_hi = 124) {
   Mxfp4Problem p;
   p.experts = int(sizes.size());
   p.n = n;
@@ -37,7 +37,7 @@ inline Mxfp4Problem make_mxfp4_problem(std::mt19937_64& rng, int n, int k, const
   p.rows = p.offsets[size_t(E)];
   p.blocks.resize(size_t(E) * n * kb * 16);
   p.scales.resize(size_t(E) * n * kb);
-  std::uniform_int_distribution<int> byte(0, 255), sc(118, 124);
+  std::uniform_int_distribution<int> byte(0, 255), sc(scale_lo, scale_hi);
   for (auto& b : p.blocks) b = uint8_t(byte(rng));
   for (auto& s : p.scales) s = uint8_t(sc(rng));
   p.x_rows = std::max(gather ? p.rows + 3 : p.rows, 1);

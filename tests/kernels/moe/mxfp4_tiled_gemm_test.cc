@@ -1,8 +1,9 @@
-// MXFP4 tiled expert GEMM, its work plan and its f16 activation layout, against CPU references:
+// MXFP4 tiled expert GEMM, its work plan and its MX-order activation layout, against CPU references:
 // the plan exactly (empty experts, one expert holding every row, 128 experts, rows not a multiple of the
-// tile); the activation conversion exactly (saturation, subnormals); the GEMM against fp64 on the exactly
+// tile); the activation permutation bit for bit; the GEMM against fp64 on the exactly
 // dequantized weights for every tile size, odd rows per expert, partial token tiles, a partial 128-row CTA
-// tile, k not a multiple of 128, gathered rows, and the fused SwiGLU epilogue (f16 MX-order output).
+// tile, k not a multiple of 128, gathered rows, the fused SwiGLU epilogue (MX-order output), and MX
+// scales across the whole e8m0 range (the per-warp exponent bias).
 #include "kernels/moe/mxfp4_tiled_gemm.h"
 
 #include <gtest/gtest.h>
@@ -61,36 +62,30 @@ TEST(Mxfp4TiledPlan, MatchesReference) {
 }
 
 // ---------------------------------------------------------------- activation layout
-TEST(Mxfp4ActivationF16, ExactConversionAndOrder) {
+TEST(Mxfp4ActivationMx, ExactPermutation) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  std::mt19937_64 rng(orchid::testing::named_seed("activation_f16"));
+  std::mt19937_64 rng(orchid::testing::named_seed("activation_mx"));
   const int rows = 37, k = 2880;
   auto x = orchid::testing::random_bf16(rng, size_t(rows) * k, 4.0f);
-  // Out-of-range and tiny values: saturation and f16 subnormals.
-  x[5] = float_to_bf16(1e6f);
-  x[6] = float_to_bf16(-7e4f);
-  x[7] = float_to_bf16(3e-6f);
-  x[8] = float_to_bf16(-1e-9f);
+  x[5] = float_to_bf16(1e30f);  // bf16 values beyond any f16 range pass through unchanged
+  x[6] = float_to_bf16(-3e-30f);
   DeviceBuffer<uint16_t> dx, dout(size_t(rows) * k);
   dx.upload(x);
   orchid::testing::poison(dout);
-  mxfp4_activation_f16(dx.get(), rows, k, dout.get(), nullptr);
+  mxfp4_activation_mx(dx.get(), rows, k, dout.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  const auto got = orchid::testing::from_mx_order_f16(dout.download(), size_t(k));
-  std::vector<double> ref(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    ref[i] = std::fmin(std::fmax(double(bf16_to_float(x[i])), -65504.0), 65504.0);
-  // bf16 values in the f16 normal range are exact; below 2^-14 the f16 subnormal step is 2^-24.
-  EXPECT_TRUE(orchid::testing::check_close("f16 MX order", got, ref, std::ldexp(1.0, -25), 0.0, 1e-7));
+  EXPECT_TRUE(orchid::testing::check_exact("bf16 MX order",
+                                           orchid::testing::from_mx_order(dout.download(), size_t(k)), x));
 }
 
 // ---------------------------------------------------------------- GEMM
 struct Case {
   const char* name;
   int n, k, tile_tokens;
-  std::vector<int> sizes;  // rows per expert
-  bool gather;             // read x through a row map
-  bool swiglu = false;     // fused bias + SwiGLU epilogue (output n/2 columns, f16 MX order)
+  std::vector<int> sizes;              // rows per expert
+  bool gather;                         // read x through a row map
+  bool swiglu = false;                 // fused bias + SwiGLU epilogue (output n/2 columns, MX order)
+  int scale_lo = 118, scale_hi = 124;  // e8m0 range of the weights' MX scales
 };
 
 class Mxfp4TiledGemmTest : public ::testing::TestWithParam<Case> {};
@@ -99,7 +94,8 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
-  const auto p = orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu);
+  const auto p =
+      orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu, c.scale_lo, c.scale_hi);
   const int E = p.experts, M = p.rows;
 
   DeviceBuffer<uint8_t> db, ds;
@@ -111,7 +107,7 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
   doff.upload(p.offsets);
   dmap.upload(p.map);
   dbias.upload(p.bias);
-  mxfp4_activation_f16(dx.get(), p.x_rows, c.k, dx16.get(), nullptr);
+  mxfp4_activation_mx(dx.get(), p.x_rows, c.k, dx16.get(), nullptr);
   const int max_tiles = mxfp4_tiled_max_tiles(M, E, c.tile_tokens);
   DeviceBuffer<int> dtiles(size_t(2 * std::max(max_tiles, 1)));
   mxfp4_tiled_plan(doff.get(), E, c.tile_tokens, dtiles.get(), max_tiles, nullptr);
@@ -139,12 +135,11 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     auto raw = dy.download();
     raw.resize(size_t(M) * p.out_cols);
-    const auto got = c.swiglu ? orchid::testing::from_mx_order_f16(raw, size_t(p.out_cols))
-                              : orchid::testing::bf16_to_floats(raw);
-    // f16 output (z) keeps 11 bits, bf16 (y) 8: the relative bound is the output rounding's.
+    const auto got = orchid::testing::bf16_to_floats(
+        c.swiglu ? orchid::testing::from_mx_order(raw, size_t(p.out_cols)) : raw);
+    // bf16 output keeps 8 bits: the relative bound is the output rounding's.
     const std::string name = std::string(c.name) + " " + shape_name;
-    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms,
-                                             c.swiglu ? 2e-3 : 8e-3, 5e-3));
+    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
   }
 }
 
@@ -161,6 +156,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"t64_swiglu_partial_cta", 2880 * 2 - 128 * 3 + 16, 2880, 64, {100, 3, 0, 64}, false, true},
         Case{"t16_swiglu_small", 192, 96, 16, {5, 17, 0, 1}, true, true},
         Case{"t32_all_empty", 256, 2880, 32, {0, 0, 0, 0}, false},
+        // Scales far above 2^1 (an exponent bias of up to 116) and far below, and rows mixing them; the
+        // outputs stay in the normal fp32 range.
+        Case{"t16_huge_scales", 256, 2880, 16, {3, 0, 17}, true, false, 236, 244},
+        Case{"t32_tiny_scales", 256, 2880, 32, {33, 2}, false, false, 20, 28},
+        Case{"t16_mixed_scales_swiglu", 512, 2880, 16, {9, 20}, true, true, 100, 140},
         Case{"t16_e128_decode",
              512,
              2880,

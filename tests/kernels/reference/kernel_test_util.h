@@ -71,26 +71,13 @@ bool check_exact(const char* name, const std::vector<T>& got, const std::vector<
   return ok;
 }
 
-// IEEE binary16 bits -> float (the MXFP4 tiled path's f16 activations).
-inline float half_bits_to_float(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
-  float v;
-  if (exp == 0)
-    v = std::ldexp(float(man), -24);
-  else if (exp == 31)
-    v = man ? NAN : INFINITY;
-  else
-    v = std::ldexp(float(man | 1024), exp - 25);
-  return sign ? -v : v;
-}
-
-// Rows of f16 values in MX order (each 8-group stored as elements [0,4,1,5,2,6,3,7]) -> natural order floats.
-inline std::vector<float> from_mx_order_f16(const std::vector<uint16_t>& v, size_t cols) {
+// Rows of 16-bit values in MX order (each 8-group stored as elements [0,4,1,5,2,6,3,7]) -> natural order.
+inline std::vector<uint16_t> from_mx_order(const std::vector<uint16_t>& v, size_t cols) {
   static constexpr int kElem[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // element held at each position
-  std::vector<float> out(v.size());
+  std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const size_t row = i / cols, col = i % cols;
-    out[row * cols + (col & ~size_t(7)) + size_t(kElem[col & 7])] = half_bits_to_float(v[i]);
+    out[row * cols + (col & ~size_t(7)) + size_t(kElem[col & 7])] = v[i];
   }
   return out;
 }
