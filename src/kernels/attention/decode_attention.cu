@@ -20,6 +20,7 @@
 #include "kernels/common/smem_attribute.h"
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 
 namespace orchid::kernels::attention {
 namespace {
@@ -66,6 +67,7 @@ struct DecodeParams {
 
 template <int kMTiles>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   using Smem = DecodeSmem<kMTiles>;
   constexpr int kRows = Smem::kRows;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -234,7 +236,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // the K/V ring becomes the combine buffer
+  __syncthreads();          // the K/V ring becomes the combine buffer
+  pdl_launch_dependents();  // only the combine and the stores are left (kernels/common/pdl.cuh)
 
   // Combine the four warps: combo O [warp][row][kComboStride], then m [warp][row], l [warp][row].
   float* combo = reinterpret_cast<float*>(smem + Smem::kQBytes);
@@ -299,6 +302,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
 // One warp per (decode slot, query head): weights the splits' partial outputs by exp2(lse - max) and adds
 // the sink's exp2(sink - max) to the denominator (once).
 __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int slot = blockIdx.y;
@@ -332,7 +336,7 @@ void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
   constexpr int bytes = DecodeSmem<kMTiles>::kBytes;
   ensure_dynamic_smem<DecodeSmem<kMTiles>>(decode_kernel<kMTiles>, bytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
-  decode_kernel<kMTiles><<<grid, kThreads, bytes, stream>>>(p);
+  launch_pdl(decode_kernel<kMTiles>, dim3(grid), dim3(kThreads), bytes, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -385,7 +389,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
     launch_decode<4>(p, plan.decode_bucket, stream);
   if (plan.decode_splits > 1) {
     const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket));
-    decode_merge_kernel<<<grid, kThreads, 0, stream>>>(p);
+    launch_pdl(decode_merge_kernel, dim3(grid), dim3(kThreads), 0, stream, p);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
 }

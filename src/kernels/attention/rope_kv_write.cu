@@ -13,6 +13,7 @@
 #include "kernels/attention/rope_kv_write.h"
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 
 namespace orchid::kernels::attention {
 namespace {
@@ -88,6 +89,7 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
 
 template <typename T, bool kBiasFp32>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams<T> p) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int t = blockIdx.x;
   const int seq_idx = p.token_seq[t];
   if (seq_idx < 0) return;  // padding token of a bucket
@@ -174,9 +176,9 @@ void launch(const RopeKvWriteArgs& a, const AttentionPlan& plan, int log2_page, 
   p.num_kv_heads = plan.num_kv_heads;
   p.page_size_log2 = log2_page;
   if (a.bias_fp32)
-    rope_kv_write_kernel<T, true><<<plan.num_tokens, kThreads, 0, stream>>>(p);
+    launch_pdl(rope_kv_write_kernel<T, true>, dim3(plan.num_tokens), dim3(kThreads), 0, stream, p);
   else
-    rope_kv_write_kernel<T, false><<<plan.num_tokens, kThreads, 0, stream>>>(p);
+    launch_pdl(rope_kv_write_kernel<T, false>, dim3(plan.num_tokens), dim3(kThreads), 0, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -149,6 +151,11 @@ DenseGemm::DenseGemm(void* workspace, size_t workspace_bytes) : impl_(std::make_
   ORCHID_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace ? workspace_bytes : 0;
+  // ORCHID_SMALL_M=orchid|cublas forces the small-m choice (for measuring a whole step either way).
+  if (const char* v = std::getenv("ORCHID_SMALL_M")) {
+    if (std::strcmp(v, "orchid") == 0) impl_->policy = SmallM::kOrchid;
+    if (std::strcmp(v, "cublas") == 0) impl_->policy = SmallM::kCublas;
+  }
 }
 
 DenseGemm::~DenseGemm() = default;

@@ -50,7 +50,7 @@ class DenseGemm {
   void run(const DenseGemmArgs& args, cudaStream_t stream);
 
   // Which kernel serves small-m shapes: the faster one measured (default), or one of them always
-  // (benchmarks).
+  // (benchmarks; the environment's ORCHID_SMALL_M=orchid|cublas sets it for a whole process).
   enum class SmallM : uint8_t { kMeasured, kCublas, kOrchid };
   void set_small_m(SmallM policy);
   // For tests/benchmarks: whether this shape is (or would now be) served by small_m_gemm.

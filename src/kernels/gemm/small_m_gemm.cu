@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/gemm/small_m_gemm.h"
 
 namespace orchid::kernels {
@@ -66,14 +67,22 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  // Programmatic dependent launch (kernels/common/pdl.cuh): the weights are no earlier kernel's output, so
+  // the first kUnroll blocks of them are requested before waiting for the previous kernel (x is its output).
   for (int kb = kb0; kb < kb1; kb += kUnroll) {
     uint4 A[kUnroll], B[kUnroll], X[kUnroll][kNT];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // every load of kUnroll blocks first, then the MMAs
+    for (int u = 0; u < kUnroll; ++u) {
       const bool in = kb + u < kb1;
       const int64_t off = int64_t(kb + u) * 32;
       A[u] = in && row_a ? ldg_stream(wa + off) : zero;
       B[u] = in && row_b ? ldg_stream(wb + off) : zero;
+    }
+    if (kb == kb0) pdl_wait();
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // every load of kUnroll blocks first, then the MMAs
+      const bool in = kb + u < kb1;
+      const int64_t off = int64_t(kb + u) * 32;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
         X[u][nt] = in && xv[nt] ? *reinterpret_cast<const uint4*>(xr[nt] + off) : zero;
@@ -87,6 +96,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+  pdl_wait();  // (a warp without k blocks has not waited yet; y may still be read by the previous kernel)
+  pdl_launch_dependents();  // only the reduction and the stores are left
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -119,10 +130,9 @@ template <int kNT>
 void launch(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, cudaStream_t stream) {
   const unsigned grid = unsigned((a.n + 15) / 16);
   if (a.out == GemmOut::kF32)
-    small_m_gemm_kernel<kNT, true><<<grid, kWarps * 32, 0, stream>>>(a, ldx, ldy);
+    launch_pdl(small_m_gemm_kernel<kNT, true>, dim3(grid), dim3(kWarps * 32), 0, stream, a, ldx, ldy);
   else
-    small_m_gemm_kernel<kNT, false><<<grid, kWarps * 32, 0, stream>>>(a, ldx, ldy);
-  ORCHID_CUDA_CHECK_LAUNCH();
+    launch_pdl(small_m_gemm_kernel<kNT, false>, dim3(grid), dim3(kWarps * 32), 0, stream, a, ldx, ldy);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/quant.cuh"
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/swiglu.cuh"
@@ -29,6 +30,7 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __global__ void gather_bf16_kernel(const uint4* __restrict__ h, const int* __restrict__ row_token, int rows,
                                    int vecs_per_row, uint4* __restrict__ out) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int64_t total = int64_t(rows) * vecs_per_row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -128,6 +130,7 @@ __global__ void __launch_bounds__(kCombineThreads)
                    const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
                    const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
                    float* __restrict__ x) {
+  pdl_wait();               // programmatic dependent launch (kernels/common/pdl.cuh)
   constexpr int kMaxK = 8;  // kMoeMaxTopK
   const int64_t t = blockIdx.x;
   const int v = blockIdx.y * kCombineThreads + threadIdx.x;
@@ -183,8 +186,8 @@ void moe_gather_bf16(const void* h, const int* row_token, int rows, int k, void*
   ORCHID_KERNEL_REQUIRE(k % 8 == 0, "moe_gather_bf16: k must be a multiple of 8");
   if (rows <= 0) return;
   const int vecs = k / 8;
-  gather_bf16_kernel<<<grid_for(int64_t(rows) * vecs, 256), 256, 0, stream>>>(
-      static_cast<const uint4*>(h), row_token, rows, vecs, static_cast<uint4*>(out));
+  launch_pdl(gather_bf16_kernel, dim3(grid_for(int64_t(rows) * vecs, 256)), dim3(256), 0, stream,
+             static_cast<const uint4*>(h), row_token, rows, vecs, static_cast<uint4*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -228,9 +231,9 @@ void moe_combine(const void* y, const void* b2, const int* topk_idx, const float
   if (num_tokens <= 0) return;
   ORCHID_KERNEL_REQUIRE(top_k >= 1 && top_k <= 8, "moe_combine: top_k must be in [1, 8]");
   const dim3 grid(unsigned(num_tokens), unsigned((hidden / 8 + kCombineThreads - 1) / kCombineThreads));
-  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w, slot_row,
-      top_k, hidden, expert_begin, store, x);
+  launch_pdl(combine_kernel, dim3(grid), dim3(kCombineThreads), 0, stream,
+             static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
+             slot_row, top_k, hidden, expert_begin, store, x);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

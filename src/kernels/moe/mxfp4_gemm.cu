@@ -19,6 +19,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_mma.cuh"
@@ -44,6 +45,7 @@ __host__ __device__ constexpr int smem_bytes(int nt, int warps, int stages, int 
 // kWarps warps of 16 rows per CTA, each with a ring of kStages chunks in flight.
 template <int kNT, int kWarps, int kStages>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.y;
@@ -144,6 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       __syncwarp();  // the stage is free for the copy issued at the next iteration
     }
     cp_async_wait<0>();
+    pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
 
     if (p.swiglu_bias == nullptr) {
 #pragma unroll
@@ -190,7 +193,7 @@ void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
                                                                 device_info().max_smem_per_block_optin);
   const int rows_per_cta = kWarps * kRowsPerWarp;
   const dim3 grid((p.n + rows_per_cta - 1) / rows_per_cta, p.max_active);
-  mxfp4_moe_gemm_kernel<kNT, kWarps, kStages><<<grid, kWarps * 32, bytes, stream>>>(p);
+  launch_pdl(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>, dim3(grid), dim3(kWarps * 32), bytes, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

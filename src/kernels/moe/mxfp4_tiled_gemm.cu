@@ -31,6 +31,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_mma.cuh"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
@@ -74,6 +75,7 @@ __device__ __forceinline__ uint32_t mx_scale_bf16x2(uint32_t s, uint32_t base) {
 
 template <class Sh, int kNT, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::kStages;
   constexpr int kRowsPerWarp = Sh::kRowsPerWarp, kRowsPerCta = Sh::kRowsPerCta;
   constexpr int kWRowBytes = Sh::kWRowBytes, kARowBytes = Sh::kARowBytes, kWStageBytes = Sh::kWStageBytes;
@@ -276,6 +278,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
       run(std::integral_constant<int, 2>{});
   }
   cp_async_wait<0>();
+  pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
   if (warp_rows <= 0) return;
 
   const float unbias = __uint_as_float(uint32_t(127 + bias) << 23);  // 2^bias
@@ -332,6 +335,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
 __global__ void __launch_bounds__(kMoeMaxExperts)
     tiled_plan_kernel(const int* __restrict__ offsets, int E, int tile_tokens, int2* __restrict__ tiles,
                       int max_tiles) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   __shared__ int start[kMoeMaxExperts + 1];
   const int e = threadIdx.x;
   const int cnt = e < E ? (offsets[e + 1] - offsets[e] + tile_tokens - 1) / tile_tokens : 0;
@@ -363,6 +367,7 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
 }
 
 __global__ void activation_mx_kernel(const uint4* __restrict__ x, int64_t groups, uint4* __restrict__ out) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
        i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = bf16x8_to_mx_order(x[i]);
@@ -381,8 +386,7 @@ void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
   ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu>>(kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
-  kernel<<<grid, kThreads, bytes, stream>>>(p);
-  ORCHID_CUDA_CHECK_LAUNCH();
+  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p);
 }
 
 template <class Sh, bool kSwiglu>
@@ -423,8 +427,8 @@ void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int*
                         "mxfp4_tiled_plan: expert count out of range");
   ORCHID_KERNEL_REQUIRE(tile_tokens > 0 && offsets && tiles, "mxfp4_tiled_plan: bad arguments");
   if (max_tiles <= 0) return;
-  tiled_plan_kernel<<<1, kMoeMaxExperts, 0, stream>>>(offsets, num_experts, tile_tokens,
-                                                      reinterpret_cast<int2*>(tiles), max_tiles);
+  launch_pdl(tiled_plan_kernel, dim3(1), dim3(kMoeMaxExperts), 0, stream, offsets, num_experts, tile_tokens,
+             reinterpret_cast<int2*>(tiles), max_tiles);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -433,8 +437,8 @@ void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t
   const int64_t groups = int64_t(rows) * (k / 8);
   if (groups == 0) return;
   const int blocks = int(std::min<int64_t>((groups + 255) / 256, 4 * device_info().sm_count));
-  activation_mx_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(x), groups,
-                                                   static_cast<uint4*>(out));
+  launch_pdl(activation_mx_kernel, dim3(blocks), dim3(256), 0, stream, static_cast<const uint4*>(x), groups,
+             static_cast<uint4*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/routing.h"
 
 namespace orchid::kernels {
@@ -100,6 +101,7 @@ template <int kPerLane>
 __global__ void topk_softmax_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
                                     const float* __restrict__ bias, int num_tokens, int num_experts,
                                     int top_k, int* __restrict__ topk_idx, float* __restrict__ topk_w) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int token = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
   const int lane = threadIdx.x % 32;
   if (token >= num_tokens) return;
@@ -113,6 +115,7 @@ __global__ void topk_softmax_kernel(const float* __restrict__ logits, const floa
 __global__ void __launch_bounds__(kPermuteChunk)
     permute_count_kernel(const int* __restrict__ topk_idx, int num_items, KeyMap km, int num_keys,
                          int* __restrict__ local_rank, int* __restrict__ chunk_counts) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
@@ -142,6 +145,7 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
     permute_offsets_kernel(int* __restrict__ chunk_counts, int num_chunks, int num_experts, int num_local,
                            int* __restrict__ offsets, int* __restrict__ active,
                            int* __restrict__ num_active) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts];
   const int e = threadIdx.x;
   int total = 0;
@@ -183,6 +187,7 @@ __global__ void permute_scatter_kernel(const int* __restrict__ topk_idx, int num
                                        const int* __restrict__ chunk_base, const int* __restrict__ offsets,
                                        int* __restrict__ row_token, int* __restrict__ row_expert,
                                        int* __restrict__ slot_row) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int item = blockIdx.x * blockDim.x + threadIdx.x;
   if (item >= num_items) return;
   const int e = km.key(topk_idx[item]);
@@ -201,6 +206,7 @@ __global__ void __launch_bounds__(kPermuteChunk)
     route_small_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
                        const float* __restrict__ bias, int num_tokens, int num_experts, int top_k, KeyMap km,
                        int num_keys, int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
   __shared__ int s_idx[kPermuteChunk];
   __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts], s_own[kMoeMaxExperts];
@@ -281,17 +287,17 @@ void moe_topk_softmax(const float* logits, int num_tokens, int num_experts, int 
   const int threads = 128;
   const int blocks = int((int64_t(num_tokens) * 32 + threads - 1) / threads);
   if (num_experts <= 32) {
-    topk_softmax_kernel<1><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w);
+    launch_pdl(topk_softmax_kernel<1>, dim3(blocks), dim3(threads), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, topk_idx, topk_w);
   } else if (num_experts <= 64) {
-    topk_softmax_kernel<2><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w);
+    launch_pdl(topk_softmax_kernel<2>, dim3(blocks), dim3(threads), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, topk_idx, topk_w);
   } else if (num_experts <= 128) {
-    topk_softmax_kernel<4><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w);
+    launch_pdl(topk_softmax_kernel<4>, dim3(blocks), dim3(threads), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, topk_idx, topk_w);
   } else {
-    topk_softmax_kernel<8><<<blocks, threads, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, topk_idx, topk_w);
+    launch_pdl(topk_softmax_kernel<8>, dim3(blocks), dim3(threads), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, topk_idx, topk_w);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
@@ -330,17 +336,17 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
   int* local_rank = reinterpret_cast<int*>(static_cast<char*>(scratch) +
                                            align16(size_t(chunks) * num_experts * sizeof(int)));
   if (chunks > 0) {
-    permute_count_kernel<<<chunks, kPermuteChunk, 0, stream>>>(topk_idx, items, km, keys, local_rank,
-                                                               chunk_counts);
+    launch_pdl(permute_count_kernel, dim3(chunks), dim3(kPermuteChunk), 0, stream, topk_idx, items, km, keys,
+               local_rank, chunk_counts);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
-  permute_offsets_kernel<<<1, kMoeMaxExperts, 0, stream>>>(chunk_counts, chunks, keys, km.count, out.offsets,
-                                                           out.active, out.num_active);
+  launch_pdl(permute_offsets_kernel, dim3(1), dim3(kMoeMaxExperts), 0, stream, chunk_counts, chunks, keys,
+             km.count, out.offsets, out.active, out.num_active);
   ORCHID_CUDA_CHECK_LAUNCH();
   if (items > 0) {
-    permute_scatter_kernel<<<(items + 255) / 256, 256, 0, stream>>>(
-        topk_idx, items, km, keys, top_k, local_rank, chunk_counts, out.offsets, out.row_token,
-        out.row_expert, out.slot_row);
+    launch_pdl(permute_scatter_kernel, dim3((items + 255) / 256), dim3(256), 0, stream, topk_idx, items, km,
+               keys, top_k, local_rank, chunk_counts, out.offsets, out.row_token, out.row_expert,
+               out.slot_row);
     ORCHID_CUDA_CHECK_LAUNCH();
   }
 }
@@ -362,17 +368,17 @@ void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, 
       out.offsets && out.row_token && out.row_expert && out.slot_row && out.active && out.num_active,
       "moe_route: null pointer");
   if (num_experts <= 32) {
-    route_small_kernel<1><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, km, keys, topk_idx, topk_w, out);
+    launch_pdl(route_small_kernel<1>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   } else if (num_experts <= 64) {
-    route_small_kernel<2><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, km, keys, topk_idx, topk_w, out);
+    launch_pdl(route_small_kernel<2>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   } else if (num_experts <= 128) {
-    route_small_kernel<4><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, km, keys, topk_idx, topk_w, out);
+    launch_pdl(route_small_kernel<4>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   } else {
-    route_small_kernel<8><<<1, kPermuteChunk, 0, stream>>>(logits, logits_lo, bias, num_tokens, num_experts,
-                                                           top_k, km, keys, topk_idx, topk_w, out);
+    launch_pdl(route_small_kernel<8>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }

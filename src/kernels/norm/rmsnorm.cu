@@ -9,6 +9,7 @@
 #include "kernels/norm/rmsnorm.h"
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 
 namespace orchid::kernels::norm {
 namespace {
@@ -45,6 +46,7 @@ template <typename DeltaT>
 __global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const DeltaT* __restrict__ delta,
                                         const float* __restrict__ gamma, __nv_bfloat16* __restrict__ out,
                                         __nv_bfloat16* __restrict__ out_lo, int hidden, float eps) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int n_chunks = hidden >> 3;
   const size_t row_off = size_t(blockIdx.x) * size_t(hidden);
   float* res = residual + row_off;
@@ -125,8 +127,8 @@ void launch(float* residual, const DeltaT* delta, const float* gamma, __nv_bfloa
   const int n_chunks = int(hidden / 8);
   const int per_thread = (n_chunks + kMaxChunks - 1) / kMaxChunks;
   const int threads = ((per_thread + 31) / 32) * 32;
-  rmsnorm_residual_kernel<DeltaT>
-      <<<unsigned(rows), threads, 0, stream>>>(residual, delta, gamma, out, out_lo, int(hidden), eps);
+  launch_pdl(rmsnorm_residual_kernel<DeltaT>, dim3(unsigned(rows)), dim3(threads), 0, stream, residual, delta,
+             gamma, out, out_lo, int(hidden), eps);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

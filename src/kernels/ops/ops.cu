@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 
 namespace orchid::kernels::ops {
@@ -11,6 +12,7 @@ namespace {
 __global__ void embedding_gather_kernel(const __nv_bfloat16* __restrict__ table,
                                         const int32_t* __restrict__ ids, float* __restrict__ x,
                                         int64_t hidden) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* src = table + int64_t(ids[row]) * hidden;
   float* dst = x + row * hidden;
@@ -29,6 +31,7 @@ __global__ void embedding_gather_kernel(const __nv_bfloat16* __restrict__ table,
 
 __global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ index,
                                    float* __restrict__ dst, int64_t cols) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int64_t r = blockIdx.x;
   const float* s = src + int64_t(index[r]) * cols;
   float* d = dst + r * cols;
@@ -54,6 +57,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16*
 constexpr int kPickThreads = 1024;
 __global__ void __launch_bounds__(kPickThreads)
     greedy_pick_kernel(const float* __restrict__ logits, int64_t vocab, int32_t* ids, float* logprobs) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const float* row = logits + int64_t(blockIdx.x) * vocab;
   float best = -FLT_MAX;
   int64_t best_i = vocab;
@@ -118,6 +122,7 @@ unsigned grid_for(int64_t n) {
 }
 
 __global__ void add_f32_kernel(float* __restrict__ x, const float* __restrict__ d, int64_t n) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] += d[i];
@@ -140,7 +145,7 @@ int elementwise_grid(int64_t n) {
 
 void add_f32(float* x, const float* d, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_f32_kernel<<<elementwise_grid(n), 256, 0, stream>>>(x, d, n);
+  launch_pdl(add_f32_kernel, dim3(elementwise_grid(n)), dim3(256), 0, stream, x, d, n);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -155,14 +160,14 @@ void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, float* x, 
                       cudaStream_t stream) {
   if (rows == 0) return;
   ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "embedding_gather: hidden must be a multiple of 8");
-  embedding_gather_kernel<<<unsigned(rows), 128, 0, stream>>>(table, ids, x, hidden);
+  launch_pdl(embedding_gather_kernel, dim3(unsigned(rows)), dim3(128), 0, stream, table, ids, x, hidden);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
 void gather_rows_f32(const float* src, const int32_t* index, float* dst, int64_t rows, int64_t cols,
                      cudaStream_t stream) {
   if (rows == 0) return;
-  gather_rows_kernel<<<unsigned(rows), 256, 0, stream>>>(src, index, dst, cols);
+  launch_pdl(gather_rows_kernel, dim3(unsigned(rows)), dim3(256), 0, stream, src, index, dst, cols);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -181,7 +186,8 @@ void f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t s
 void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
                  cudaStream_t stream) {
   if (rows == 0) return;
-  greedy_pick_kernel<<<unsigned(rows), kPickThreads, 0, stream>>>(logits, vocab, ids, logprobs);
+  launch_pdl(greedy_pick_kernel, dim3(unsigned(rows)), dim3(kPickThreads), 0, stream, logits, vocab, ids,
+             logprobs);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
