@@ -73,6 +73,20 @@ __device__ __forceinline__ uint32_t mx_scale_bf16x2(uint32_t s, uint32_t base) {
   return s * 0x00800080u + base;  // base = (126 - bias) * 0x00800080
 }
 
+// Calls run(std::integral_constant<int, V>{}) with V = v (clamped to 1..kMax): the main loop is compiled
+// for exactly the token n-tiles in use, with no per-n-tile branch.
+template <int kMax, int V = 1, class F>
+__device__ __forceinline__ void with_used_tiles(int v, F&& run) {
+  if constexpr (V == kMax) {
+    run(std::integral_constant<int, V>{});
+  } else {
+    if (v <= V)
+      run(std::integral_constant<int, V>{});
+    else
+      with_used_tiles<kMax, V + 1>(v, run);
+  }
+}
+
 template <class Sh, int kNT, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
@@ -229,54 +243,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
     }
   };
   const int valid_nt = (m + 7) / 8;  // n-tiles that hold a token row (1..kNT)
-  if constexpr (kNT >= 8) {
-    switch (valid_nt) {
-      case 1:
-        run(std::integral_constant<int, 1>{});
-        break;
-      case 2:
-        run(std::integral_constant<int, 2>{});
-        break;
-      case 3:
-        run(std::integral_constant<int, 3>{});
-        break;
-      case 4:
-        run(std::integral_constant<int, 4>{});
-        break;
-      case 5:
-        run(std::integral_constant<int, 5>{});
-        break;
-      case 6:
-        run(std::integral_constant<int, 6>{});
-        break;
-      case 7:
-        run(std::integral_constant<int, 7>{});
-        break;
-      default:
-        run(std::integral_constant<int, 8>{});
-        break;
-    }
-  } else if constexpr (kNT >= 4) {
-    switch (valid_nt) {
-      case 1:
-        run(std::integral_constant<int, 1>{});
-        break;
-      case 2:
-        run(std::integral_constant<int, 2>{});
-        break;
-      case 3:
-        run(std::integral_constant<int, 3>{});
-        break;
-      default:
-        run(std::integral_constant<int, 4>{});
-        break;
-    }
-  } else {
-    if (valid_nt == 1)
-      run(std::integral_constant<int, 1>{});
-    else
-      run(std::integral_constant<int, 2>{});
-  }
+  with_used_tiles<kNT>(valid_nt, run);
   cp_async_wait<0>();
   pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
   if (warp_rows <= 0) return;
@@ -396,10 +363,12 @@ void dispatch_tokens(const Mxfp4TiledArgs& p, cudaStream_t stream) {
       return launch<Sh, 2, kSwiglu>(p, stream);
     case 32:
       return launch<Sh, 4, kSwiglu>(p, stream);
+    case 48:
+      return launch<Sh, 6, kSwiglu>(p, stream);
     case 64:
       return launch<Sh, 8, kSwiglu>(p, stream);
     default:
-      ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32 or 64");
+      ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32, 48 or 64");
   }
 }
 

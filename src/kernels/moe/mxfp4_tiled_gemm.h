@@ -26,7 +26,7 @@
 namespace orchid::kernels {
 
 // Token rows per CTA tile; the GEMM is instantiated for these.
-constexpr int kMxfp4TileTokens[] = {16, 32, 64};
+constexpr int kMxfp4TileTokens[] = {16, 32, 48, 64};
 
 // Upper bound on the work tiles of `rows` permuted rows over `num_experts` experts (the plan's length).
 int mxfp4_tiled_max_tiles(int rows, int num_experts, int tile_tokens);

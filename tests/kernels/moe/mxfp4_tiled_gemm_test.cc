@@ -149,6 +149,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"t16_gate_up_odd_rows", 5760, 2880, 16, {0, 3, 0, 9, 1, 0, 17, 2}, true},
         Case{"t32_down_partial_cta_tile", 2880, 2880, 32, {1, 0, 33, 40, 64, 31}, false},
         Case{"t64_down_many_tiles", 2880, 2880, 64, {65, 0, 200, 1, 128, 7}, false},
+        Case{"t48_gate_up_decode_256", 5760, 2880, 48, {33, 47, 48, 49, 0, 20, 96, 1}, true},
+        Case{"t48_swiglu", 5760, 2880, 48, {40, 0, 9, 57}, true, true},
         Case{"t32_one_expert_holds_all", 2880, 2880, 32, {0, 0, 0, 301, 0, 0}, false},
         Case{"t16_k96_partial_chunk", 64, 96, 16, {2, 0, 19, 16}, true},
         Case{"t64_k160_partial_chunk", 128, 160, 64, {70, 0, 1}, true},
@@ -157,10 +159,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"t16_swiglu_small", 192, 96, 16, {5, 17, 0, 1}, true, true},
         Case{"t32_all_empty", 256, 2880, 32, {0, 0, 0, 0}, false},
         // Scales far above 2^1 (an exponent bias of up to 116) and far below, and rows mixing them; the
-        // outputs stay in the normal fp32 range.
+        // outputs stay in the normal fp32 range. (Not with the SwiGLU epilogue: sums of ~1e6 that cancel
+        // down to the clamp's +-7 are beyond fp32 accumulation, whatever the kernel.)
         Case{"t16_huge_scales", 256, 2880, 16, {3, 0, 17}, true, false, 236, 244},
         Case{"t32_tiny_scales", 256, 2880, 32, {33, 2}, false, false, 20, 28},
-        Case{"t16_mixed_scales_swiglu", 512, 2880, 16, {9, 20}, true, true, 100, 140},
+        Case{"t16_mixed_scales", 512, 2880, 16, {9, 20}, true, false, 100, 140},
         Case{"t16_e128_decode",
              512,
              2880,
