@@ -1,0 +1,82 @@
+"""tools/train/make_data.py, the tiny model's training data: reproducible bytes, held-out questions kept out of
+training, and every completion what openai-harmony (the oracle) parses back into the expected messages."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tools" / "train" / "make_data.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import make_data  # noqa: E402
+
+RETURN, CALL = 200002, 200012  # <|return|>, <|call|>
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train_data")
+    subprocess.run([sys.executable, str(SCRIPT), str(out), "--train", "280", "--test", "70", "--seed", "7"],
+                   check=True, capture_output=True)
+    return out
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_same_seed_same_bytes_other_seed_other_data(data, tmp_path):
+    again, other = tmp_path / "again", tmp_path / "other"
+    for out, seed in ((again, "7"), (other, "8")):
+        subprocess.run([sys.executable, str(SCRIPT), str(out), "--train", "280", "--test", "70", "--seed", seed],
+                       check=True, capture_output=True)
+    for split in ("train", "test"):
+        assert (again / f"{split}.jsonl").read_bytes() == (data / f"{split}.jsonl").read_bytes()
+        assert (other / f"{split}.jsonl").read_bytes() != (data / f"{split}.jsonl").read_bytes()
+
+
+def test_every_task_in_both_splits_and_held_out_questions_never_trained(data):
+    train, test = rows(data / "train.jsonl"), rows(data / "test.jsonl")
+    assert len(train) == 280 and len(test) == 70
+    for split in (train, test):
+        assert {r["task"] for r in split} == set(make_data.TASKS)
+    assert not {r["key"] for r in test} & {r["key"] for r in train}
+    assert len({r["key"] for r in test}) == len(test)
+
+
+def test_completions_parse_back_with_openai_harmony(data):
+    h, enc = make_data.harmony()
+    start_assistant = enc.encode("<|start|>assistant", allowed_special="all")
+    for r in rows(data / "train.jsonl") + rows(data / "test.jsonl"):
+        assert r["prompt"][-len(start_assistant):] == start_assistant
+        msgs = enc.parse_messages_from_completion_tokens(r["completion"], h.Role.ASSISTANT)
+        assert msgs[0].channel == "analysis" and msgs[0].content[0].text
+        last = msgs[-1]
+        if "tool" in r["expect"]:
+            assert r["completion"][-1] == CALL
+            assert last.channel == "commentary" and last.recipient == f"functions.{r['expect']['tool']}"
+            assert last.content_type == "<|constrain|>json"
+            assert json.loads(last.content[0].text) == r["expect"]["arguments"]
+        else:
+            assert r["completion"][-1] == RETURN
+            assert last.channel == "final" and last.content[0].text == r["expect"]["final"]
+        # The whole conversation, prompt then completion, parses as Harmony too.
+        enc.parse_messages_from_completion_tokens(r["prompt"] + r["completion"], None)
+
+
+def test_checkable_answers_are_right(data):
+    for r in rows(data / "train.jsonl") + rows(data / "test.jsonl"):
+        question = json.loads(r["key"])[1]
+        if r["task"] == "arithmetic":
+            a, op, b = re.search(r"(\d+) ([-+*]) (\d+)", question).groups()
+            want = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+            assert r["expect"]["final"] == str(want)
+        elif r["task"] == "reverse":
+            word = re.search(r"'(\w+)'", question).group(1)
+            assert r["expect"]["final"] == word[::-1]
+        elif r["task"] == "count_letters":
+            letter, word = re.search(r"letter '?(\w)'? (?:appear in|in the word) '?(\w+)'?", question).groups()
+            assert r["expect"]["final"] == str(word.count(letter))
