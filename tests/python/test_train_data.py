@@ -1,5 +1,6 @@
 """tools/train/make_data.py, the tiny model's training data: reproducible bytes, held-out questions kept out of
-training, and every completion what openai-harmony (the oracle) parses back into the expected messages."""
+training, and every completion what openai-harmony (the oracle) parses back into the expected messages; and
+tools/train/evaluate.py, which scores a model's greedy completions on the held-out split."""
 import json
 import re
 import subprocess
@@ -80,3 +81,35 @@ def test_checkable_answers_are_right(data):
         elif r["task"] == "count_letters":
             letter, word = re.search(r"letter '?(\w)'? (?:appear in|in the word) '?(\w+)'?", question).groups()
             assert r["expect"]["final"] == str(word.count(letter))
+
+
+def test_evaluator_scores_the_reference_fully_and_catches_each_kind_of_error(data):
+    import evaluate
+    h, enc = make_data.harmony()
+    for r in rows(data / "test.jsonl"):
+        s = evaluate.score(h, enc, r, r["completion"])
+        assert s["well_formed"] and s["exact"]
+        assert (s["tool_ok"] if "tool" in r["expect"] else s["final_ok"])
+        # Cut before the end token: malformed, and so neither a right tool call nor a right answer.
+        cut = evaluate.score(h, enc, r, r["completion"][:-1])
+        assert not cut["well_formed"] and not cut["exact"]
+        assert cut["tool_ok"] is False or cut["final_ok"] is False
+    tool_row = next(r for r in rows(data / "test.jsonl") if r["task"] == "tool_call")
+    wrong_args = dict(tool_row["expect"]["arguments"], city="Atlantis", country="Atlantis")
+    msgs = enc.parse_messages_from_completion_tokens(tool_row["completion"], h.Role.ASSISTANT)
+    bad = (h.Message.from_role_and_content(h.Role.ASSISTANT, json.dumps(wrong_args)).with_channel("commentary")
+           .with_recipient(msgs[-1].recipient).with_content_type("<|constrain|>json"))
+    ids = enc.render(msgs[0])[2:] + enc.render(bad)
+    ids[-1] = evaluate.CALL
+    s = evaluate.score(h, enc, tool_row, ids)
+    assert s["well_formed"] and s["tool_ok"] is False  # valid JSON for the schema, not the expected arguments
+
+
+def test_evaluator_runs_orchid(data, tmp_path, orchid):
+    from conftest import orchid_bin  # the orchid fixture has checked that it exists
+    out = tmp_path / "report.json"
+    subprocess.run([sys.executable, str(SCRIPT.parent / "evaluate.py"), "--data", str(data / "test.jsonl"),
+                    "--orchid", orchid_bin(), "--model", "synthetic:tiny", "--limit", "2", "--json", str(out)],
+                   check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    assert report["samples"] == 2 and report["well_formed"][1] == 2  # random weights: any score, but scored
