@@ -79,3 +79,38 @@ def test_export_round_trip_gives_the_same_weights_and_logits(tmp_path, orchid):
         orchid("forward", model, "--ids", ids, "--logits-out", out, "--backend", "cpu")
         logits.append(np.load(out))
     assert logits[0].shape[0] == 10 and np.array_equal(logits[0], logits[1])
+
+
+def test_pack_keeps_used_rows_and_unpack_rebuilds_the_bytes(tmp_path, orchid):
+    import pack
+    synth = tmp_path / "synth"
+    orchid("synth", synth, "--preset", "tiny")  # the full 201,088-token vocabulary at width 128
+    tensors = checkpoint.read_checkpoint(synth)
+    used = np.unique(np.random.default_rng(5).integers(0, 201088, 900))
+    for name in pack.VOCAB_TENSORS:  # what train.py leaves: the unused rows all alike
+        rows = np.asarray(tensors[name]).view(np.uint16).copy()
+        keep = rows[used].copy()
+        rows[:] = rows[7]
+        rows[used] = keep
+        tensors[name] = rows.view(checkpoint.Bf16)
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    checkpoint.write_safetensors(trained / "model.safetensors", tensors)
+    for f in ("config.json", "generation_config.json"):
+        shutil.copyfile(synth / f, trained / f)
+    packed = tmp_path / "tiny.packed.safetensors"
+    size = pack.pack(trained, packed)
+    assert size < (trained / "model.safetensors").stat().st_size / 10
+    out = tmp_path / "unpacked"
+    pack.unpack(packed, out, tmp_path)
+    assert (out / "model.safetensors").read_bytes() == (trained / "model.safetensors").read_bytes()
+    assert (out / "config.json").read_text() == (synth / "config.json").read_text()
+    # A damaged packed file is refused, not rebuilt into other weights.
+    data = bytearray(packed.read_bytes())
+    data[-5] ^= 0x40
+    packed.write_bytes(bytes(data))
+    try:
+        pack.unpack(packed, tmp_path / "damaged", tmp_path)
+        raise AssertionError("unpack accepted a damaged file")
+    except SystemExit as e:
+        assert "SHA-256" in str(e)
