@@ -97,7 +97,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--eval", type=int, default=200, help="held-out samples decoded greedily at the end")
+    ap.add_argument("--eval", type=int, default=50, help="held-out samples decoded greedily at the end")
     a = ap.parse_args()
 
     torch.manual_seed(a.seed)
