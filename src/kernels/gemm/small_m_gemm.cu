@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/mma_sync.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/small_m_gemm.h"
 
@@ -23,15 +24,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kUnroll = 8;  // 32-column blocks in flight per warp
-
-__device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {  // weights: read once, keep out of L1
   uint4 v;
@@ -91,8 +83,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        mma_bf16_16816(acc[nt], A[u].x, B[u].x, A[u].y, B[u].y, X[u][nt].x, X[u][nt].y);
-        mma_bf16_16816(acc[nt], A[u].z, B[u].z, A[u].w, B[u].w, X[u][nt].z, X[u][nt].w);
+        mma_m16n8k16_bf16(acc[nt], A[u].x, B[u].x, A[u].y, B[u].y, X[u][nt].x, X[u][nt].y);
+        mma_m16n8k16_bf16(acc[nt], A[u].z, B[u].z, A[u].w, B[u].w, X[u][nt].z, X[u][nt].w);
       }
     }
   }

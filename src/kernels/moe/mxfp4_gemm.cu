@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
         for (int nt = 0; nt < kNT; ++nt) {
           const uint4 xb = *reinterpret_cast<const uint4*>(xs + (nt * 8 + g) * xstride + mx * 64 + t * 16);
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_16816(part, a0, b0, a1, b1, xb.x, xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
-          mma_16816(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
+          mma_m16n8k16_f16(part, a0, b0, a1, b1, xb.x,
+                           xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
+          mma_m16n8k16_f16(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
           acc[nt][0] += part[0] * sa;
           acc[nt][1] += part[1] * sa;
           acc[nt][2] += part[2] * sb;

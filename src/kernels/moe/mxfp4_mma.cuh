@@ -1,5 +1,5 @@
 // Device helpers shared by the MXFP4 expert GEMMs (mxfp4_gemm.cu: streaming, mxfp4_tiled_gemm.cu: tiled):
-// cp.async, the e2m1 -> f16 / bf16 placements, the e8m0 scale and the m16n8k16 f16 / bf16 MMAs.
+// cp.async, the e2m1 -> f16 / bf16 placements and the e8m0 scale (the MMAs: kernels/common/mma_sync.cuh).
 //
 // The k order inside an MMA is free as long as A and B agree. A lane (g = lane/4, t = lane%4) takes the
 // 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) and pairs element i with i+4 in each f16x2 register,
@@ -10,6 +10,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+
+#include "kernels/common/mma_sync.cuh"
 
 namespace orchid::kernels::mxfp4_detail {
 
@@ -54,15 +56,6 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
-__device__ __forceinline__ void mma_16816_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Eight bf16 values (one 16-byte load) permuted into MX order.
 __device__ __forceinline__ uint4 bf16x8_to_mx_order(const uint4& v) {
   // position 2q holds element q (low halves of v.x..v.w in turn), position 2q+1 element q+4
@@ -73,15 +66,6 @@ __device__ __forceinline__ uint4 bf16x8_to_mx_order(const uint4& v) {
 // 2^(s-127) * 2^14 (undoing the f16 placement above). Scales above 2^113 saturate to infinity.
 __device__ __forceinline__ float mx_scale(uint32_t s) {
   return __uint_as_float(min(s + 14u, 255u) << 23);
-}
-
-__device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Eight bf16 values (one 16-byte load) -> f16 in MX order; values beyond the f16 range saturate to +-65504.

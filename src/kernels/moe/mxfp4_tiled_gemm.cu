@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
             // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
-            mma_16816_bf16(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
-            mma_16816_bf16(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
+            mma_m16n8k16_bf16(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
+            mma_m16n8k16_bf16(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
           }
         }
       }
