@@ -1,14 +1,15 @@
-// Warp-level tensor-core MMAs (mma.sync) shared by the GEMM kernels: c += a * b for an m16n8k16 tile with fp32
-// accumulators, a the 16x16 row-major fragment (a0..a3), b the 16x8 column fragment (b0, b1), in the PTX ISA's
-// fragment layout. (Hopper has no FP8 mma.sync: ptxas expands an e4m3 one into f16 MMAs plus conversions.)
+// Warp-level tensor-core MMAs (mma.sync) shared by the GEMM kernels: c += a * b for an m16n8k16 tile with
+// fp32 accumulators, a the 16x16 row-major fragment (a0..a3), b the 16x8 column fragment (b0, b1), in the PTX
+// ISA's fragment layout. (Hopper has no FP8 mma.sync: ptxas expands an e4m3 one into f16 MMAs plus
+// conversions.)
 #pragma once
 
 #include <cstdint>
 
 namespace orchid::kernels {
 
-__device__ __forceinline__ void mma_m16n8k16_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                  uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_m16n8k16_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                  uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -16,8 +17,8 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float c[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void mma_m16n8k16_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_m16n8k16_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                 uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"

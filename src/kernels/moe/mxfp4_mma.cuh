@@ -28,25 +28,25 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Element i and i+4 of the 8 e2m1 nibbles in w (element i = bits 4i..4i+3) -> one f16x2 holding
-// e2m1 * 2^-14 exactly: sign to bit 15, (e1 e0 m) to bits 11..9 (exponent field = e, mantissa msb = m;
-// e = 0 lands in the f16 subnormals, which is exactly 0 or 0.5 * 2^-14).
-template <int I>
-__device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
-  constexpr int kSign = 12 - 4 * I, kMag = 9 - 4 * I;
+// Element i and i+4 of the 8 e2m1 nibbles in w (element i = bits 4i..4i+3) -> one 16-bit float pair with the
+// sign at bit 15 and (e1 e0 m) at bits kMagLsb+2..kMagLsb, i.e. the exponent field's two low bits = e and the
+// mantissa msb = m; e = 0 lands in the subnormals, exactly 0 or 0.5 * 2^(1-bias). So the pair holds
+// e2m1 * 2^(1-bias) exactly: f16 (kMagLsb 9) e2m1 * 2^-14, bf16 (kMagLsb 6) e2m1 * 2^-126.
+template <int I, int kMagLsb>
+__device__ __forceinline__ uint32_t e2m1_pair_place(uint32_t w) {
+  constexpr int kSign = 12 - 4 * I, kMag = kMagLsb - 4 * I;
+  constexpr uint32_t kMagMask = 0x70007u << kMagLsb;
   const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
-  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x0E000E00u;
+  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & kMagMask;
   return s | m;
 }
-
-// The same pair -> one bf16x2 holding e2m1 * 2^-126 exactly: sign to bit 15, (e1 e0 m) to bits 8..6
-// (e = 0 lands in the bf16 subnormals).
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
+  return e2m1_pair_place<I, 9>(w);
+}
 template <int I>
 __device__ __forceinline__ uint32_t e2m1_pair_to_bf16x2(uint32_t w) {
-  constexpr int kSign = 12 - 4 * I, kMag = 6 - 4 * I;
-  const uint32_t s = (kSign >= 0 ? (w << kSign) : (w >> -kSign)) & 0x80008000u;
-  const uint32_t m = (kMag >= 0 ? (w << kMag) : (w >> -kMag)) & 0x01C001C0u;
-  return s | m;
+  return e2m1_pair_place<I, 6>(w);
 }
 
 // a * b on bf16x2 (round to nearest, subnormals kept).
