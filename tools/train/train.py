@@ -14,12 +14,14 @@ import argparse
 import inspect
 import json
 import math
+import os
 import random
 import time
 from pathlib import Path
 
-import torch
-from transformers import GptOssConfig, GptOssForCausalLM, GenerationConfig
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before torch starts CUDA)
+import torch  # noqa: E402
+from transformers import GenerationConfig, GptOssConfig, GptOssForCausalLM  # noqa: E402
 
 VOCAB = 201088
 PAD = 199999  # <|endoftext|>: never inside a conversation, only as padding here
