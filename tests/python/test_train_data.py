@@ -113,3 +113,19 @@ def test_evaluator_runs_orchid(data, tmp_path, orchid):
                    check=True, capture_output=True)
     report = json.loads(out.read_text())
     assert report["samples"] == 2 and report["well_formed"][1] == 2  # random weights: any score, but scored
+
+
+def test_prompts_are_what_orchid_renders_for_the_same_chat_request(data, orchid):
+    """The model is trained on exactly the prompts the server will give it: each sample's OpenAI chat request
+    (developer instructions, tools, earlier turns, a tool call and its result) rendered by `orchid render` on the
+    sample's date is the sample's prompt, token for token."""
+    checked = 0
+    for r in rows(data / "test.jsonl"):
+        if r["chat"] is None:  # a tool call's analysis sent back: no chat request says that
+            continue
+        request = dict(r["chat"]["request"], model="tiny")
+        res = orchid("render", "-", "--model", "synthetic:tiny", "--date", r["chat"]["date"],
+                     input=json.dumps(request))
+        assert json.loads(res.stdout.strip().splitlines()[-1]) == r["prompt"], r["key"]
+        checked += 1
+    assert checked >= 50

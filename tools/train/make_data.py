@@ -12,6 +12,9 @@ Writes OUT_DIR/train.jsonl and OUT_DIR/test.jsonl. Each line is one completion p
                tool call (commentary, to=functions.NAME, <|constrain|>json) ending with <|call|>
   expect       what a correct completion holds: {"final": TEXT} or {"tool": NAME, "arguments": {...}}
   key          the sample's question (task, user text, and for tools the arguments and result), as JSON
+  chat         {"date", "request"}: the same prompt as an OpenAI chat request (reasoning_effort, messages,
+               tools) that orchid's server renders into exactly `prompt` on that date; null where a chat
+               request cannot say it (a tool call's analysis sent back)
 The same seed gives the same bytes. A question of the test split is never asked in the training split (the
 test questions are drawn first, distinct, and reserved; training repeats questions under other system and
 developer messages).
@@ -111,13 +114,21 @@ class Builder:
         self.h, self.enc, self.rng = h, enc, rng
 
     def header(self, tools):
+        """System and developer messages; also starts self.chat, the same conversation as an OpenAI chat
+        request (what a client sends the server for it)."""
         h, rng = self.h, self.rng
+        effort_name = rng.choice(EFFORTS)
         effort = {"low": h.ReasoningEffort.LOW, "medium": h.ReasoningEffort.MEDIUM,
-                  "high": h.ReasoningEffort.HIGH}[rng.choice(EFFORTS)]
-        system = h.SystemContent.new().with_reasoning_effort(effort).with_conversation_start_date(
-            f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}")
+                  "high": h.ReasoningEffort.HIGH}[effort_name]
+        date = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        system = h.SystemContent.new().with_reasoning_effort(effort).with_conversation_start_date(date)
         msgs = [h.Message.from_role_and_content(h.Role.SYSTEM, system)]
         instructions = rng.choice(INSTRUCTIONS)
+        self.chat = {"date": date, "request": {"reasoning_effort": effort_name, "messages": []}}
+        if instructions:
+            self.chat["request"]["messages"].append({"role": "developer", "content": instructions})
+        if tools:
+            self.chat["request"]["tools"] = [{"type": "function", "function": t} for t in tools]
         if tools or instructions:
             dev = h.DeveloperContent.new()
             if instructions:
@@ -128,25 +139,41 @@ class Builder:
             msgs.append(h.Message.from_role_and_content(h.Role.DEVELOPER, dev))
         return msgs
 
+    def chat_add(self, message):
+        if self.chat is not None:
+            self.chat["request"]["messages"].append(message)
+
     def user(self, text):
+        self.chat_add({"role": "user", "content": text})
         return self.h.Message.from_role_and_content(self.h.Role.USER, text)
 
     def analysis(self, text):
         return self.h.Message.from_role_and_content(self.h.Role.ASSISTANT, text).with_channel("analysis")
 
     def final(self, text):
+        self.chat_add({"role": "assistant", "content": text})
         return self.h.Message.from_role_and_content(self.h.Role.ASSISTANT, text).with_channel("final")
 
     def call(self, name, args):
+        self.chat_add({"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
         return (self.h.Message.from_role_and_content(self.h.Role.ASSISTANT, json.dumps(args))
                 .with_channel("commentary").with_recipient(f"functions.{name}")
                 .with_content_type("<|constrain|>json"))
 
     def tool_result(self, name, result):
+        self.chat_add({"role": "tool", "tool_call_id": "call_1", "content": json.dumps(result)})
         h = self.h
         return (h.Message.from_author_and_content(h.Author.new(h.Role.TOOL, f"functions.{name}"),
                                                   json.dumps(result))
                 .with_recipient("assistant").with_channel("commentary"))
+
+    def targets(self, *messages):
+        """The messages to be trained on; they are what the model writes, not part of the chat request."""
+        if self.chat is not None:
+            del self.chat["request"]["messages"][len(self.chat["request"]["messages"]) - sum(
+                1 for m in messages if m.channel != "analysis"):]
+        return list(messages)
 
     def render(self, history, targets):
         """prompt tokens as the server renders history; completion = the target messages' tokens."""
@@ -166,14 +193,15 @@ def sample(b, task, rng):
     if task in SIMPLE_TASKS:
         q, why, answer = SIMPLE_TASKS[task](rng)
         tools = [WEATHER_TOOL] if rng.random() < 0.3 else []  # tools offered but not needed
-        return (task, q), b.header(tools) + [b.user(q)], [b.analysis(why), b.final(answer)], {"final": answer}
+        history = b.header(tools) + [b.user(q)]
+        return (task, q), history, b.targets(b.analysis(why), b.final(answer)), {"final": answer}
     if task == "multi_turn":
         first = rng.choice(sorted(SIMPLE_TASKS))
         q1, why1, a1 = SIMPLE_TASKS[first](rng)
         second = rng.choice(sorted(SIMPLE_TASKS))
         q2, why2, a2 = SIMPLE_TASKS[second](rng)
         history = b.header([]) + [b.user(q1), b.analysis(why1), b.final(a1), b.user(q2)]
-        return (task, q1, q2), history, [b.analysis(why2), b.final(a2)], {"final": a2}
+        return (task, q1, q2), history, b.targets(b.analysis(why2), b.final(a2)), {"final": a2}
     # tool_call / tool_answer: a lookup only a tool can answer
     if rng.random() < 0.5:
         city = rng.choice(CITIES)
@@ -197,12 +225,18 @@ def sample(b, task, rng):
         answer = f"{country} has about {COUNTRIES[country]} million people."
     tools = [WEATHER_TOOL, POPULATION_TOOL] if rng.random() < 0.5 else [tool]
     history = b.header(tools) + [b.user(q)]
-    call = [b.analysis(why), b.call(tool["name"], args)]
     if task == "tool_call":
-        return (task, q, json.dumps(args)), history, call, {"tool": tool["name"], "arguments": args}
-    history = history + call + [b.tool_result(tool["name"], result)]
-    return ((task, q, json.dumps(args), json.dumps(result)), history,
-            [b.analysis("The tool answered; report it."), b.final(answer)], {"final": answer})
+        return ((task, q, json.dumps(args)), history, b.targets(b.analysis(why), b.call(tool["name"], args)),
+                {"tool": tool["name"], "arguments": args})
+    # The call's analysis stays in the prompt when the client sends it back (Responses reasoning items) and
+    # is missing when it does not (Chat Completions): both, so the model answers either way.
+    keep_analysis = rng.random() < 0.5
+    history = history + ([b.analysis(why)] if keep_analysis else []) + [b.call(tool["name"], args),
+                                                                       b.tool_result(tool["name"], result)]
+    if keep_analysis:
+        b.chat = None  # not a chat request: chat messages carry no reasoning
+    return ((task, q, json.dumps(args), json.dumps(result), keep_analysis), history,
+            b.targets(b.analysis("The tool answered; report it."), b.final(answer)), {"final": answer})
 
 
 TASKS = ["arithmetic", "count_letters", "reverse", "units", "tool_call", "tool_answer", "multi_turn"]
@@ -228,7 +262,7 @@ def generate(n_train, n_test, seed):
                 reserved.add(key)
             prompt, completion = b.render(history, targets)
             splits[split].append({"task": task, "key": json.dumps(key), "prompt": prompt, "completion": completion,
-                                  "expect": expect})
+                                  "expect": expect, "chat": b.chat})
     return splits
 
 
