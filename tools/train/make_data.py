@@ -125,6 +125,7 @@ class Builder:
         msgs = [h.Message.from_role_and_content(h.Role.SYSTEM, system)]
         instructions = rng.choice(INSTRUCTIONS)
         self.chat = {"date": date, "request": {"reasoning_effort": effort_name, "messages": []}}
+        self.prompt_open = True
         if instructions:
             self.chat["request"]["messages"].append({"role": "developer", "content": instructions})
         if tools:
@@ -140,8 +141,12 @@ class Builder:
         return msgs
 
     def chat_add(self, message):
-        if self.chat is not None:
+        if self.chat is not None and self.prompt_open:
             self.chat["request"]["messages"].append(message)
+
+    def end_prompt(self):
+        """What follows is what the model writes: it is not part of the chat request."""
+        self.prompt_open = False
 
     def user(self, text):
         self.chat_add({"role": "user", "content": text})
@@ -168,13 +173,6 @@ class Builder:
                                                   json.dumps(result))
                 .with_recipient("assistant").with_channel("commentary"))
 
-    def targets(self, *messages):
-        """The messages to be trained on; they are what the model writes, not part of the chat request."""
-        if self.chat is not None:
-            del self.chat["request"]["messages"][len(self.chat["request"]["messages"]) - sum(
-                1 for m in messages if m.channel != "analysis"):]
-        return list(messages)
-
     def render(self, history, targets):
         """prompt tokens as the server renders history; completion = the target messages' tokens."""
         h, enc = self.h, self.enc
@@ -194,14 +192,16 @@ def sample(b, task, rng):
         q, why, answer = SIMPLE_TASKS[task](rng)
         tools = [WEATHER_TOOL] if rng.random() < 0.3 else []  # tools offered but not needed
         history = b.header(tools) + [b.user(q)]
-        return (task, q), history, b.targets(b.analysis(why), b.final(answer)), {"final": answer}
+        b.end_prompt()
+        return (task, q), history, [b.analysis(why), b.final(answer)], {"final": answer}
     if task == "multi_turn":
         first = rng.choice(sorted(SIMPLE_TASKS))
         q1, why1, a1 = SIMPLE_TASKS[first](rng)
         second = rng.choice(sorted(SIMPLE_TASKS))
         q2, why2, a2 = SIMPLE_TASKS[second](rng)
         history = b.header([]) + [b.user(q1), b.analysis(why1), b.final(a1), b.user(q2)]
-        return (task, q1, q2), history, b.targets(b.analysis(why2), b.final(a2)), {"final": a2}
+        b.end_prompt()
+        return (task, q1, q2), history, [b.analysis(why2), b.final(a2)], {"final": a2}
     # tool_call / tool_answer: a lookup only a tool can answer
     if rng.random() < 0.5:
         city = rng.choice(CITIES)
@@ -226,7 +226,8 @@ def sample(b, task, rng):
     tools = [WEATHER_TOOL, POPULATION_TOOL] if rng.random() < 0.5 else [tool]
     history = b.header(tools) + [b.user(q)]
     if task == "tool_call":
-        return ((task, q, json.dumps(args)), history, b.targets(b.analysis(why), b.call(tool["name"], args)),
+        b.end_prompt()
+        return ((task, q, json.dumps(args)), history, [b.analysis(why), b.call(tool["name"], args)],
                 {"tool": tool["name"], "arguments": args})
     # The call's analysis stays in the prompt when the client sends it back (Responses reasoning items) and
     # is missing when it does not (Chat Completions): both, so the model answers either way.
@@ -235,8 +236,9 @@ def sample(b, task, rng):
                                                                        b.tool_result(tool["name"], result)]
     if keep_analysis:
         b.chat = None  # not a chat request: chat messages carry no reasoning
+    b.end_prompt()
     return ((task, q, json.dumps(args), json.dumps(result), keep_analysis), history,
-            b.targets(b.analysis("The tool answered; report it."), b.final(answer)), {"final": answer})
+            [b.analysis("The tool answered; report it."), b.final(answer)], {"final": answer})
 
 
 TASKS = ["arithmetic", "count_letters", "reverse", "units", "tool_call", "tool_answer", "multi_turn"]
