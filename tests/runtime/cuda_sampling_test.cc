@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 
+#include "../kernels/gpu_test_util.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/sampler.h"
 
@@ -27,10 +27,7 @@ CudaBackendOptions small_options(bool graphs) {
 }
 
 TEST(CudaSampling, BackendDrawsWhatTheHostSamplerDrawsFromItsLogits) {
-  if (!cuda_device_available()) {
-    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
-    GTEST_SKIP() << "no CUDA device";
-  }
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   CudaBackend be("synthetic:tiny", small_options(true));
   const int32_t V = int32_t(be.model_config().vocab_size);
   const KvCacheSpec spec = be.kv_spec();
@@ -143,10 +140,7 @@ void advance_one_token(StepBatch& b, const std::vector<SampledToken>& sampled, i
 }
 
 TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
-  if (!cuda_device_available()) {
-    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
-    GTEST_SKIP() << "no CUDA device";
-  }
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   CudaBackend graphed("synthetic:tiny", small_options(true));
   CudaBackend eager("synthetic:tiny", small_options(false));
   const int32_t V = int32_t(graphed.model_config().vocab_size);
@@ -207,10 +201,7 @@ bool allowed(const StepBatch& b, size_t row, int32_t t) {
 }
 
 TEST(CudaSampling, MasksLimitEveryDrawInGraphsAndEagerSteps) {
-  if (!cuda_device_available()) {
-    if (std::getenv("ORCHID_REQUIRE_GPU")) FAIL() << "no CUDA device, and ORCHID_REQUIRE_GPU is set";
-    GTEST_SKIP() << "no CUDA device";
-  }
+  ORCHID_REQUIRE_GPU_OR_SKIP();
   CudaBackend graphed("synthetic:tiny", small_options(true));
   CudaBackend eager("synthetic:tiny", small_options(false));
   ASSERT_TRUE(graphed.applies_token_masks());
