@@ -1,6 +1,7 @@
 #include "cli/backend_options.h"
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -40,6 +41,9 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       "--bf16-routing", bf16_routing,
       "route from BF16 activations (default: router inputs at fp32 accuracy and layer 0's attention "
       "in fp32, so near-tie experts match an fp32 model; docs/design.md)");
+  cmd->add_option("--speculative-config", speculative_config,
+                  "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -140,6 +144,35 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   o.parallel = pc;
   o.process_group = process_group(*this);
   return runtime::cpu::CpuBackend::create(model, o);
+}
+
+engine::SpeculativeConfig BackendOptions::speculative() const {
+  engine::SpeculativeConfig c;
+  if (speculative_config.empty()) return c;
+  const auto j = nlohmann::json::parse(speculative_config, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) fail("--speculative-config: expected a JSON object, got '{}'", speculative_config);
+  auto integer = [&](const char* key, int32_t& out) {
+    if (!j.contains(key)) return false;
+    if (!j[key].is_number_integer()) fail("--speculative-config: {} must be an integer", key);
+    out = j[key].get<int32_t>();
+    return true;
+  };
+  for (const auto& [key, value] : j.items())
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
+        key != "prompt_lookup_min")
+      fail(
+          "--speculative-config: unknown key '{}' (known: method, num_speculative_tokens, prompt_lookup_max, "
+          "prompt_lookup_min)",
+          key);
+  if (!j.contains("method") || !j["method"].is_string()) fail("--speculative-config: \"method\" is required");
+  c.method = j["method"].get<std::string>();
+  if (!integer("num_speculative_tokens", c.num_speculative_tokens))
+    fail("--speculative-config: \"num_speculative_tokens\" is required");
+  if (integer("prompt_lookup_max", c.prompt_lookup_max) && !j.contains("prompt_lookup_min"))
+    c.prompt_lookup_min = std::min(c.prompt_lookup_min, c.prompt_lookup_max);
+  integer("prompt_lookup_min", c.prompt_lookup_min);
+  engine::make_proposer(c);  // every remaining check, now rather than when the engine starts
+  return c;
 }
 
 }  // namespace orchid::cli

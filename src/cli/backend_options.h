@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/speculative_config.h"
 #include "runtime/backend.h"
 
 namespace orchid::cli {
@@ -29,6 +30,9 @@ struct BackendOptions {
   // Ranks in separate processes (CPU backend): rank 0 runs the command, ranks > 0 serve its steps.
   std::string dist_init_addr;
   int nnodes = 1, node_rank = 0;
+  // --speculative-config, a JSON object as vLLM takes it: {"method": "ngram", "num_speculative_tokens": 4,
+  // "prompt_lookup_max": 4, "prompt_lookup_min": 2}.
+  std::string speculative_config;
 
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;  // what `create` will pick
@@ -36,6 +40,8 @@ struct BackendOptions {
   // For --node-rank > 0: joins the group, serves rank 0's steps until it closes, and returns true; the
   // command then does nothing else. False on rank 0 (and without --nnodes).
   bool run_as_worker(const std::string& model) const;
+  // --speculative-config parsed (not enabled when empty); throws orchid::Error naming what is wrong.
+  engine::SpeculativeConfig speculative() const;
 };
 
 }  // namespace orchid::cli

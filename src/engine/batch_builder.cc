@@ -18,6 +18,13 @@ void BatchBuilder::drop(Sequence* s) {
   s->region = {};
 }
 
+void BatchBuilder::truncated(Sequence* s) {
+  auto& r = s->region;
+  if (r.begin < 0) return;
+  r.full_synced = std::min(r.full_synced, int32_t(s->pages.full.size()));
+  r.sliding_synced = std::min(r.sliding_synced, int32_t(s->pages.sliding.size()));
+}
+
 void BatchBuilder::place(Sequence* s) {
   drop(s);
   const int32_t n = int32_t(s->pages.full.size());
@@ -43,7 +50,7 @@ void BatchBuilder::sync_tables(Sequence* s) {
     place(s);
     return;
   }
-  // Full tables only grow.
+  // Full tables only grow (a shrink lowered the synced mark: truncated()).
   std::copy(pages.full.begin() + r.full_synced, pages.full.end(),
             batch_.full_page_table.begin() + r.begin + r.full_synced);
   r.full_synced = n;
@@ -88,7 +95,10 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
     ss.num_tokens = e.num_tokens;
     ss.start_pos = s->num_computed;
     b.tokens.insert(b.tokens.end(), s->tokens.begin() + s->num_computed,
-                    s->tokens.begin() + s->num_computed + e.num_tokens);
+                    s->tokens.begin() + s->num_computed + (e.num_tokens - e.num_draft));
+    ORCHID_CHECK(e.num_draft <= int32_t(s->draft.size()) && (e.num_draft == 0 || e.sample));
+    b.tokens.insert(b.tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
+    ss.num_draft = e.num_draft;
     ss.full_table_begin = s->region.begin;
     ss.num_full_pages = int32_t(s->pages.full.size());
     if (has_sliding_) {
@@ -105,6 +115,7 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
       ss.output_history_begin = ss.prompt_history_begin + s->prompt_len;
       ss.output_history_len = s->num_outputs();
       b.history_tokens.insert(b.history_tokens.end(), s->tokens.begin(), s->tokens.end());
+      b.history_tokens.insert(b.history_tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
     }
     // A constrained request's own mask decides when it may end (min_tokens does not apply to it).
     if (e.sample && !s->constraint && s->stop.bans_stop_ids(s->num_outputs())) {

@@ -15,8 +15,9 @@ namespace orchid::engine {
 
 struct ScheduledSeq {
   Sequence* seq = nullptr;
-  int32_t num_tokens = 0;
+  int32_t num_tokens = 0;  // the drafts included
   bool sample = false;
+  int32_t num_draft = 0;  // the last num_draft tokens are seq->draft
 };
 
 class BatchBuilder {
@@ -28,6 +29,9 @@ class BatchBuilder {
                                   const std::vector<Sequence*>& holders);
   // The sequence stopped running (finished, aborted, preempted): its region is free.
   void drop(Sequence* seq);
+  // The sequence's tables lost pages at their end (rejected drafts): the entries there are stale, and the
+  // pages that take their places later must be written again.
+  void truncated(Sequence* seq);
   const runtime::StepBatch& batch() const { return batch_; }
   // The engine adds the step's token masks (structured outputs) to the batch it built.
   runtime::StepBatch& batch() { return batch_; }

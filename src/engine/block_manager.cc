@@ -161,6 +161,19 @@ void BlockManager::release(SeqPages& seq) {
   seq.num_registered = 0;
 }
 
+void BlockManager::truncate(SeqPages& seq, int32_t num_positions) {
+  const size_t keep = size_t(pages_for(num_positions));
+  ORCHID_CHECK(keep >= size_t(seq.num_registered), "truncating published pages");
+  while (seq.full.size() > keep) {
+    full_.unref(seq.full.back());
+    seq.full.pop_back();
+  }
+  while (seq.sliding.size() > keep) {
+    if (seq.sliding.back() != kNoPage) sliding_.unref(seq.sliding.back());
+    seq.sliding.pop_back();
+  }
+}
+
 void BlockManager::check_invariants(std::span<const SeqPages* const> live) const {
   std::vector<int32_t> full_refs(size_t(full_.size()), 0), sliding_refs(size_t(sliding_.size()), 0);
   for (const SeqPages* seq : live) {

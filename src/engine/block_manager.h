@@ -56,6 +56,9 @@ class BlockManager {
   void commit(SeqPages& seq, std::span<const int32_t> tokens, int32_t num_computed);
   // Drops every page of the sequence (finished, aborted or preempted).
   void release(SeqPages& seq);
+  // Drops the pages past the first `num_positions` positions (drafts the step rejected). They were never
+  // published, so nothing else refers to them.
+  void truncate(SeqPages& seq, int32_t num_positions);
 
   const PagePool& full_pool() const { return full_; }
   const PagePool& sliding_pool() const { return sliding_; }

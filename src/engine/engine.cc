@@ -30,7 +30,32 @@ const runtime::KvCacheSpec& checked_spec(const runtime::KvCacheSpec& spec) {
   return spec;
 }
 
-SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSpec& spec) {
+std::shared_ptr<Proposer> checked_proposer(const EngineConfig& c, const runtime::Backend& backend) {
+  if (c.proposer ? c.speculative.num_speculative_tokens <= 0 : !c.speculative.enabled()) return nullptr;
+  std::shared_ptr<Proposer> proposer = c.proposer;
+  if (!proposer) proposer = make_proposer(c.speculative);
+  if (c.speculative.num_speculative_tokens > backend.max_draft_tokens())
+    fail("speculative decoding: the {} backend verifies at most {} drafts per sequence ({} asked)",
+         backend.name(), backend.max_draft_tokens(), c.speculative.num_speculative_tokens);
+  return proposer;
+}
+
+int32_t resolved_max_model_len(const EngineConfig& c, const model::ModelConfig& model,
+                               const runtime::KvCacheSpec& spec) {
+  const int64_t pool_len = int64_t(spec.num_full_pages) * spec.page_size;
+  const int64_t limit =
+      std::min<int64_t>({model.max_position_embeddings, pool_len, std::numeric_limits<int32_t>::max()});
+  if (c.max_model_len > limit)
+    fail("--max-model-len: {} is more than the model ({}) and the KV pool ({} tokens) allow", c.max_model_len,
+         model.max_position_embeddings, pool_len);
+  if (c.max_model_len < 0) fail("--max-model-len: {} (must be >= 1)", c.max_model_len);
+  const int32_t len = int32_t(c.max_model_len > 0 ? c.max_model_len : limit);
+  if (len < 2) fail("KV cache: {} tokens of context is too small", len);
+  return len;
+}
+
+SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSpec& spec,
+                                 int32_t max_model_len, Proposer* proposer) {
   if (c.max_num_seqs < 1) fail("--max-num-seqs: {} (must be >= 1)", c.max_num_seqs);
   if (c.max_num_batched_tokens < c.max_num_seqs)
     fail("--max-num-batched-tokens: {} (must be >= --max-num-seqs, {})", c.max_num_batched_tokens,
@@ -39,6 +64,9 @@ SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSp
   s.max_num_seqs = c.max_num_seqs;
   s.max_num_batched_tokens = c.max_num_batched_tokens;
   s.logits = c.logits;
+  s.proposer = proposer;
+  s.max_model_len = max_model_len;
+  s.num_speculative_tokens = proposer ? c.speculative.num_speculative_tokens : 0;
   if (spec.sliding_window > 0) {
     // A chunk of n tokens from position q touches sliding pages from the one holding q-W+1 to the one
     // holding q+n-1: at most floor((W+n-2)/P)+2 pages. Keep that within the pool so one sequence alone
@@ -53,24 +81,17 @@ SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSp
 Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
     : backend_(std::move(backend)),
       config_(config),
-      blocks_(checked_spec(backend_->kv_spec()), config.enable_prefix_caching),
-      scheduler_(scheduler_config(config, backend_->kv_spec()), &blocks_) {
+      max_model_len_(
+          resolved_max_model_len(config, backend_->model_config(), checked_spec(backend_->kv_spec()))),
+      proposer_(checked_proposer(config, *backend_)),
+      blocks_(backend_->kv_spec(), config.enable_prefix_caching),
+      scheduler_(scheduler_config(config, blocks_.spec(), max_model_len_, proposer_.get()), &blocks_) {
   const auto& model = backend_->model_config();
-  const auto& spec = blocks_.spec();
   ORCHID_CHECK(config_.first_id >= 1 && config_.id_stride >= 1, "request ids {} + k * {}", config_.first_id,
                config_.id_stride);
   next_id_ = config_.first_id;
   vocab_size_ = int32_t(model.vocab_size);
   for (int64_t id : model.eos_token_ids) eos_ids_.push_back(int32_t(id));
-  const int64_t pool_len = int64_t(spec.num_full_pages) * spec.page_size;
-  const int64_t limit =
-      std::min<int64_t>({model.max_position_embeddings, pool_len, std::numeric_limits<int32_t>::max()});
-  if (config_.max_model_len > limit)
-    fail("--max-model-len: {} is more than the model ({}) and the KV pool ({} tokens) allow",
-         config_.max_model_len, model.max_position_embeddings, pool_len);
-  if (config_.max_model_len < 0) fail("--max-model-len: {} (must be >= 1)", config_.max_model_len);
-  max_model_len_ = int32_t(config_.max_model_len > 0 ? config_.max_model_len : limit);
-  if (max_model_len_ < 2) fail("KV cache: {} tokens of context is too small", max_model_len_);
   seed_state_ =
       config_.seed ? *config_.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
 }
@@ -250,53 +271,82 @@ void Engine::end_masks() {
 
 void Engine::process_outputs(const runtime::StepOutput& out) {
   const auto now = Sequence::Clock::now();
-  size_t next_sample = 0;
+  size_t next_sample = 0, next_sampled_seq = 0;
   for (const ScheduledSeq& entry : plan_) {
     Sequence* s = entry.seq;
     const int32_t start = s->num_computed;
-    scheduler_.complete(entry);
-    step_prompt_tokens_ += std::max(0, std::min(s->num_computed, s->prompt_len) - start);
-    if (!entry.sample) continue;
-    ORCHID_CHECK(next_sample < out.samples.size(), "backend returned {} samples, more were asked",
+    const int32_t fed_end = start + entry.num_tokens - entry.num_draft;
+    step_prompt_tokens_ += std::max(0, std::min(fed_end, s->prompt_len) - start);
+    if (!entry.sample) {
+      scheduler_.complete(entry);
+      continue;
+    }
+    int32_t accepted = 0;
+    if (!out.num_accepted.empty()) {
+      ORCHID_CHECK(next_sampled_seq < out.num_accepted.size(), "backend returned too few acceptance counts");
+      accepted = out.num_accepted[next_sampled_seq];
+    }
+    ++next_sampled_seq;
+    ORCHID_CHECK(accepted >= 0 && accepted <= entry.num_draft, "backend accepted {} of {} drafts", accepted,
+                 entry.num_draft);
+    const size_t drawn = size_t(accepted) + 1;
+    ORCHID_CHECK(next_sample + drawn <= out.samples.size(), "backend returned {} samples, more were asked",
                  out.samples.size());
-    const runtime::SampledToken& st = out.samples[next_sample++];
-    ORCHID_CHECK(st.token >= 0 && st.token < vocab_size_, "backend sampled token {}", st.token);
-    s->tokens.push_back(st.token);
-    ++step_generated_tokens_;
-    if (s->constraint && s->constraint_error.empty() && !s->constraint->accept(st.token))
-      s->constraint_error = fmt::format(
-          "structured output: the backend sampled token {}, which the format "
-          "does not allow",
-          st.token);
-    if (!s->constraint_error.empty()) {
-      RequestEvent ev;
-      ev.error = s->constraint_error;
-      finish(s, FinishReason::kError, std::move(ev));
-      continue;
+    // The tokens go in first: the pages they complete are published (prefix cache) by complete().
+    const int32_t length = int32_t(s->tokens.size());
+    for (size_t i = 0; i < drawn; ++i) {
+      const int32_t token = out.samples[next_sample + i].token;
+      ORCHID_CHECK(token >= 0 && token < vocab_size_, "backend sampled token {}", token);
+      s->tokens.push_back(token);
     }
-    const int32_t n_out = s->num_outputs();
-    StopOutcome so = s->stop.on_token(st.token, n_out, int32_t(s->tokens.size()) >= max_model_len_);
-
-    (n_out == 1 ? step_ttft_ : step_itl_)
-        .push_back(
-            std::chrono::duration<double>(now - (n_out == 1 ? s->arrival_time : s->last_token_time)).count());
-    s->last_token_time = now;
-
-    const runtime::SampledToken* logprob = s->params.num_logprobs >= 0 ? &st : nullptr;
-    if (so.finish == FinishReason::kNone) {
-      s->stream->push_token(st.token, logprob, std::move(so.text));
-      continue;
-    }
-    RequestEvent ev;
-    ev.token_ids.push_back(st.token);
-    if (logprob) ev.logprobs.push_back(st);
-    ev.text = std::move(so.text);
-    ev.stop_token = so.stop_token;
-    ev.stop_string = std::move(so.stop_string);
-    finish(s, so.finish, std::move(ev));
+    scheduler_.complete(entry, accepted);
+    for (size_t i = 0; i < drawn; ++i)
+      if (!emit(s, out.samples[next_sample + i], length + int32_t(i) + 1, i == 0, now)) break;
+    next_sample += drawn;
   }
   ORCHID_CHECK(next_sample == out.samples.size(), "backend returned {} samples for {} requested",
                out.samples.size(), next_sample);
+  ORCHID_CHECK(out.num_accepted.empty() || next_sampled_seq == out.num_accepted.size(),
+               "backend returned {} acceptance counts for {} sampled sequences", out.num_accepted.size(),
+               next_sampled_seq);
+}
+
+bool Engine::emit(Sequence* s, const runtime::SampledToken& st, int32_t length, bool first_in_step,
+                  Sequence::Clock::time_point now) {
+  ++step_generated_tokens_;
+  if (s->constraint && s->constraint_error.empty() && !s->constraint->accept(st.token))
+    s->constraint_error = fmt::format(
+        "structured output: the backend sampled token {}, which the format does not allow", st.token);
+  if (!s->constraint_error.empty()) {
+    s->tokens.resize(size_t(length));
+    RequestEvent ev;
+    ev.error = s->constraint_error;
+    finish(s, FinishReason::kError, std::move(ev));
+    return false;
+  }
+  const int32_t n_out = length - s->prompt_len;
+  StopOutcome so = s->stop.on_token(st.token, n_out, length >= max_model_len_);
+
+  // Tokens after the first of a step (accepted drafts) arrive together with it.
+  const auto since = n_out == 1 ? s->arrival_time : s->last_token_time;
+  (n_out == 1 ? step_ttft_ : step_itl_)
+      .push_back(first_in_step ? std::chrono::duration<double>(now - since).count() : 0.0);
+  s->last_token_time = now;
+
+  const runtime::SampledToken* logprob = s->params.num_logprobs >= 0 ? &st : nullptr;
+  if (so.finish == FinishReason::kNone) {
+    s->stream->push_token(st.token, logprob, std::move(so.text));
+    return true;
+  }
+  s->tokens.resize(size_t(length));  // what followed the stop in this step is not output
+  RequestEvent ev;
+  ev.token_ids.push_back(st.token);
+  if (logprob) ev.logprobs.push_back(st);
+  ev.text = std::move(so.text);
+  ev.stop_token = so.stop_token;
+  ev.stop_string = std::move(so.stop_string);
+  finish(s, so.finish, std::move(ev));
+  return false;
 }
 
 void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds) {
@@ -317,6 +367,9 @@ void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds
   m.preemptions = c.preemptions;
   m.prefix_query_tokens = c.prefix_query_tokens;
   m.prefix_hit_tokens = c.prefix_hit_tokens;
+  m.spec_drafts = c.spec_drafts;
+  m.spec_draft_tokens = c.spec_draft_tokens;
+  m.spec_accepted_tokens = c.spec_accepted_tokens;
   m.requests_finished = finished_;
   m.requests_aborted = aborted_;
   m.requests_failed = failed_;

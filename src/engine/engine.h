@@ -19,6 +19,7 @@
 #include "engine/request_stream.h"
 #include "engine/scheduler.h"
 #include "engine/serving_engine.h"
+#include "engine/speculative_config.h"
 #include "runtime/backend.h"
 
 namespace orchid::engine {
@@ -32,6 +33,10 @@ struct EngineConfig {
   runtime::LogitsMode logits = runtime::LogitsMode::kNone;
   // Request ids are first_id, first_id + id_stride, ...: the engines of a group hand out disjoint ids.
   int64_t first_id = 1, id_stride = 1;
+  SpeculativeConfig speculative;  // --speculative-config
+  // A proposer of the caller's instead of speculative.method's (speculative.num_speculative_tokens still
+  // bounds the drafts): tests, embedders.
+  std::shared_ptr<Proposer> proposer;
 };
 
 class Engine final : public ServingEngine {
@@ -81,6 +86,10 @@ class Engine final : public ServingEngine {
   bool step_once();
   void take_inbox();
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
+  // One sampled token of a sequence, already in seq->tokens[length - 1]: constraint, stop checks, streaming.
+  // False when the sequence ended there (its tokens then end at `length`).
+  bool emit(Sequence* seq, const runtime::SampledToken& st, int32_t length, bool first_in_step,
+            Sequence::Clock::time_point now);
   void process_outputs(const runtime::StepOutput& out);
   // Sizes the step's token masks and starts computing them; false when no sequence is constrained.
   bool start_masks(runtime::StepBatch& batch);
@@ -93,6 +102,7 @@ class Engine final : public ServingEngine {
   int32_t max_model_len_ = 0;
   int32_t vocab_size_ = 0;
   std::vector<int32_t> eos_ids_;
+  std::shared_ptr<Proposer> proposer_;  // speculative decoding; null: off
   BlockManager blocks_;
   Scheduler scheduler_;
 

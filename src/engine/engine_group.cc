@@ -68,6 +68,9 @@ EngineMetrics EngineGroup::metrics() const {
     sum.prefix_query_tokens += m.prefix_query_tokens;
     sum.prefix_hit_tokens += m.prefix_hit_tokens;
     sum.kv_evictions += m.kv_evictions;
+    sum.spec_drafts += m.spec_drafts;
+    sum.spec_draft_tokens += m.spec_draft_tokens;
+    sum.spec_accepted_tokens += m.spec_accepted_tokens;
     sum.time_to_first_token.merge(m.time_to_first_token);
     sum.inter_token_latency.merge(m.inter_token_latency);
     sum.step_time.merge(m.step_time);

@@ -62,11 +62,20 @@ struct EngineMetrics {
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t kv_evictions = 0;
+  // Speculative decoding: sequence-steps that carried drafts, their drafts, and the drafts accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // Latencies, seconds.
   Histogram time_to_first_token = Histogram::latency_seconds();
   Histogram inter_token_latency = Histogram::latency_seconds();
   Histogram step_time = Histogram::latency_seconds();
 
+  double spec_acceptance_rate() const {
+    return spec_draft_tokens ? double(spec_accepted_tokens) / double(spec_draft_tokens) : 0.0;
+  }
+  // Tokens a drafted sequence-step yields on average: its accepted drafts and the one drawn after them.
+  double spec_mean_accepted_length() const {
+    return spec_drafts ? 1.0 + double(spec_accepted_tokens) / double(spec_drafts) : 0.0;
+  }
   double prefix_hit_rate() const {
     return prefix_query_tokens ? double(prefix_hit_tokens) / double(prefix_query_tokens) : 0.0;
   }

@@ -50,6 +50,8 @@ void Scheduler::finish(Sequence* s) {
   ORCHID_CHECK(s->state != SeqState::kFinished, "sequence {} finished twice", s->id);
   blocks_->release(s->pages);
   builder_.drop(s);
+  s->draft.clear();
+  if (config_.proposer) config_.proposer->forget(s->id);
   s->state = SeqState::kFinished;  // dropped from the queues at the next schedule()
   ++finished_unreaped_;
 }
@@ -69,9 +71,12 @@ void Scheduler::preempt(Sequence* s, std::vector<ScheduledSeq>& plan, int32_t& b
   running_.erase(std::find(running_.begin(), running_.end(), s));
   insert_waiting(s);
   preempted_this_step_ = true;
+  s->draft.clear();
+  if (config_.proposer) config_.proposer->forget(s->id);
 }
 
-bool Scheduler::reserve(Sequence* s, int32_t n, std::vector<ScheduledSeq>& plan, int32_t& budget) {
+bool Scheduler::reserve(Sequence* s, int32_t n, int32_t num_draft, std::vector<ScheduledSeq>& plan,
+                        int32_t& budget) {
   blocks_->release_out_of_window(s->pages, s->num_computed);
   const int32_t end = s->num_computed + n;
   while (!blocks_->can_allocate(blocks_->need(s->pages, s->num_computed, end))) {
@@ -81,9 +86,32 @@ bool Scheduler::reserve(Sequence* s, int32_t n, std::vector<ScheduledSeq>& plan,
   }
   blocks_->allocate(s->pages, s->num_computed, end);
   s->plan_slot = int32_t(plan.size());
-  plan.push_back({s, n, end == int32_t(s->tokens.size())});
+  plan.push_back({s, n, end - num_draft == int32_t(s->tokens.size()), num_draft});
   budget -= n;
   return true;
+}
+
+void Scheduler::propose_drafts(const std::vector<Sequence*>& decodes, int32_t budget) {
+  if (!config_.proposer || config_.num_speculative_tokens <= 0 || decodes.empty()) return;
+  // One token for every decode first; drafts share what is left evenly.
+  const int32_t spare = (budget - int32_t(decodes.size())) / int32_t(decodes.size());
+  const int32_t k = std::min(config_.num_speculative_tokens, spare);
+  if (k <= 0) return;
+  std::vector<DraftRequest> requests;
+  for (Sequence* s : decodes) {
+    // Not where the drawing rule changes inside the run: a structured-output mask follows each token, and
+    // stop ids are banned until min_tokens. Nor past max_tokens, the context, or one chunk's sliding pages.
+    if (s->constraint || s->stop.bans_stop_ids(s->num_outputs())) continue;
+    const int32_t len = int32_t(s->tokens.size());
+    const int32_t most = std::min({k, s->stop.config().max_tokens - s->num_outputs() - 1,
+                                   config_.max_model_len - len - 1, config_.max_chunk_tokens - 1});
+    if (most > 0) requests.push_back({s->id, s->tokens, most, &s->draft});
+  }
+  if (requests.empty()) return;
+  config_.proposer->propose(requests);
+  for (const DraftRequest& r : requests)
+    ORCHID_CHECK(int32_t(r.draft->size()) <= r.max_tokens, "proposer gave {} drafts for at most {}",
+                 r.draft->size(), r.max_tokens);
 }
 
 bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
@@ -99,16 +127,24 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   preempted_this_step_ = false;
   int32_t budget = config_.max_num_batched_tokens;
 
-  // 1. Decodes of running sequences, in precedence order.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Sequence* s = running_[i];
-    if (s->remaining() == 1) reserve(s, 1, plan, budget);
+  // 1. Decodes of running sequences, in precedence order, with their drafts.
+  std::vector<Sequence*> decodes;
+  for (Sequence* s : running_) {
+    s->draft.clear();
+    if (s->remaining() == 1) decodes.push_back(s);
+  }
+  propose_drafts(decodes, budget);
+  for (Sequence* s : decodes) {
+    if (budget <= 0) break;
+    if (s->state != SeqState::kRunning) continue;  // preempted by an earlier one's reservation
+    const int32_t num_draft = std::min(int32_t(s->draft.size()), budget - 1);
+    reserve(s, 1 + num_draft, num_draft, plan, budget);
   }
   // 2. The next prefill chunk of running sequences (long prompts, resumed sequences).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
     if (s->plan_slot >= 0) continue;
-    reserve(s, std::min({s->remaining(), budget, config_.max_chunk_tokens}), plan, budget);
+    reserve(s, std::min({s->remaining(), budget, config_.max_chunk_tokens}), 0, plan, budget);
   }
   // 3. Waiting requests, head of the queue first; none while running ones had to give way this step.
   while (!preempted_this_step_ && !waiting_.empty() && budget > 0 &&
@@ -131,7 +167,7 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
     s->state = SeqState::kRunning;
     insert_running(s);
     s->plan_slot = int32_t(plan.size());
-    plan.push_back({s, n, hit + n == len});
+    plan.push_back({s, n, hit + n == len, 0});
     budget -= n;
   }
 
@@ -141,11 +177,22 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   return !plan.empty();
 }
 
-void Scheduler::complete(const ScheduledSeq& e) {
+void Scheduler::complete(const ScheduledSeq& e, int32_t accepted) {
   Sequence* s = e.seq;
-  s->num_computed += e.num_tokens;
+  ORCHID_CHECK(accepted >= 0 && accepted <= e.num_draft, "{} of {} drafts accepted", accepted, e.num_draft);
+  s->num_computed += e.num_tokens - e.num_draft + accepted;
   ORCHID_CHECK(s->num_computed <= int32_t(s->tokens.size()));
+  if (accepted < e.num_draft) {
+    blocks_->truncate(s->pages, s->num_computed);
+    builder_.truncated(s);
+  }
   blocks_->commit(s->pages, s->tokens, s->num_computed);
+  if (e.num_draft > 0) {
+    ++counters_.spec_drafts;
+    counters_.spec_draft_tokens += e.num_draft;
+    counters_.spec_accepted_tokens += accepted;
+  }
+  s->draft.clear();
 }
 
 void Scheduler::check_invariants() const {

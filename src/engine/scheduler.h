@@ -2,7 +2,8 @@
 // (max_num_batched_tokens) and a cap on running sequences (max_num_seqs). Policy (docs/design.md, "Engine"):
 // decodes of running sequences first, then their unfinished prefill chunks, then waiting requests in
 // precedence order (priority, then arrival) with chunked prefill; when pages run out the lowest-precedence
-// running sequence is preempted (its pages dropped, recomputed later from its tokens).
+// running sequence is preempted (its pages dropped, recomputed later from its tokens). With a proposer
+// (speculative decoding) a decode carries drafts too, from what the budget leaves after one token for each.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "engine/batch_builder.h"
 #include "engine/block_manager.h"
+#include "engine/proposer.h"
 #include "engine/sequence.h"
 #include "runtime/backend.h"
 
@@ -23,12 +25,18 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 8192;
   int32_t max_chunk_tokens = 1 << 30;  // per sequence and step (the sliding pool's limit for one sequence)
   runtime::LogitsMode logits = runtime::LogitsMode::kNone;
+  // Speculative decoding: drafts per decoding sequence and step, at most, from `proposer` (not owned).
+  int32_t num_speculative_tokens = 0;
+  Proposer* proposer = nullptr;
+  int32_t max_model_len = 1 << 30;  // no draft reaches past it
 };
 
 struct SchedulerCounters {
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up at first admission
   int64_t prefix_hit_tokens = 0;    // of which served from the cache
+  // Speculative decoding: sequence-steps that carried drafts, the drafts, and those the target accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class Scheduler {
@@ -42,8 +50,9 @@ class Scheduler {
   bool schedule(std::vector<ScheduledSeq>& plan);
   const runtime::StepBatch& batch() const { return builder_.batch(); }
   runtime::StepBatch& batch() { return builder_.batch(); }
-  // The step ran: the planned tokens are in the cache now.
-  void complete(const ScheduledSeq& entry);
+  // The step ran: the planned tokens up to the drafts, and the first `accepted` drafts, are in the cache now;
+  // the caller has appended the step's sampled tokens to the sequence. Pages of rejected drafts are freed.
+  void complete(const ScheduledSeq& entry, int32_t accepted = 0);
   // Ends a sequence: drops its pages and forgets it. The caller has sent its final event.
   void finish(Sequence* seq);
 
@@ -57,7 +66,9 @@ class Scheduler {
   void check_invariants() const;
 
  private:
-  bool reserve(Sequence* seq, int32_t n, std::vector<ScheduledSeq>& plan, int32_t& budget);
+  bool reserve(Sequence* seq, int32_t n, int32_t num_draft, std::vector<ScheduledSeq>& plan, int32_t& budget);
+  // Fills the drafts of this step's decoding sequences (all with s->draft cleared).
+  void propose_drafts(const std::vector<Sequence*>& decodes, int32_t budget);
   void preempt(Sequence* seq, std::vector<ScheduledSeq>& plan, int32_t& budget);
   void insert_waiting(Sequence* seq);
   void insert_running(Sequence* seq);

@@ -29,6 +29,7 @@ struct Sequence {
   SeqState state = SeqState::kWaiting;
 
   std::vector<int32_t> tokens;  // prompt, then outputs
+  std::vector<int32_t> draft;   // this step's proposed continuation (speculative decoding)
   int32_t prompt_len = 0;
   int32_t num_computed = 0;  // leading tokens whose K/V are in the cache
   runtime::SamplingParams params;

@@ -29,6 +29,8 @@ void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCach
     ORCHID_CHECK(size_t(s.full_table_begin) + size_t(s.num_full_pages) <= b.full_page_table.size());
     ORCHID_CHECK(size_t(s.sliding_table_begin) + size_t(s.num_sliding_pages) <= b.sliding_page_table.size());
     ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
+    ORCHID_CHECK(s.num_draft >= 0 && (s.num_draft == 0 || (s.sample && s.num_draft < s.num_tokens)),
+                 "{} drafts in a sequence of {} new tokens", s.num_draft, s.num_tokens);
   }
   ORCHID_CHECK(covered == int64_t(b.tokens.size()), "tokens not covered by sequences");
   for (int32_t p : b.full_page_table)

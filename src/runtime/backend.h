@@ -40,8 +40,15 @@ struct StepSequence {
   int32_t num_sliding_pages = 0;    // entries before the window may be kNoPage
   bool sample = false;              // sample one token after the last new token
   int32_t sample_index = 0;         // index of the sampled token in the request's output (seeded RNG counter)
-  int32_t params_index = 0;         // into StepBatch::params
-  // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens.
+  // Speculative decoding: the last num_draft new tokens are proposed continuations, not yet output. The
+  // backend samples after each of the last num_draft + 1 new tokens in turn (sample indices sample_index,
+  // sample_index + 1, ...) and stops at the first draw that differs from the proposal after it: the draws
+  // are the ones decoding without drafts would make, so the output is the same token for token.
+  // Requires sample; the penalty history then ends with the drafts (see output_history_len).
+  int32_t num_draft = 0;
+  int32_t params_index = 0;  // into StepBatch::params
+  // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens. The
+  // output range holds the outputs before the first sampled position; the num_draft drafts follow it.
   int32_t prompt_history_begin = 0, prompt_history_len = 0;
   int32_t output_history_begin = 0, output_history_len = 0;
   // Tokens the sampler must not draw (SampleInput::banned_tokens): the request's stop ids and EOS while
@@ -84,7 +91,10 @@ struct SampledToken {
 };
 
 struct StepOutput {
-  std::vector<SampledToken> samples;  // one per sequence with sample=true, in StepBatch::seqs order
+  // Per sequence with sample=true, in StepBatch::seqs order: 1 + its accepted drafts.
+  std::vector<SampledToken> samples;
+  // Per sequence with sample=true: how many of its drafts were accepted. Empty when no sequence had any.
+  std::vector<int32_t> num_accepted;
   // kSampled: one row per sampled sequence; kAll: one row per token of StepBatch::tokens.
   std::vector<float> logits;
   int64_t logits_rows = 0;
@@ -100,6 +110,8 @@ class Backend {
   virtual int32_t max_step_tokens() const { return 1 << 30; }
   // Most sequences one step may carry.
   virtual int32_t max_step_seqs() const { return 1 << 30; }
+  // Most drafts (StepSequence::num_draft) one sequence may carry; 0: no speculative decoding.
+  virtual int32_t max_draft_tokens() const { return 0; }
   // Whether forward() samples within StepBatch::token_masks (structured outputs). The engine refuses
   // constrained requests on a backend that does not.
   virtual bool applies_token_masks() const { return false; }

@@ -147,8 +147,10 @@ std::vector<int32_t> sampling_candidates(std::span<const float> l, const Samplin
   return ids;
 }
 
-SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq,
-                              std::span<const float> logits) {
+SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq, std::span<const float> logits,
+                              int32_t offset) {
+  ORCHID_CHECK(offset >= 0 && offset <= seq.num_draft, "sample offset {} with {} drafts", offset,
+               seq.num_draft);
   ORCHID_CHECK(seq.params_index >= 0 && size_t(seq.params_index) < batch.params.size());
   auto range = [](const std::vector<int32_t>& v, int32_t begin, int32_t len) {
     ORCHID_CHECK(begin >= 0 && len >= 0 && size_t(begin) + size_t(len) <= v.size());
@@ -157,9 +159,11 @@ SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq,
   SampleInput in;
   in.logits = logits;
   in.params = &batch.params[size_t(seq.params_index)];
-  in.sample_index = seq.sample_index;
+  in.sample_index = seq.sample_index + offset;
   in.prompt_tokens = range(batch.history_tokens, seq.prompt_history_begin, seq.prompt_history_len);
-  in.output_tokens = range(batch.history_tokens, seq.output_history_begin, seq.output_history_len);
+  // The history is there only when penalties apply (a prompt is never empty); the drafts follow the outputs.
+  const int32_t drafted = seq.prompt_history_len > 0 ? offset : 0;
+  in.output_tokens = range(batch.history_tokens, seq.output_history_begin, seq.output_history_len + drafted);
   in.banned_tokens = range(batch.banned_tokens, seq.banned_begin, seq.num_banned);
   if (seq.mask_row >= 0) {
     const size_t words = size_t(batch.mask_words);
@@ -170,6 +174,19 @@ SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq,
         std::span<const uint32_t>(batch.token_masks.data() + size_t(seq.mask_row) * words, words);
   }
   return in;
+}
+
+int32_t sample_sequence(const StepBatch& batch, const StepSequence& seq, std::span<const float> rows,
+                        std::vector<SampledToken>& out) {
+  const size_t n = size_t(seq.num_draft) + 1;
+  ORCHID_CHECK(!rows.empty() && rows.size() % n == 0, "{} logits for {} sampled positions", rows.size(), n);
+  ORCHID_CHECK(seq.num_draft == 0 || seq.mask_row < 0, "drafts in a constrained sequence");
+  const size_t vocab = rows.size() / n;
+  const int32_t* drafts = batch.tokens.data() + seq.token_begin + seq.num_tokens - seq.num_draft;
+  for (int32_t i = 0;; ++i) {
+    out.push_back(sample_token(step_sample_input(batch, seq, rows.subspan(size_t(i) * vocab, vocab), i)));
+    if (i == seq.num_draft || out.back().token != drafts[i]) return i;
+  }
 }
 
 SampledToken sample_token(const SampleInput& in) {

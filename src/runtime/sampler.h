@@ -34,8 +34,18 @@ inline bool mask_allows(std::span<const uint32_t> mask, int32_t token) {
 SampledToken sample_token(const SampleInput& in);
 
 // The SampleInput of one sequence of a step (params, sample_index, histories, banned tokens) over its
-// logits row; both backends sample through this so they read StepBatch identically.
-SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq, std::span<const float> logits);
+// logits row; both backends sample through this so they read StepBatch identically. `offset` is the
+// position among the sequence's sampled ones (StepSequence::num_draft): sample index and output history
+// both advance by it.
+SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq, std::span<const float> logits,
+                              int32_t offset = 0);
+
+// Everything one sequence of a step asks the sampler for: one token, or with drafts the chain of draws that
+// ends at the first draw differing from the proposal after it (StepSequence::num_draft). `rows` holds the
+// logits after each of the sequence's last num_draft + 1 new tokens, back to back. Appends the drawn tokens
+// to `out` (1 + the accepted drafts) and returns how many drafts were accepted.
+int32_t sample_sequence(const StepBatch& batch, const StepSequence& seq, std::span<const float> rows,
+                        std::vector<SampledToken>& out);
 
 // The steps of sample_token, exposed for tests and as the specification of the GPU sampler.
 

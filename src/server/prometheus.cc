@@ -106,6 +106,12 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
   w.counter("orchid_prefix_cache_hits_total", "prompt tokens served from the prefix cache",
             double(e->prefix_hit_tokens));
   w.counter("orchid_kv_evictions_total", "cached KV pages evicted", double(e->kv_evictions));
+  w.counter("orchid_spec_decode_drafts_total", "sequence-steps that carried speculative drafts",
+            double(e->spec_drafts));
+  w.counter("orchid_spec_decode_draft_tokens_total", "speculative draft tokens verified",
+            double(e->spec_draft_tokens));
+  w.counter("orchid_spec_decode_accepted_tokens_total", "speculative draft tokens accepted",
+            double(e->spec_accepted_tokens));
   w.histogram("orchid_time_to_first_token_seconds", "time from arrival to the first generated token",
               e->time_to_first_token);
   w.histogram("orchid_inter_token_latency_seconds", "time between consecutive generated tokens",

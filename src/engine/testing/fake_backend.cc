@@ -201,8 +201,11 @@ runtime::StepOutput FakeBackend::forward(const runtime::StepBatch& b) {
   b.wait_token_masks();
   const int32_t w = options_.kv.sliding_window;
   const size_t v = size_t(options_.vocab_size);
-  std::vector<float> row(v);
+  std::vector<float> row(v), sampled_rows;
+  const bool drafted = std::any_of(b.seqs.begin(), b.seqs.end(),
+                                   [](const runtime::StepSequence& s) { return s.num_draft > 0; });
   for (const auto& s : b.seqs) {
+    sampled_rows.clear();
     for (int32_t j = 0; j < s.num_tokens; ++j) {
       const int32_t pos = s.start_pos + j;
       const uint64_t prev =
@@ -212,17 +215,20 @@ runtime::StepOutput FakeBackend::forward(const runtime::StepBatch& b) {
       slot(full_kv_, b.full_page_table, s.full_table_begin, pos) = {value, pos};
       if (w > 0)
         slot(sliding_kv_, b.sliding_page_table, s.sliding_table_begin, pos) = {value ^ kSlidingSalt, pos};
-      const bool last = j == s.num_tokens - 1;
-      if (b.logits == runtime::LogitsMode::kAll || (last && s.sample)) {
+      const bool sampled = s.sample && j >= s.num_tokens - 1 - s.num_draft;
+      if (b.logits == runtime::LogitsMode::kAll || sampled) {
         logits_row(b, s, pos, row.data());
         if (b.logits == runtime::LogitsMode::kAll || b.logits == runtime::LogitsMode::kSampled) {
           out.logits.insert(out.logits.end(), row.begin(), row.end());
           ++out.logits_rows;
         }
-        if (last && s.sample)
-          out.samples.push_back(runtime::sample_token(runtime::step_sample_input(b, s, row)));
+        if (sampled) sampled_rows.insert(sampled_rows.end(), row.begin(), row.end());
       }
     }
+    if (!s.sample) continue;
+    const int32_t accepted = runtime::sample_sequence(b, s, sampled_rows, out.samples);
+    next_sample_index_[s.seq_id] += accepted;
+    if (drafted) out.num_accepted.push_back(accepted);
   }
   return out;
 }

@@ -31,6 +31,7 @@ struct FakeBackendOptions {
   // simulate=false: how long a step takes (a stand-in for the model's forward, overlapping the engine's
   // token-mask work as a real backend's would).
   std::chrono::microseconds step_time{0};
+  int32_t max_draft_tokens = 16;  // speculative decoding: drafts verified per sequence (simulate only)
 };
 
 class FakeBackend : public runtime::Backend {
@@ -39,6 +40,7 @@ class FakeBackend : public runtime::Backend {
 
   std::string name() const override { return "fake"; }
   bool applies_token_masks() const override { return true; }
+  int32_t max_draft_tokens() const override { return options_.simulate ? options_.max_draft_tokens : 0; }
   const model::ModelConfig& model_config() const override { return config_; }
   runtime::KvCacheSpec kv_spec() const override { return options_.kv; }
   runtime::StepOutput forward(const runtime::StepBatch& batch) override;

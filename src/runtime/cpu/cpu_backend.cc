@@ -418,7 +418,8 @@ void CpuBackend::step_layout(const StepBatch& b, std::vector<int32_t>& positions
     for (int64_t t = 0; t < n; ++t) rows.push_back(t);
   } else {
     for (const auto& s : b.seqs)
-      if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
+      if (s.sample && s.num_tokens > 0)
+        for (int32_t i = s.num_draft; i >= 0; --i) rows.push_back(s.token_begin + s.num_tokens - 1 - i);
   }
 }
 
@@ -438,13 +439,17 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
   });
 
   b.wait_token_masks();
+  const bool drafted =
+      std::any_of(b.seqs.begin(), b.seqs.end(), [](const StepSequence& s) { return s.num_draft > 0; });
   for (const auto& s : b.seqs) {
     if (!s.sample) continue;
     ORCHID_CHECK(s.num_tokens > 0, "cannot sample a sequence with no new tokens");
-    const int64_t row_token = s.token_begin + s.num_tokens - 1;
-    const size_t r = size_t(std::find(rows.begin(), rows.end(), row_token) - rows.begin());
-    const std::span<const float> row(logits.data() + r * size_t(V), size_t(V));
-    out.samples.push_back(sample_token(step_sample_input(b, s, row)));
+    // The sampled positions' rows are consecutive in `rows` (step_layout).
+    const int64_t first_token = s.token_begin + s.num_tokens - 1 - s.num_draft;
+    const size_t r = size_t(std::find(rows.begin(), rows.end(), first_token) - rows.begin());
+    const std::span<const float> span(logits.data() + r * size_t(V), size_t(V) * size_t(s.num_draft + 1));
+    const int32_t accepted = sample_sequence(b, s, span, out.samples);
+    if (drafted) out.num_accepted.push_back(accepted);
   }
   if (b.logits == LogitsMode::kAll) {
     out.logits = std::move(logits);

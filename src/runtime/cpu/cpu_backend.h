@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   bool applies_token_masks() const override { return true; }
+  int32_t max_draft_tokens() const override { return 64; }
   const model::ModelConfig& model_config() const override { return model_.config; }
   KvCacheSpec kv_spec() const override { return spec_; }
   StepOutput forward(const StepBatch& batch) override;

@@ -1,0 +1,15 @@
+#include "engine/speculative_config.h"
+
+#include "core/error.h"
+#include "engine/ngram_proposer.h"
+
+namespace orchid::engine {
+
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c) {
+  if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
+    fail("speculative decoding: num_speculative_tokens {} (must be 1..16)", c.num_speculative_tokens);
+  if (c.method == "ngram") return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+  fail("speculative decoding: unknown method '{}' (available: ngram)", c.method);
+}
+
+}  // namespace orchid::engine

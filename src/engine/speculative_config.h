@@ -1,0 +1,24 @@
+// Speculative decoding settings (`--speculative-config`, the JSON object vLLM takes) and the proposer they
+// select.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/proposer.h"
+
+namespace orchid::engine {
+
+struct SpeculativeConfig {
+  std::string method;                                    // "" (off) or "ngram"
+  int32_t num_speculative_tokens = 0;                    // drafts per sequence and step, at most
+  int32_t prompt_lookup_min = 2, prompt_lookup_max = 4;  // ngram: match lengths tried, longest first
+
+  bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
+};
+
+// The proposer of an enabled config; throws orchid::Error for an unknown method or bad numbers.
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
+
+}  // namespace orchid::engine
