@@ -1,9 +1,14 @@
 #include "cli/backend_options.h"
 
+#include <fmt/ranges.h>
+#include <limits>
+#include <set>
+
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "engine/draft_model_proposer.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/tcp_communicator.h"
 #if ORCHID_HAVE_CUDA
@@ -151,19 +156,17 @@ engine::SpeculativeConfig BackendOptions::speculative() const {
   if (speculative_config.empty()) return c;
   const auto j = nlohmann::json::parse(speculative_config, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) fail("--speculative-config: expected a JSON object, got '{}'", speculative_config);
+  static const std::set<std::string> known = {"method", "model", "num_speculative_tokens",
+                                              "prompt_lookup_max", "prompt_lookup_min"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key))
+      fail("--speculative-config: unknown key '{}' (known: {})", key, fmt::join(known, ", "));
   auto integer = [&](const char* key, int32_t& out) {
     if (!j.contains(key)) return false;
     if (!j[key].is_number_integer()) fail("--speculative-config: {} must be an integer", key);
     out = j[key].get<int32_t>();
     return true;
   };
-  for (const auto& [key, value] : j.items())
-    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
-        key != "prompt_lookup_min")
-      fail(
-          "--speculative-config: unknown key '{}' (known: method, num_speculative_tokens, prompt_lookup_max, "
-          "prompt_lookup_min)",
-          key);
   if (!j.contains("method") || !j["method"].is_string()) fail("--speculative-config: \"method\" is required");
   c.method = j["method"].get<std::string>();
   if (!integer("num_speculative_tokens", c.num_speculative_tokens))
@@ -171,8 +174,33 @@ engine::SpeculativeConfig BackendOptions::speculative() const {
   if (integer("prompt_lookup_max", c.prompt_lookup_max) && !j.contains("prompt_lookup_min"))
     c.prompt_lookup_min = std::min(c.prompt_lookup_min, c.prompt_lookup_max);
   integer("prompt_lookup_min", c.prompt_lookup_min);
-  engine::make_proposer(c);  // every remaining check, now rather than when the engine starts
+  if (j.contains("model")) {
+    if (!j["model"].is_string() || j["model"].get<std::string>().empty())
+      fail("--speculative-config: \"model\" must be a model directory or synthetic:NAME");
+    c.model = j["model"].get<std::string>();
+  }
+  if (c.method == "draft_model") {
+    if (c.model.empty()) fail("--speculative-config: method draft_model needs \"model\"");
+    if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
+      fail("--speculative-config: num_speculative_tokens {} (must be 1..16)", c.num_speculative_tokens);
+  } else {
+    engine::make_proposer(c);  // every remaining check, now rather than when the engine starts
+  }
   return c;
+}
+
+std::shared_ptr<engine::Proposer> BackendOptions::draft_proposer(const engine::SpeculativeConfig& c,
+                                                                 const runtime::Backend& target) const {
+  if (c.method != "draft_model") return nullptr;
+  // Before loading anything: a backend that cannot verify drafts has no use for a draft model.
+  if (target.max_draft_tokens() < c.num_speculative_tokens)
+    fail("speculative decoding: the {} backend verifies at most {} drafts per sequence ({} asked)",
+         target.name(), target.max_draft_tokens(), c.num_speculative_tokens);
+  std::shared_ptr<runtime::Backend> draft = create(c.model);
+  if (draft->model_config().vocab_size != target.model_config().vocab_size)
+    fail("speculative decoding: the draft model {} has a vocabulary of {} tokens, the target {}", c.model,
+         draft->model_config().vocab_size, target.model_config().vocab_size);
+  return std::make_shared<engine::DraftModelProposer>(std::move(draft), std::numeric_limits<int32_t>::max());
 }
 
 }  // namespace orchid::cli

@@ -42,6 +42,10 @@ struct BackendOptions {
   bool run_as_worker(const std::string& model) const;
   // --speculative-config parsed (not enabled when empty); throws orchid::Error naming what is wrong.
   engine::SpeculativeConfig speculative() const;
+  // The proposer of a draft_model config: the draft checkpoint on a backend of its own (these options),
+  // checked against the target's vocabulary. Null for any other method.
+  std::shared_ptr<engine::Proposer> draft_proposer(const engine::SpeculativeConfig& config,
+                                                   const runtime::Backend& target) const;
 };
 
 }  // namespace orchid::cli

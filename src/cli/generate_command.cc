@@ -112,6 +112,7 @@ void add_generate_command(CLI::App& app) {
     config.max_num_batched_tokens = args->backend.max_num_batched_tokens;
     config.enable_prefix_caching = !args->no_prefix_caching;
     config.speculative = args->backend.speculative();
+    config.proposer = args->backend.draft_proposer(config.speculative, *backend);
     if (args->backend.max_model_len > 0) {  // else what the model and the KV pool allow
       const runtime::KvCacheSpec kv = backend->kv_spec();
       config.max_model_len =

@@ -102,6 +102,7 @@ void serve(const ServeArgs& a) {
         config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
         config.enable_prefix_caching = !a.no_prefix_caching;
         config.speculative = a.backend.speculative();
+        config.proposer = a.backend.draft_proposer(config.speculative, *backend);
         if (a.seed >= 0) config.seed = uint64_t(a.seed);
         if (a.backend.max_model_len > 0) {
           const runtime::KvCacheSpec kv = backend->kv_spec();

@@ -7,13 +7,17 @@
 #include <span>
 #include <vector>
 
+#include "runtime/sampling_params.h"
+
 namespace orchid::engine {
 
 struct DraftRequest {
   int64_t seq_id = 0;
-  std::span<const int32_t> tokens;        // the sequence so far: prompt, then outputs
-  int32_t max_tokens = 0;                 // propose at most this many (>= 1)
-  std::vector<int32_t>* draft = nullptr;  // cleared by the engine; the proposer appends
+  std::span<const int32_t> tokens;  // the sequence so far: prompt, then outputs
+  int32_t prompt_len = 0;
+  int32_t max_tokens = 0;                           // propose at most this many (>= 1)
+  const runtime::SamplingParams* params = nullptr;  // the request's, seed included
+  std::vector<int32_t>* draft = nullptr;            // cleared by the engine; the proposer appends
 };
 
 class Proposer {

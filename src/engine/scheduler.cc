@@ -105,7 +105,7 @@ void Scheduler::propose_drafts(const std::vector<Sequence*>& decodes, int32_t bu
     const int32_t len = int32_t(s->tokens.size());
     const int32_t most = std::min({k, s->stop.config().max_tokens - s->num_outputs() - 1,
                                    config_.max_model_len - len - 1, config_.max_chunk_tokens - 1});
-    if (most > 0) requests.push_back({s->id, s->tokens, most, &s->draft});
+    if (most > 0) requests.push_back({s->id, s->tokens, s->prompt_len, most, &s->params, &s->draft});
   }
   if (requests.empty()) return;
   config_.proposer->propose(requests);

@@ -9,7 +9,8 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c) {
   if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
     fail("speculative decoding: num_speculative_tokens {} (must be 1..16)", c.num_speculative_tokens);
   if (c.method == "ngram") return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
-  fail("speculative decoding: unknown method '{}' (available: ngram)", c.method);
+  if (c.method == "draft_model") fail("speculative decoding: draft_model: the draft model was not loaded");
+  fail("speculative decoding: unknown method '{}' (available: ngram, draft_model)", c.method);
 }
 
 }  // namespace orchid::engine

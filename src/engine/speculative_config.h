@@ -11,14 +11,16 @@
 namespace orchid::engine {
 
 struct SpeculativeConfig {
-  std::string method;                                    // "" (off) or "ngram"
-  int32_t num_speculative_tokens = 0;                    // drafts per sequence and step, at most
+  std::string method;                  // "" (off), "ngram" or "draft_model"
+  std::string model;                   // draft_model: the draft checkpoint (same vocabulary as the target)
+  int32_t num_speculative_tokens = 0;  // drafts per sequence and step, at most
   int32_t prompt_lookup_min = 2, prompt_lookup_max = 4;  // ngram: match lengths tried, longest first
 
   bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
 };
 
-// The proposer of an enabled config; throws orchid::Error for an unknown method or bad numbers.
+// The proposer of an enabled config; throws orchid::Error for an unknown method or bad numbers. A draft
+// model needs a backend, which its caller loads (DraftModelProposer, EngineConfig::proposer).
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
 
 }  // namespace orchid::engine

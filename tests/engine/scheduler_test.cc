@@ -187,5 +187,146 @@ TEST(Scheduler, RejectsMisuse) {
   EXPECT_THROW(f.sched.finish(a), InternalError);
 }
 
+// ---- Drafts (speculative decoding) ----
+
+// Proposes `max_tokens` copies of 9 for every sequence asked, and records who was asked for how many.
+class NinesProposer final : public Proposer {
+ public:
+  void propose(std::span<const DraftRequest> requests) override {
+    for (const DraftRequest& r : requests) {
+      asked.emplace_back(r.seq_id, r.max_tokens);
+      r.draft->assign(size_t(r.max_tokens), 9);
+    }
+  }
+  void forget(int64_t id) override { forgotten.push_back(id); }
+  std::vector<std::pair<int64_t, int32_t>> asked;
+  std::vector<int64_t> forgotten;
+};
+
+// One step in which every drafted sequence has its first accept(seq) drafts accepted.
+template <typename Accept>
+void step_with_drafts(Fixture& f, Accept accept) {
+  ASSERT_TRUE(f.sched.schedule(f.plan));
+  const runtime::StepBatch& b = f.sched.batch();
+  for (size_t i = 0; i < f.plan.size(); ++i) {
+    const ScheduledSeq& e = f.plan[i];
+    const runtime::StepSequence& s = b.seqs[i];
+    EXPECT_EQ(s.num_draft, e.num_draft);
+    EXPECT_EQ(s.num_tokens, e.num_tokens);
+    for (int32_t d = 0; d < e.num_draft; ++d)
+      EXPECT_EQ(b.tokens[size_t(s.token_begin + s.num_tokens - e.num_draft + d)], 9);
+    EXPECT_EQ((s.start_pos + s.num_tokens + 3) / 4, s.num_full_pages);
+  }
+  for (const ScheduledSeq& e : f.plan) {
+    const int32_t a = e.sample ? std::min(e.num_draft, accept(e.seq)) : 0;
+    if (e.sample) {
+      for (int32_t d = 0; d < a; ++d) e.seq->tokens.push_back(9);
+      e.seq->tokens.push_back(7);
+    }
+    f.sched.complete(e, a);
+  }
+  f.sched.check_invariants();
+}
+
+TEST(SchedulerDrafts, DraftsShareTheBudgetLeftAfterOneTokenPerDecode) {
+  NinesProposer p;
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 11;
+  c.num_speculative_tokens = 4;
+  c.proposer = &p;
+  Fixture f(c, spec(64));
+  Sequence* a = f.add(5);
+  Sequence* b = f.add(6);
+  Sequence* d = f.add(3);
+  step_with_drafts(f, [](Sequence*) { return 0; });  // the prompts (14 tokens > 11: d waits)
+  EXPECT_TRUE(p.asked.empty());
+  // Decodes of a and b with drafts of (11 - 2) / 2 = 4 each, and what is left for d's prompt, until d
+  // decodes.
+  while (d->num_outputs() == 0) step_with_drafts(f, [](Sequence*) { return 0; });
+  p.asked.clear();
+  const int64_t before = f.sched.counters().spec_draft_tokens;
+  step_with_drafts(f, [](Sequence*) { return 0; });
+  // Three decodes in a budget of 11: (11 - 3) / 3 = 2 drafts each.
+  ASSERT_EQ(p.asked.size(), 3u);
+  for (const auto& [id, n] : p.asked) EXPECT_EQ(n, 2) << id;
+  EXPECT_EQ(f.sched.counters().spec_draft_tokens - before, 6);
+  (void)a;
+  (void)b;
+}
+
+TEST(SchedulerDrafts, RejectedDraftsGiveTheirPagesBack) {
+  NinesProposer p;
+  SchedulerConfig c;
+  c.num_speculative_tokens = 7;
+  c.proposer = &p;
+  Fixture f(c, spec(64));
+  Sequence* s = f.add(4);  // one full page
+  step_with_drafts(f, [](Sequence*) { return 0; });
+  const int32_t free_after_prefill = f.blocks.full_pool().num_free();
+  // 1 + 7 tokens from position 4: positions 4..11, three pages; none accepted: back to two pages.
+  step_with_drafts(f, [](Sequence*) { return 0; });
+  EXPECT_EQ(s->num_computed, 5);
+  EXPECT_EQ(s->pages.full.size(), 2u);
+  EXPECT_EQ(f.blocks.full_pool().num_free(), free_after_prefill - 1);
+  // All 7 accepted: 8 tokens computed this step, positions 5..12, four pages kept.
+  step_with_drafts(f, [](Sequence*) { return 7; });
+  EXPECT_EQ(s->num_computed, 13);
+  EXPECT_EQ(s->tokens.size(), 14u);
+  EXPECT_EQ(s->pages.full.size(), 4u);
+  EXPECT_EQ(f.sched.counters().spec_accepted_tokens, 7);
+  // The sliding window keeps shrinking behind the sequence as usual.
+  for (int i = 0; i < 4; ++i) step_with_drafts(f, [](Sequence*) { return 2; });
+  EXPECT_GT(s->pages.sliding_begin, 0);
+  f.sched.finish(s);
+  EXPECT_EQ(f.blocks.full_pool().num_free(), 64);
+  EXPECT_EQ(f.blocks.sliding_pool().num_free(), 64);
+  EXPECT_EQ(p.forgotten, (std::vector<int64_t>{s->id}));
+}
+
+TEST(SchedulerDrafts, NoDraftPastMaxTokensTheContextOrABannedStop) {
+  NinesProposer p;
+  SchedulerConfig c;
+  c.num_speculative_tokens = 5;
+  c.proposer = &p;
+  c.max_model_len = 12;
+  Fixture f(c, spec(64));
+  Sequence* s = f.add(8);
+  step_with_drafts(f, [](Sequence*) { return 0; });  // 9 tokens now
+  step_with_drafts(f, [](Sequence*) { return 0; });
+  // max_model_len 12, 9 tokens: at most 12 - 9 - 1 = 2 drafts.
+  ASSERT_EQ(p.asked.size(), 1u);
+  EXPECT_EQ(p.asked[0].second, 2);
+  f.sched.finish(s);
+
+  StopConfig few;
+  few.max_tokens = 3;
+  few.min_tokens = 0;
+  auto t = std::make_unique<Sequence>(50, StopChecker(few, nullptr));
+  t->prompt_len = 2;
+  t->tokens = {1, 2};
+  Sequence* tp = t.get();
+  f.sched.add(std::move(t));
+  p.asked.clear();
+  step_with_drafts(f, [](Sequence*) { return 0; });  // the prompt, and output 1
+  step_with_drafts(f, [](Sequence*) { return 0; });
+  ASSERT_EQ(p.asked.size(), 1u);
+  EXPECT_EQ(p.asked[0].second, 1);  // max_tokens 3 with 1 output: one more draw, then the last
+  f.sched.finish(tp);
+
+  StopConfig banned;
+  banned.stop_ids = {0};
+  banned.min_tokens = 4;
+  banned.max_tokens = 100;
+  auto u = std::make_unique<Sequence>(60, StopChecker(banned, nullptr));
+  u->prompt_len = 2;
+  u->tokens = {1, 2};
+  f.sched.add(std::move(u));
+  p.asked.clear();
+  for (int i = 0; i < 4; ++i) step_with_drafts(f, [](Sequence*) { return 0; });
+  EXPECT_TRUE(p.asked.empty()) << "stop ids are banned until min_tokens";
+  step_with_drafts(f, [](Sequence*) { return 0; });
+  EXPECT_EQ(p.asked.size(), 1u);
+}
+
 }  // namespace
 }  // namespace orchid::engine

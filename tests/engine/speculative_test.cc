@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/draft_model_proposer.h"
 #include "engine/engine.h"
 #include "engine/ngram_proposer.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -339,6 +340,73 @@ TEST(Speculative, RefusedWhereTheBackendCannotVerify) {
   EXPECT_THROW(test::Harness(instant, c), Error);
 }
 
+// ---- A draft model ----
+
+std::shared_ptr<DraftModelProposer> fake_draft(uint64_t salt, int32_t full_pages = 256,
+                                               int32_t sliding_pages = 256) {
+  testing::FakeBackendOptions o = small_vocab_fake(full_pages, sliding_pages);
+  o.salt = salt;
+  o.check_sample_index = false;  // a draft draws at the same output index again after a rejection
+  return std::make_shared<DraftModelProposer>(std::make_shared<testing::FakeBackend>(o), 1 << 20);
+}
+
+TEST(SpeculativeDraftModel, TheTargetItselfAsDraftIsAlwaysAcceptedSampledOrNot) {
+  std::mt19937 rng(23);
+  const std::vector<Req> reqs = fake_workload(rng, 36);
+  const testing::FakeBackendOptions fake = small_vocab_fake(20, 40);
+  EngineConfig plain;
+  plain.max_num_seqs = 6;
+  plain.max_num_batched_tokens = 24;
+  plain.max_model_len = 64;
+  std::vector<RequestEvent> alone;
+  for (const Req& r : reqs) alone.push_back(test::run_alone(r, fake));
+  for (int32_t k : {1, 3, 5}) {
+    auto draft = fake_draft(fake.salt);
+    EngineConfig c = plain;
+    c.speculative.num_speculative_tokens = k;
+    c.proposer = draft;
+    const Outcome got = serve(reqs, fake, c);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      expect_same(got.events[i], alone[i],
+                  "same-model draft k=" + std::to_string(k) + ", request " + std::to_string(i));
+    // Coupled draws: the same model with the same Philox draw proposes exactly what the target draws.
+    EXPECT_GT(got.metrics.spec_draft_tokens, 0);
+    EXPECT_EQ(got.metrics.spec_accepted_tokens, got.metrics.spec_draft_tokens) << k;
+    EXPECT_EQ(draft->num_tracked(), 0u) << "every sequence forgotten at its end";
+  }
+}
+
+TEST(SpeculativeDraftModel, AnotherModelAsDraftChangesNoOutputAndSurvivesAFullPool) {
+  std::mt19937 rng(29);
+  const std::vector<Req> reqs = fake_workload(rng, 36);
+  const testing::FakeBackendOptions fake = small_vocab_fake(20, 40);
+  EngineConfig plain;
+  plain.max_num_seqs = 6;
+  plain.max_num_batched_tokens = 24;
+  plain.max_model_len = 64;
+  std::vector<RequestEvent> alone;
+  for (const Req& r : reqs) alone.push_back(test::run_alone(r, fake));
+  // A different "model", then one whose KV pool holds a sequence or two at most.
+  for (auto [salt, pages] : {std::pair<uint64_t, int32_t>{5, 256}, {0, 12}}) {
+    auto draft = fake_draft(salt, pages, pages);
+    EngineConfig c = plain;
+    c.speculative.num_speculative_tokens = 4;
+    c.proposer = draft;
+    const Outcome got = serve(reqs, fake, c);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      expect_same(got.events[i], alone[i], "salt " + std::to_string(salt) + ", request " + std::to_string(i));
+    EXPECT_GT(got.metrics.spec_draft_tokens, 0);
+    if (salt == fake.salt)
+      EXPECT_EQ(got.metrics.spec_accepted_tokens, got.metrics.spec_draft_tokens);
+    else
+      EXPECT_LT(got.metrics.spec_accepted_tokens, got.metrics.spec_draft_tokens);
+    EXPECT_EQ(draft->num_tracked(), 0u);
+    std::printf("draft salt %llu, %d pages: %lld drafts, acceptance %.2f\n",
+                static_cast<unsigned long long>(salt), pages, static_cast<long long>(got.metrics.spec_drafts),
+                got.metrics.spec_acceptance_rate());
+  }
+}
+
 // ---- The CPU backend: a real model's logits, verified over k + 1 query tokens ----
 
 std::shared_ptr<runtime::Backend> cpu_backend(const std::string& model, int32_t full_pages,
@@ -350,7 +418,8 @@ std::shared_ptr<runtime::Backend> cpu_backend(const std::string& model, int32_t 
   return runtime::cpu::CpuBackend::create(model, o);
 }
 
-std::vector<RequestEvent> run_cpu(const std::string& model, const std::vector<Req>& reqs, EngineConfig c) {
+std::vector<RequestEvent> run_cpu(const std::string& model, const std::vector<Req>& reqs, EngineConfig c,
+                                  EngineMetrics* metrics = nullptr) {
   c.max_model_len = 128;
   Engine e(cpu_backend(model, 96, 64), c);
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -359,10 +428,12 @@ std::vector<RequestEvent> run_cpu(const std::string& model, const std::vector<Re
   std::vector<RequestEvent> out;
   for (auto& s : streams) out.push_back(s->wait_all());
   EXPECT_EQ(e.metrics().kv_full_pages_used, 0);
+  if (metrics) *metrics = e.metrics();
   return out;
 }
 
-void expect_cpu_speculation_exact(const std::string& model, int32_t vocab, int n) {
+void expect_cpu_speculation_exact(const std::string& model, const std::string& other_model, int32_t vocab,
+                                  int n) {
   std::mt19937 rng(17);
   std::vector<Req> reqs;
   for (int i = 0; i < n; ++i) {
@@ -396,14 +467,31 @@ void expect_cpu_speculation_exact(const std::string& model, int32_t vocab, int n
     for (size_t i = 0; i < reqs.size(); ++i)
       expect_same(ng[i], base[i], model + " ngram k=" + std::to_string(k));
   }
+  // The model itself as draft (a second backend of it): accepted every time; another as draft: same outputs.
+  for (const std::string& draft_model : {model, other_model}) {
+    if (draft_model.empty()) continue;
+    EngineConfig c = plain;
+    c.speculative.num_speculative_tokens = 3;
+    c.proposer = std::make_shared<DraftModelProposer>(cpu_backend(draft_model, 96, 64), 128);
+    EngineMetrics m;
+    const std::vector<RequestEvent> got = run_cpu(model, reqs, c, &m);
+    for (size_t i = 0; i < reqs.size(); ++i) expect_same(got[i], base[i], model + " draft " + draft_model);
+    EXPECT_GT(m.spec_draft_tokens, 0);
+    if (draft_model == model)
+      EXPECT_EQ(m.spec_accepted_tokens, m.spec_draft_tokens);
+    else
+      EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens);
+    std::printf("%s, draft %s: acceptance %.2f, mean accepted length %.2f\n", model.c_str(),
+                draft_model.c_str(), m.spec_acceptance_rate(), m.spec_mean_accepted_length());
+  }
 }
 
 TEST(SpeculativeCpu, GoldenTinyCheckpointGreedyAndSeededOutputsUnchanged) {
-  expect_cpu_speculation_exact(std::string(ORCHID_SOURCE_DIR) + "/tests/golden/tiny/checkpoint", 1000, 6);
+  expect_cpu_speculation_exact(std::string(ORCHID_SOURCE_DIR) + "/tests/golden/tiny/checkpoint", "", 1000, 6);
 }
 
 TEST(SpeculativeCpu, SyntheticTinyGreedyAndSeededOutputsUnchanged) {
-  expect_cpu_speculation_exact("synthetic:tiny", 5000, 3);
+  expect_cpu_speculation_exact("synthetic:tiny", "synthetic:tiny@2", 5000, 3);
 }
 
 }  // namespace

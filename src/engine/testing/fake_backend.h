@@ -31,7 +31,8 @@ struct FakeBackendOptions {
   // simulate=false: how long a step takes (a stand-in for the model's forward, overlapping the engine's
   // token-mask work as a real backend's would).
   std::chrono::microseconds step_time{0};
-  int32_t max_draft_tokens = 16;  // speculative decoding: drafts verified per sequence (simulate only)
+  int32_t max_draft_tokens = 16;   // speculative decoding: drafts verified per sequence (simulate only)
+  bool check_sample_index = true;  // each sequence's sample indices count up (not so for a draft model)
 };
 
 class FakeBackend : public runtime::Backend {
