@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -140,6 +141,51 @@ std::string first_model(const Url& u, const std::string& api_key) {
   } catch (const std::exception& e) {
     fail("cannot reach {}:{} ({}); is the server up?", u.host, u.port, e.what());
   }
+}
+
+// Speculative decoding counters from the server's /metrics, orchid's or vLLM's names (summed over label
+// sets); all zero when the server has none or no /metrics.
+struct SpecCounters {
+  double drafts = 0, draft_tokens = 0, accepted_tokens = 0;
+};
+
+SpecCounters spec_counters(const Url& u, const std::string& api_key) {
+  SpecCounters c;
+  try {
+    asio::io_context io;
+    tcp::resolver resolver(io);
+    beast::tcp_stream stream(io);
+    stream.expires_after(std::chrono::seconds(30));
+    stream.connect(resolver.resolve(u.host, u.port));
+    http::request<http::empty_body> req{http::verb::get, "/metrics", 11};
+    set_common_headers(req, u, api_key);
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(stream, buf, res);
+    if (res.result_int() != 200) return c;
+    std::istringstream lines(res.body());
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t name_end = line.find_first_of("{ ");
+      const size_t value_at = line.rfind(' ');
+      if (name_end == std::string::npos || value_at == std::string::npos) continue;
+      const std::string name = line.substr(0, name_end);
+      const double value = std::strtod(line.c_str() + value_at + 1, nullptr);
+      if (name == "orchid_spec_decode_drafts_total" || name == "vllm:spec_decode_num_drafts_total")
+        c.drafts += value;
+      else if (name == "orchid_spec_decode_draft_tokens_total" ||
+               name == "vllm:spec_decode_num_draft_tokens_total")
+        c.draft_tokens += value;
+      else if (name == "orchid_spec_decode_accepted_tokens_total" ||
+               name == "vllm:spec_decode_num_accepted_tokens_total")
+        c.accepted_tokens += value;
+    }
+  } catch (const std::exception&) {
+    // No metrics: nothing to report.
+  }
+  return c;
 }
 
 struct Shared {
@@ -355,10 +401,15 @@ int run_serve_bench(const ServeBenchOptions& o) {
     fail("--url {}: cannot resolve {} ({})", o.url, sh.url.host, e.what());
   }
   const int64_t workers = o.max_concurrency > 0 ? std::min(o.max_concurrency, o.num_prompts) : o.num_prompts;
+  const SpecCounters spec_before = spec_counters(sh.url, o.api_key);
   sh.start = Clock::now();
   for (int64_t w = 0; w < workers; ++w) asio::co_spawn(io, worker(sh), asio::detached);
   io.run();
   const double duration = seconds_since(sh.start);
+  const SpecCounters spec_after = spec_counters(sh.url, o.api_key);
+  const SpecCounters spec{spec_after.drafts - spec_before.drafts,
+                          spec_after.draft_tokens - spec_before.draft_tokens,
+                          spec_after.accepted_tokens - spec_before.accepted_tokens};
 
   int64_t ok = 0, errors = 0, mismatched = 0, in_tokens = 0, out_tokens = 0;
   std::vector<double> ttft, tpot, itl, e2e;
@@ -401,6 +452,14 @@ int run_serve_bench(const ServeBenchOptions& o) {
               {"itl", stats_json(s_itl)},
               {"e2e", stats_json(s_e2e)},
               {"first_errors", first_errors}};
+  if (spec.draft_tokens > 0) {
+    out["spec_decode"] = {
+        {"drafts", spec.drafts},
+        {"draft_tokens", spec.draft_tokens},
+        {"accepted_tokens", spec.accepted_tokens},
+        {"acceptance_rate", spec.accepted_tokens / spec.draft_tokens},
+        {"mean_accepted_length", spec.drafts > 0 ? 1.0 + spec.accepted_tokens / spec.drafts : 0.0}};
+  }
   if (o.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
@@ -418,6 +477,10 @@ int run_serve_bench(const ServeBenchOptions& o) {
     std::printf("| ms | mean | p50 | p90 | p99 |\n|---|---|---|---|---|\n");
     for (auto [name, s] : {std::pair{"TTFT", s_ttft}, {"TPOT", s_tpot}, {"ITL", s_itl}, {"E2E", s_e2e}})
       std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", name, s.mean, s.p50, s.p90, s.p99);
+    if (spec.draft_tokens > 0)
+      std::printf("speculative: %.0f drafts of %.0f tokens, acceptance %.3f, mean accepted length %.2f\n",
+                  spec.drafts, spec.draft_tokens, spec.accepted_tokens / spec.draft_tokens,
+                  spec.drafts > 0 ? 1.0 + spec.accepted_tokens / spec.drafts : 0.0);
     for (const auto& e : first_errors) std::printf("error: %s\n", e.c_str());
   }
   return errors == 0 && mismatched == 0 ? 0 : 1;

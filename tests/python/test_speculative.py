@@ -128,3 +128,16 @@ def test_bad_config_is_refused_at_start(config, message):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0
     assert message in res.stderr, res.stderr
+
+
+def test_bench_serve_reports_acceptance(orchid, servers):
+    def bench(name):
+        res = orchid("bench", "serve", "--url", servers[name].base_url, "--num-prompts", 4, "--input-len", 16,
+                     "--output-len", 12, "--json")
+        return json.loads(res.stdout)
+    r = bench("draft")
+    assert (r["completed"], r["errors"], r["length_mismatches"]) == (4, 0, 0)
+    spec = r["spec_decode"]
+    assert spec["acceptance_rate"] == 1.0 and spec["accepted_tokens"] == spec["draft_tokens"] > 0
+    assert 1.0 < spec["mean_accepted_length"] <= 4.0
+    assert "spec_decode" not in bench("plain")
