@@ -43,6 +43,8 @@ step sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report ha
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
 step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+# Speculative decoding (prompt lookup, self-draft) against plain greedy decoding, up to BF16-noise ties.
+step speculative-tiny python3 tools/gpu/speculative_check.py --orchid "$bin"
 # Tensor/expert parallelism with every rank on this GPU, against one rank and the references.
 step parallel-one-gpu python3 tools/gpu/parallel_check.py --orchid "$bin"
 # Every layer of synthetic 20b against transformers' FP32 layer (teacher forcing), all three formats.
@@ -55,6 +57,16 @@ step layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck2
 step serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
+# Speculative decoding's verify step (1 + K tokens a sequence) against the plain step, 20b and 120b.
+for k in 1 2 3 4; do
+  step "bench-verify-20b-k$k" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,32 \
+    --steps 8 --draft-tokens $k
+done
+step bench-verify-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 8
+for k in 1 2 3 4; do
+  step "bench-verify-120b-k$k" "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 \
+    --steps 8 --draft-tokens $k
+done
 # Where a decode step's time goes (CUPTI tracer, built with the cuda preset when CUPTI is there).
 tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
 [ -f "$tracer" ] && step kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \

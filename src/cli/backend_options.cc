@@ -130,6 +130,8 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.page_size = block_size;
     o.max_step_tokens = max_num_batched_tokens;
     o.max_step_seqs = max_num_seqs;
+    const engine::SpeculativeConfig spec = speculative();
+    o.max_draft_tokens = spec.enabled() ? spec.num_speculative_tokens : 0;
     o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
     o.gpu_memory_utilization = gpu_memory_utilization;
     o.kv_pages = kv_pages;
@@ -196,7 +198,9 @@ std::shared_ptr<engine::Proposer> BackendOptions::draft_proposer(const engine::S
   if (target.max_draft_tokens() < c.num_speculative_tokens)
     fail("speculative decoding: the {} backend verifies at most {} drafts per sequence ({} asked)",
          target.name(), target.max_draft_tokens(), c.num_speculative_tokens);
-  std::shared_ptr<runtime::Backend> draft = create(c.model);
+  BackendOptions plain = *this;  // the draft itself verifies nothing
+  plain.speculative_config.clear();
+  std::shared_ptr<runtime::Backend> draft = plain.create(c.model);
   if (draft->model_config().vocab_size != target.model_config().vocab_size)
     fail("speculative decoding: the draft model {} has a vocabulary of {} tokens, the target {}", c.model,
          draft->model_config().vocab_size, target.model_config().vocab_size);

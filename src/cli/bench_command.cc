@@ -33,6 +33,8 @@ struct BenchArgs {
   // Decode sampling (greedy by default, the seed's setting); anything else runs the sampler every step.
   float temperature = 0.0f, top_p = 1.0f;
   int32_t top_k = 0;
+  // Decode: drafts per sequence (speculative decoding's verify step: 1 + K query tokens each).
+  int32_t draft_tokens = 0;
 };
 
 double median(std::vector<double> v) {
@@ -122,7 +124,10 @@ void run_decode(const BenchArgs& a) {
   auto seq_lens = positive_list(a.seq_lens, "--seq-lens");
   auto batches = positive_list(a.batches, "--batch-sizes");
   BackendOptions bo = a.backend;
-  const int64_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+  const int64_t K = a.draft_tokens;
+  if (K > 0)  // buffers for the drafts' logits and draws
+    bo.speculative_config = fmt::format(R"({{"method": "ngram", "num_speculative_tokens": {}}})", K);
+  const int64_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end()) + K;
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   bo.max_model_len = std::max(bo.max_model_len, max_len);
   if (!bo.uses_cuda() && bo.kv_pages == 0)  // the CPU sizes its pools from this; the GPU from its memory
@@ -134,10 +139,10 @@ void run_decode(const BenchArgs& a) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t L : seq_lens) {
     for (int64_t B : batches) {
-      const int64_t pages_per_seq = (L + spec.page_size - 1) / spec.page_size;
+      const int64_t pages_per_seq = (L + K + spec.page_size - 1) / spec.page_size;
       const int64_t sliding_per_seq =
           std::min<int64_t>(pages_per_seq, (spec.sliding_window + spec.page_size - 1) / spec.page_size + 1);
-      nlohmann::json row = {{"seq_len", L}, {"batch", B}};
+      nlohmann::json row = {{"seq_len", L}, {"batch", B}, {"draft_tokens", K}};
       if (pages_per_seq * B > spec.num_full_pages || sliding_per_seq * B > spec.num_sliding_pages) {
         row["skipped"] =
             fmt::format("KV needs {} pages, the pool has {}", pages_per_seq * B, spec.num_full_pages);
@@ -153,8 +158,9 @@ void run_decode(const BenchArgs& a) {
       for (int64_t s = 0; s < B; ++s) {
         runtime::StepSequence q;
         q.seq_id = s;
-        q.token_begin = int32_t(s);
-        q.num_tokens = 1;
+        q.token_begin = int32_t(s * (1 + K));
+        q.num_tokens = int32_t(1 + K);
+        q.num_draft = int32_t(K);
         q.start_pos = int32_t(L - 1);
         q.sample = true;
         q.sample_index = int32_t(s);
@@ -168,7 +174,8 @@ void run_decode(const BenchArgs& a) {
           const int64_t k = p - (pages_per_seq - sliding_per_seq);
           b.sliding_page_table.push_back(k < 0 ? runtime::kNoPage : int32_t(s * sliding_per_seq + k));
         }
-        b.tokens.push_back(int32_t((s * 7919) % std::min<int64_t>(c.vocab_size, 200000)));
+        for (int64_t t = 0; t <= K; ++t)
+          b.tokens.push_back(int32_t((s * 7919 + t * 104729) % std::min<int64_t>(c.vocab_size, 200000)));
         b.seqs.push_back(q);
       }
       for (int w = 0; w < 2; ++w) backend->forward(b);
@@ -206,6 +213,9 @@ void run_decode(const BenchArgs& a) {
               a.temperature <= 0
                   ? "greedy"
                   : fmt::format("temperature {} top-p {} top-k {}", a.temperature, a.top_p, a.top_k).c_str());
+  if (a.draft_tokens > 0)
+    std::printf("verify steps: %d drafts per sequence (the floor is a plain decode step's)\n",
+                a.draft_tokens);
   std::printf("| seq len | batch | tok/s/user | tok/s total | $ / 1M tok | step ms | floor ms | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
@@ -266,6 +276,12 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   decode->add_option("--top-k", a->top_k, "top-k sampling (0: off)")->check(CLI::Range(0, 1 << 30));
+  decode
+      ->add_option("--draft-tokens", a->draft_tokens,
+                   "drafts per sequence: time speculative decoding's verify step (1 + K tokens a sequence; "
+                   "tok/s then counts one token a sequence, as if every draft were rejected)")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
   decode->callback([a] {
     if (!a->backend.run_as_worker(a->model)) run_decode(*a);
   });

@@ -189,6 +189,17 @@ int32_t sample_sequence(const StepBatch& batch, const StepSequence& seq, std::sp
   }
 }
 
+int32_t accept_drafts(const StepBatch& batch, const StepSequence& seq, std::span<const SampledToken> draws,
+                      std::vector<SampledToken>& out) {
+  ORCHID_CHECK(draws.size() == size_t(seq.num_draft) + 1, "{} draws for {} drafts", draws.size(),
+               seq.num_draft);
+  const int32_t* drafts = batch.tokens.data() + seq.token_begin + seq.num_tokens - seq.num_draft;
+  for (int32_t i = 0;; ++i) {
+    out.push_back(draws[size_t(i)]);
+    if (i == seq.num_draft || draws[size_t(i)].token != drafts[i]) return i;
+  }
+}
+
 SampledToken sample_token(const SampleInput& in) {
   ORCHID_CHECK(!in.logits.empty() && in.params != nullptr);
   const SamplingParams& p = *in.params;

@@ -46,6 +46,11 @@ SampleInput step_sample_input(const StepBatch& batch, const StepSequence& seq, s
 // to `out` (1 + the accepted drafts) and returns how many drafts were accepted.
 int32_t sample_sequence(const StepBatch& batch, const StepSequence& seq, std::span<const float> rows,
                         std::vector<SampledToken>& out);
+// The same rule over draws already made at every one of those positions (a backend that draws them all at
+// once, the GPU's): appends the draws up to the first that differs from its draft, that one included, and
+// returns how many drafts were accepted.
+int32_t accept_drafts(const StepBatch& batch, const StepSequence& seq, std::span<const SampledToken> draws,
+                      std::vector<SampledToken>& out);
 
 // The steps of sample_token, exposed for tests and as the specification of the GPU sampler.
 

@@ -2,7 +2,9 @@
 // temperature/top-p/top-k, penalties, banned tokens and logprobs, whose raw logits come back (kSampled) and
 // are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's. And
 // sampled decode steps replayed from a CUDA graph draw what the same steps draw eagerly. Allowed-token masks
-// (structured outputs), filled only when the backend asks for them, limit every draw in both.
+// (structured outputs), filled only when the backend asks for them, limit every draw in both. Drafted steps
+// (speculative decoding) draw at every verified position what the host draws from the same logits, and keep
+// the run up to the first differing draw.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -260,6 +262,81 @@ TEST(CudaSampling, MasksLimitEveryDrawInGraphsAndEagerSteps) {
   }
   EXPECT_EQ(waits, 2 * (kSteps + 1));
   std::printf("CUDA masks: %d constrained draws within their masks, graphs equal to eager\n", checked);
+}
+
+TEST(CudaSampling, DraftedStepsDrawWhatTheHostDrawsAndKeepTheAcceptedRun) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  CudaBackendOptions o = small_options(true);
+  o.max_draft_tokens = 3;
+  CudaBackend be("synthetic:tiny", o);
+  ASSERT_EQ(be.max_draft_tokens(), 3);
+  const int32_t V = int32_t(be.model_config().vocab_size);
+  const KvCacheSpec spec = be.kv_spec();
+  auto token = [V](int i, int t) { return (i * 977 + t * 31 + 5) % V; };
+  // Prompts: greedy, sampled, penalized.
+  StepBatch prefill;
+  for (int i = 0; i < 3; ++i) {
+    prefill.seqs.push_back(add_prompt(prefill, spec, i, 6 + i, 4, token));
+    SamplingParams p;
+    p.seed = 40 + uint64_t(i);
+    if (i == 0) p.temperature = 0;
+    if (i == 1) p.temperature = 0.9f, p.top_k = 50;
+    if (i == 2) p.temperature = 0.7f, p.repetition_penalty = 1.2f, p.num_logprobs = 2;
+    prefill.params.push_back(p);
+  }
+  const StepOutput first = be.forward(prefill);
+  ASSERT_EQ(first.samples.size(), 3u);
+  int accepted_total = 0;
+  std::vector<int32_t> drawn_first(3, 0);  // the draw after the pending token, round 0
+  for (int round = 0; round < 2; ++round) {
+    // The pending token and three drafts; in round 1 the first draft is what round 0 drew there.
+    StepBatch b = prefill;
+    b.logits = LogitsMode::kSampled;
+    b.tokens.clear();
+    b.history_tokens.clear();
+    for (size_t i = 0; i < 3; ++i) {
+      StepSequence& s = b.seqs[i];
+      s.start_pos = prefill.seqs[i].num_tokens;
+      s.token_begin = int32_t(b.tokens.size());
+      s.num_tokens = 4;
+      s.num_draft = 3;
+      s.sample_index = 1;
+      b.tokens.push_back(first.samples[i].token);
+      for (int d = 0; d < 3; ++d) b.tokens.push_back((int32_t(i) * 11 + d * 7 + 1) % V);
+      if (b.params[i].uses_penalties()) {
+        s.prompt_history_begin = int32_t(b.history_tokens.size());
+        s.prompt_history_len = prefill.seqs[i].num_tokens;
+        for (int t = 0; t < s.prompt_history_len; ++t) b.history_tokens.push_back(token(int(i), t));
+        s.output_history_begin = int32_t(b.history_tokens.size());
+        s.output_history_len = 1;
+        b.history_tokens.push_back(first.samples[i].token);
+        b.history_tokens.insert(b.history_tokens.end(), b.tokens.end() - 3, b.tokens.end());
+      }
+    }
+    if (round == 1)
+      for (size_t i = 0; i < 3; ++i) b.tokens[b.seqs[i].token_begin + 1] = drawn_first[i];
+    const StepOutput out = be.forward(b);
+    ASSERT_EQ(out.num_accepted.size(), 3u);
+    ASSERT_EQ(out.logits_rows, 12);
+    size_t next = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      SCOPED_TRACE(::testing::Message() << "round " << round << " sequence " << i);
+      std::vector<SampledToken> want;
+      const std::span<const float> rows(out.logits.data() + i * 4 * size_t(V), 4 * size_t(V));
+      const int32_t accepted = sample_sequence(b, b.seqs[i], rows, want);
+      EXPECT_EQ(out.num_accepted[i], accepted);
+      ASSERT_EQ(want.size(), size_t(accepted) + 1);
+      for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(out.samples[next + k].token, want[k].token);
+      drawn_first[i] = want[0].token;
+      next += want.size();
+      if (round == 1) {
+        EXPECT_GE(accepted, 1) << "the first draft is the token drawn there";
+      }
+      accepted_total += accepted;
+    }
+    EXPECT_EQ(next, out.samples.size());
+  }
+  std::printf("CUDA backend: drafted steps, %d drafts accepted, every draw the host's\n", accepted_total);
 }
 
 }  // namespace

@@ -164,7 +164,8 @@ void CudaBackend::validate(const StepBatch& b) const {
     fail("step of {} sequences exceeds --max-num-seqs {}", b.seqs.size(), opts_.max_step_seqs);
   validate_step(b, config_, spec_, std::min<int64_t>(config_.max_position_embeddings, opts_.max_model_len));
   for (const StepSequence& s : b.seqs)
-    if (s.num_draft > 0) fail("the cuda backend does not verify drafts yet (speculative decoding)");
+    if (s.num_draft > opts_.max_draft_tokens)
+      fail("{} drafts in a sequence; the backend was sized for {}", s.num_draft, opts_.max_draft_tokens);
 }
 
 StepOutput CudaBackend::forward(const StepBatch& b) {

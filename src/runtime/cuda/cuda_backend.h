@@ -36,6 +36,7 @@ class CudaBackend final : public Backend {
   KvCacheSpec kv_spec() const override { return spec_; }
   int32_t max_step_tokens() const override { return opts_.max_step_tokens; }
   int32_t max_step_seqs() const override { return opts_.max_step_seqs; }
+  int32_t max_draft_tokens() const override { return opts_.max_draft_tokens; }
   // The GPU sampler applies StepBatch::token_masks (structured outputs), waiting for them only when it runs.
   bool applies_token_masks() const override { return true; }
   StepOutput forward(const StepBatch& batch) override;

@@ -13,7 +13,10 @@ struct CudaBackendOptions {
   int32_t page_size = 16;
   int32_t max_step_tokens = 16384;  // --max-num-batched-tokens
   int32_t max_step_seqs = 256;      // --max-num-seqs
-  int64_t max_model_len = 131072;   // page-table capacity per sequence
+  // Speculative decoding: drafts per sequence the logits and sampler buffers are sized for (0: none; each
+  // one costs max_step_seqs rows of vocabulary-wide fp32 logits).
+  int32_t max_draft_tokens = 0;
+  int64_t max_model_len = 131072;  // page-table capacity per sequence
   double gpu_memory_utilization = 0.90;
   int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
   // Replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/error.h"
 #include "kernels/attention/kv_layout.h"
@@ -16,6 +17,7 @@
 #include "kernels/norm/rmsnorm.h"
 #include "kernels/ops/ops.h"
 #include "runtime/kv_memory_plan.h"
+#include "runtime/sampler.h"
 
 namespace orchid::runtime::cuda {
 
@@ -88,13 +90,15 @@ void CudaRank::plan_workspace() {
   const int64_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
   const int64_t V = c.vocab_size, Vl = shard_.vocab_end - shard_.vocab_begin;
   const bool tp = tp_->size() > 1, ep = ep_->size() > 1;
-  logits_rows_cap_ = std::max<int64_t>(S, kLogitsRowsPerPass);
+  // Sampled rows: one per sequence, and one more per draft.
+  sampled_rows_cap_ = S * (1 + int64_t(opts_.max_draft_tokens));
+  logits_rows_cap_ = std::max<int64_t>(sampled_rows_cap_, kLogitsRowsPerPass);
   const size_t decode_ws = attn::decode_workspace_bytes(int(S), int(c.num_heads), 64);
   const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
   // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
   cap_tokens_ = size_t(T) * 4;
   cap_blob_ = size_t(8 * S + 4 * T + 64) * 4;
-  cap_rows_ = size_t(std::max<int64_t>(T, S)) * 4;
+  cap_rows_ = size_t(std::max<int64_t>(T, sampled_rows_cap_)) * 4;
   cap_table_ = size_t(S * max_pages_per_seq) * 4 * 2;  // the engine's tables keep room to grow
   off_tokens_ = 0;
   off_blob_ = off_tokens_ + align256(cap_tokens_);
@@ -115,7 +119,8 @@ void CudaRank::plan_workspace() {
       align256(kernels::moe_workspace_bytes(moe_cfg_)) + align256(decode_ws) +
       align256(kernels::DenseGemm::kRecommendedWorkspace) + align256(size_t(logits_rows_cap_ * H) * 4) +
       align256(size_t(logits_rows_cap_ * H) * 2) + align256(size_t(logits_rows_cap_ * V) * 4) +
-      (tp ? 2 * align256(size_t(logits_rows_cap_ * V) * 4) : 0) + 2 * align256(size_t(S) * 4) + meta_cap_;
+      (tp ? 2 * align256(size_t(logits_rows_cap_ * V) * 4) : 0) +
+      2 * align256(size_t(sampled_rows_cap_) * 4) + meta_cap_;
   if (weights_.arena.used() + ws_bytes > budget_)
     fail(
         "the step workspace ({:.2f} GiB for --max-num-batched-tokens {}, --max-num-seqs {}) does not fit "
@@ -144,14 +149,15 @@ void CudaRank::plan_workspace() {
     logits_mine_ = ws_.take<float>(size_t(logits_rows_cap_ * Vl));
     logits_parts_ = ws_.take<float>(size_t(logits_rows_cap_ * V));
   }
-  d_ids_ = ws_.take<int32_t>(size_t(S));
-  d_logprobs_ = ws_.take<float>(size_t(S));
+  d_ids_ = ws_.take<int32_t>(size_t(sampled_rows_cap_));
+  d_logprobs_ = ws_.take<float>(size_t(sampled_rows_cap_));
   d_meta_ = ws_.take_bytes(meta_cap_);
   gemm_ = std::make_unique<kernels::DenseGemm>(gemm_ws, kernels::DenseGemm::kRecommendedWorkspace);
-  if (samples_) sampler_ = std::make_unique<GpuSampler>(S, V);
-  ORCHID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + size_t(S) * 8));
+  if (samples_) sampler_ = std::make_unique<GpuSampler>(sampled_rows_cap_, V);
+  ORCHID_CUDA_CHECK(
+      cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + size_t(sampled_rows_cap_) * 8));
   h_ids_ = reinterpret_cast<int32_t*>(h_meta_ + meta_cap_);
-  h_logprobs_ = reinterpret_cast<float*>(h_ids_ + S);
+  h_logprobs_ = reinterpret_cast<float*>(h_ids_ + sampled_rows_cap_);
   int64_t full = 0, sliding = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
 }
@@ -603,10 +609,17 @@ StepOutput CudaRank::forward(const StepBatch& b) {
   const int64_t T = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
   StepOutput out;
   if (T == 0) return out;
-  std::vector<int32_t> rows;  // token rows whose logits are needed: sampled positions first
-  for (const auto& s : b.seqs)
-    if (s.sample && s.num_tokens > 0) rows.push_back(s.token_begin + s.num_tokens - 1);
+  // Token rows whose logits are needed: sampled positions first (a drafted sequence's last num_draft + 1).
+  std::vector<int32_t> rows;
+  bool drafted = false;
+  for (const auto& s : b.seqs) {
+    if (!s.sample || s.num_tokens == 0) continue;
+    for (int32_t i = s.num_draft; i >= 0; --i) rows.push_back(s.token_begin + s.num_tokens - 1 - i);
+    drafted = drafted || s.num_draft > 0;
+  }
   const size_t n_sampled = rows.size();
+  ORCHID_CHECK(int64_t(n_sampled) <= sampled_rows_cap_, "{} sampled rows for {} planned", n_sampled,
+               sampled_rows_cap_);
   if (b.logits == LogitsMode::kAll)
     for (int32_t t = 0; t < T; ++t) rows.push_back(t);
   if (graphable(b)) return forward_graph(b);
@@ -649,6 +662,17 @@ StepOutput CudaRank::forward(const StepBatch& b) {
       }
     } else {
       out.samples = sampler_->results();
+    }
+    if (drafted) {  // every position was drawn; keep each sequence's run up to its first differing draw
+      std::vector<SampledToken> draws = std::move(out.samples);
+      out.samples.clear();
+      size_t at = 0;
+      for (const auto& s : b.seqs) {
+        if (!s.sample || s.num_tokens == 0) continue;
+        const std::span<const SampledToken> mine(draws.data() + at, size_t(s.num_draft) + 1);
+        out.num_accepted.push_back(accept_drafts(b, s, mine, out.samples));
+        at += mine.size();
+      }
     }
     if (b.logits == LogitsMode::kSampled) {
       out.logits = std::move(host_logits);

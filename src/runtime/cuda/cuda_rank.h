@@ -138,6 +138,7 @@ class CudaRank {
   __nv_bfloat16* h_sel_ = nullptr;
   int32_t* d_ids_ = nullptr;
   int64_t logits_rows_cap_ = 0;
+  int64_t sampled_rows_cap_ = 0;  // max_step_seqs * (1 + max_draft_tokens)
   std::unique_ptr<kernels::DenseGemm> gemm_;
   std::unique_ptr<GpuSampler> sampler_;
 

@@ -40,42 +40,47 @@ void GpuSampler::upload(const StepBatch& b, cudaStream_t stream, int64_t pad_to)
   bool penalties = false;
   for (const auto& s : b.seqs) {
     if (!s.sample || s.num_tokens == 0) continue;
-    ORCHID_CHECK(rows_ < max_rows_, "more sampled rows than --max-num-seqs");
-    const SamplingParams& p = b.params[size_t(s.params_index)];
-    ORCHID_CHECK(p.num_logprobs <= ks::kMaxTopLogprobs, "logprobs {} above {}", p.num_logprobs,
-                 ks::kMaxTopLogprobs);
-    ks::RowParams& r = params_h_[rows_];
-    r = {};
-    r.logits_row = int32_t(rows_);
-    r.greedy = p.is_greedy();
-    r.temperature = p.temperature;
-    r.top_k = p.top_k;
-    r.top_p = p.top_p;
-    r.min_p = p.min_p;
-    r.frequency_penalty = p.frequency_penalty;
-    r.presence_penalty = p.presence_penalty;
-    r.repetition_penalty = p.repetition_penalty;
-    r.penalties = p.uses_penalties();
-    r.seed = p.seed;
-    r.sample_index = s.sample_index;
-    r.num_logprobs = p.num_logprobs;
-    if (r.penalties) {
-      penalties = true;
-      ORCHID_CHECK(s.prompt_history_begin >= 0 && s.output_history_begin >= 0 &&
-                   size_t(s.prompt_history_begin) + size_t(s.prompt_history_len) <= b.history_tokens.size() &&
-                   size_t(s.output_history_begin) + size_t(s.output_history_len) <= b.history_tokens.size());
-      r.prompt_begin = s.prompt_history_begin;
-      r.prompt_len = s.prompt_history_len;
-      r.output_begin = s.output_history_begin;
-      r.output_len = s.output_history_len;
+    // A drafted sequence has a row per sampled position: sample index and output history advance by one.
+    for (int32_t offset = 0; offset <= s.num_draft; ++offset) {
+      ORCHID_CHECK(rows_ < max_rows_, "more sampled rows than --max-num-seqs (and drafts) planned for");
+      const SamplingParams& p = b.params[size_t(s.params_index)];
+      ORCHID_CHECK(p.num_logprobs <= ks::kMaxTopLogprobs, "logprobs {} above {}", p.num_logprobs,
+                   ks::kMaxTopLogprobs);
+      ks::RowParams& r = params_h_[rows_];
+      r = {};
+      r.logits_row = int32_t(rows_);
+      r.greedy = p.is_greedy();
+      r.temperature = p.temperature;
+      r.top_k = p.top_k;
+      r.top_p = p.top_p;
+      r.min_p = p.min_p;
+      r.frequency_penalty = p.frequency_penalty;
+      r.presence_penalty = p.presence_penalty;
+      r.repetition_penalty = p.repetition_penalty;
+      r.penalties = p.uses_penalties();
+      r.seed = p.seed;
+      r.sample_index = s.sample_index + offset;
+      r.num_logprobs = p.num_logprobs;
+      if (r.penalties) {
+        penalties = true;
+        ORCHID_CHECK(s.prompt_history_begin >= 0 && s.output_history_begin >= 0 &&
+                     size_t(s.prompt_history_begin) + size_t(s.prompt_history_len) <=
+                         b.history_tokens.size() &&
+                     size_t(s.output_history_begin) + size_t(s.output_history_len + offset) <=
+                         b.history_tokens.size());
+        r.prompt_begin = s.prompt_history_begin;
+        r.prompt_len = s.prompt_history_len;
+        r.output_begin = s.output_history_begin;
+        r.output_len = s.output_history_len + offset;
+      }
+      ORCHID_CHECK(s.banned_begin >= 0 &&
+                   size_t(s.banned_begin) + size_t(s.num_banned) <= b.banned_tokens.size());
+      r.banned_begin = s.banned_begin;
+      r.num_banned = s.num_banned;
+      r.mask_row = s.mask_row;
+      masked_ = masked_ || s.mask_row >= 0;
+      ++rows_;
     }
-    ORCHID_CHECK(s.banned_begin >= 0 &&
-                 size_t(s.banned_begin) + size_t(s.num_banned) <= b.banned_tokens.size());
-    r.banned_begin = s.banned_begin;
-    r.num_banned = s.num_banned;
-    r.mask_row = s.mask_row;
-    masked_ = masked_ || s.mask_row >= 0;
-    ++rows_;
   }
   sampled_ = rows_;
   ORCHID_CHECK(pad_to <= max_rows_);
