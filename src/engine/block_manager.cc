@@ -125,6 +125,27 @@ void BlockManager::allocate(SeqPages& seq, int32_t start, int32_t end) {
   }
 }
 
+PageNeed BlockManager::need_fresh(int32_t start, int32_t end) const {
+  ORCHID_CHECK(start >= 0 && end > start);
+  PageNeed n;
+  n.full = pages_for(end);
+  if (has_sliding()) n.sliding = pages_for(end) - first_window_page(start);
+  return n;
+}
+
+void BlockManager::allocate_fresh(SeqPages& seq, int32_t start, int32_t end) {
+  ORCHID_CHECK(!seq.holds_pages(), "fresh pages for a sequence that holds some");
+  const int32_t end_pages = pages_for(end);
+  while (int32_t(seq.full.size()) < end_pages) seq.full.push_back(full_.allocate());
+  if (has_sliding()) {
+    const int32_t lo = first_window_page(start);
+    seq.sliding.assign(size_t(lo), kNoPage);
+    seq.sliding_begin = lo;
+    while (int32_t(seq.sliding.size()) < end_pages) seq.sliding.push_back(sliding_.allocate());
+  }
+  seq.num_registered = 0;
+}
+
 void BlockManager::release_out_of_window(SeqPages& seq, int32_t pos) {
   if (!has_sliding()) return;
   const int32_t lo = std::min(first_window_page(pos), int32_t(seq.sliding.size()));

@@ -49,6 +49,10 @@ class BlockManager {
   PageNeed need(const SeqPages& seq, int32_t start, int32_t end) const;
   bool can_allocate(const PageNeed& need) const;
   void allocate(SeqPages& seq, int32_t start, int32_t end);
+  // For a sequence holding no pages whose first `start` positions' K/V come from elsewhere (handed over by
+  // another instance): fresh full pages for [0, end), sliding pages from the window of `start` on.
+  PageNeed need_fresh(int32_t start, int32_t end) const;
+  void allocate_fresh(SeqPages& seq, int32_t start, int32_t end);
 
   // Drops the sliding pages of a running sequence whose positions are all out of the window of `pos`.
   void release_out_of_window(SeqPages& seq, int32_t pos);

@@ -109,6 +109,7 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
   if (spec.constraint && !backend_->applies_token_masks())
     fail("structured outputs are not available on the {} backend yet (it does not apply token masks)",
          backend_->name());
+  const int32_t import_len = checked_import(spec);
   StopConfig stop;
   stop.stop_ids = spec.stop_token_ids;
   if (!spec.ignore_eos) stop.stop_ids.insert(stop.stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
@@ -134,6 +135,11 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     seq->params = spec.sampling;
     seq->params.seed = spec.seed ? *spec.seed : splitmix64(seed_state_);
     seq->constraint = std::move(spec.constraint);
+    seq->kv_export = spec.kv_export;
+    if (import_len > 0) {
+      seq->kv_import = std::move(spec.kv_import);
+      seq->import_len = import_len;
+    }
     seq->stream = stream = std::make_shared<RequestStream>(id);
     seq->arrival_time = seq->last_token_time = Sequence::Clock::now();
     inbox_.added.push_back(std::move(seq));
@@ -163,13 +169,62 @@ void Engine::take_inbox() {
     if (Sequence* s = scheduler_.find(id)) finish(s, FinishReason::kAbort, {});
 }
 
+int32_t Engine::checked_import(const RequestSpec& spec) const {
+  if ((spec.kv_export || spec.kv_import) && !backend_->supports_kv_handoff())
+    fail("K/V handoff (prefill/decode disaggregation) is not available on the {} backend", backend_->name());
+  if (!spec.kv_import) return 0;
+  const runtime::KvPages& kv = *spec.kv_import;
+  if (kv.layout != backend_->kv_layout())
+    fail("K/V handed over in another layout ({}); this instance's is {}", kv.layout, backend_->kv_layout());
+  // The last prompt token is always computed here, to have logits to sample from.
+  const int32_t len = std::min<int32_t>(kv.num_tokens, int32_t(spec.prompt.size()) - 1);
+  if (len <= 0) return 0;
+  const int32_t p = blocks_.page_size(), pages = (len + p - 1) / p;
+  if (kv.num_full_pages < pages)
+    fail("K/V handed over: {} full pages for {} positions", kv.num_full_pages, len);
+  if (blocks_.has_sliding() && (kv.first_sliding_page > blocks_.first_window_page(len) ||
+                                kv.first_sliding_page + kv.num_sliding_pages < pages))
+    fail("K/V handed over: sliding pages {}..{} do not hold the window of position {}", kv.first_sliding_page,
+         kv.first_sliding_page + kv.num_sliding_pages, len);
+  return len;
+}
+
+void Engine::import_kv(Sequence* s) {
+  const runtime::KvPages& kv = *s->kv_import;
+  const int32_t pages = (s->import_len + blocks_.page_size() - 1) / blocks_.page_size();
+  std::vector<int32_t> full(size_t(kv.num_full_pages), runtime::kNoPage);
+  for (int32_t k = 0; k < std::min(pages, kv.num_full_pages); ++k) full[size_t(k)] = s->pages.full[size_t(k)];
+  std::vector<int32_t> sliding(size_t(kv.num_sliding_pages), runtime::kNoPage);
+  for (int32_t j = 0; j < kv.num_sliding_pages; ++j) {
+    const int32_t logical = kv.first_sliding_page + j;
+    if (logical >= s->pages.sliding_begin && logical < pages)
+      sliding[size_t(j)] = s->pages.sliding[size_t(logical)];
+  }
+  backend_->write_kv(kv, full, sliding);
+  kv_import_bytes_ += int64_t(kv.full.size() + kv.sliding.size());
+  s->kv_import.reset();
+}
+
 void Engine::finish(Sequence* s, FinishReason reason, RequestEvent ev) {
   if (reason == FinishReason::kAbort || reason == FinishReason::kError) ev.text += s->stop.release_text();
   ev.finish = reason;
   ev.usage.prompt_tokens = s->prompt_len;
   ev.usage.completion_tokens = s->num_outputs();
   ev.usage.cached_tokens = s->cached_tokens;
+  ev.usage.imported_tokens = s->imported_tokens;
   ev.usage.num_preemptions = s->num_preemptions;
+  if (s->kv_export && s->pages.holds_pages() && reason != FinishReason::kError) {
+    // Copied out before the pages go back to the pools; without it the receiver computes the prompt itself.
+    try {
+      const SeqPages& p = s->pages;
+      const std::vector<int32_t> sliding(p.sliding.begin() + p.sliding_begin, p.sliding.end());
+      ev.kv = std::make_shared<runtime::KvPages>(
+          backend_->read_kv(p.full, sliding, p.sliding_begin, s->num_computed));
+      kv_export_bytes_ += int64_t(ev.kv->full.size() + ev.kv->sliding.size());
+    } catch (const Error& e) {
+      spdlog::error("engine: request {}: K/V not handed over: {}", s->id, e.what());
+    }
+  }
   scheduler_.finish(s);
   s->stream->push(std::move(ev));
   --outstanding_;
@@ -201,6 +256,8 @@ bool Engine::step_once() {
     update_metrics(t0, 0.0);
     return false;
   }
+  for (const ScheduledSeq& entry : plan_)
+    if (entry.import_kv) import_kv(entry.seq);
   runtime::StepBatch& batch = scheduler_.batch();
   // Waits for the mask worker however this scope is left: its jobs point into sequences and the batch.
   struct MaskScope {
@@ -367,6 +424,9 @@ void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds
   m.preemptions = c.preemptions;
   m.prefix_query_tokens = c.prefix_query_tokens;
   m.prefix_hit_tokens = c.prefix_hit_tokens;
+  m.kv_imported_tokens = c.imported_tokens;
+  m.kv_import_bytes = kv_import_bytes_;
+  m.kv_export_bytes = kv_export_bytes_;
   m.spec_drafts = c.spec_drafts;
   m.spec_draft_tokens = c.spec_draft_tokens;
   m.spec_accepted_tokens = c.spec_accepted_tokens;

@@ -86,6 +86,10 @@ class Engine final : public ServingEngine {
   bool step_once();
   void take_inbox();
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
+  // The positions of spec.kv_import this engine takes (0: none); throws orchid::Error for K/V it cannot.
+  int32_t checked_import(const RequestSpec& spec) const;
+  // Writes a just-admitted sequence's handed-over K/V into its pages.
+  void import_kv(Sequence* seq);
   // One sampled token of a sequence, already in seq->tokens[length - 1]: constraint, stop checks, streaming.
   // False when the sequence ended there (its tokens then end at `length`).
   bool emit(Sequence* seq, const runtime::SampledToken& st, int32_t length, bool first_in_step,
@@ -126,6 +130,7 @@ class Engine final : public ServingEngine {
   int64_t step_prompt_tokens_ = 0, step_generated_tokens_ = 0;
   std::vector<double> step_ttft_, step_itl_;
   int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0;
+  int64_t kv_import_bytes_ = 0, kv_export_bytes_ = 0;
 
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;

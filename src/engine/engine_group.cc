@@ -68,6 +68,9 @@ EngineMetrics EngineGroup::metrics() const {
     sum.prefix_query_tokens += m.prefix_query_tokens;
     sum.prefix_hit_tokens += m.prefix_hit_tokens;
     sum.kv_evictions += m.kv_evictions;
+    sum.kv_imported_tokens += m.kv_imported_tokens;
+    sum.kv_import_bytes += m.kv_import_bytes;
+    sum.kv_export_bytes += m.kv_export_bytes;
     sum.spec_drafts += m.spec_drafts;
     sum.spec_draft_tokens += m.spec_draft_tokens;
     sum.spec_accepted_tokens += m.spec_accepted_tokens;

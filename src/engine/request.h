@@ -28,6 +28,12 @@ struct RequestSpec {
   std::unique_ptr<TextDecoder> decoder;  // optional; gives events their text and enables stop strings
   // Optional: limits every sampled token (structured outputs); needs a backend that applies token masks.
   std::unique_ptr<TokenConstraint> constraint;
+  // Prefill/decode disaggregation, on a backend that hands K/V over. kv_export: the final event carries the
+  // sequence's K/V as it stood at the end (RequestEvent::kv). kv_import: K/V of this prompt's leading
+  // positions, computed by another instance of the same model and layout: written into this engine's pages
+  // at admission, so only the rest of the prompt (at least its last token) is computed here.
+  bool kv_export = false;
+  std::shared_ptr<const runtime::KvPages> kv_import;
 };
 
 // Checks a request against the model and the engine's limits; throws orchid::Error naming the field.
@@ -39,7 +45,8 @@ std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "abor
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
-  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
+  int32_t cached_tokens = 0;    // prompt tokens served from the prefix cache at first admission
+  int32_t imported_tokens = 0;  // prompt tokens whose K/V were handed over (RequestSpec::kv_import)
   int32_t num_preemptions = 0;
 };
 
@@ -49,11 +56,12 @@ struct RequestEvent {
   std::vector<int32_t> token_ids;
   std::vector<runtime::SampledToken> logprobs;  // one per id when the request asked for logprobs
   std::string text;
-  FinishReason finish = FinishReason::kNone;  // set on the last event of the stream only
-  int32_t stop_token = -1;                    // kStop by a stop id or EOS
-  std::string stop_string;                    // kStop by a stop string
-  std::string error;                          // kError
-  Usage usage;                                // set on the last event
+  FinishReason finish = FinishReason::kNone;   // set on the last event of the stream only
+  int32_t stop_token = -1;                     // kStop by a stop id or EOS
+  std::string stop_string;                     // kStop by a stop string
+  std::string error;                           // kError
+  Usage usage;                                 // set on the last event
+  std::shared_ptr<const runtime::KvPages> kv;  // the last event of a kv_export request
 
   bool finished() const { return finish != FinishReason::kNone; }
 };

@@ -16,6 +16,7 @@ void merge_event(RequestEvent& into, RequestEvent&& from) {
     into.stop_string = std::move(from.stop_string);
     into.error = std::move(from.error);
     into.usage = from.usage;
+    into.kv = std::move(from.kv);
   }
 }
 

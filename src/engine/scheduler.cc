@@ -151,23 +151,32 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
          running_.size() < size_t(config_.max_num_seqs)) {
     Sequence* s = waiting_.front();
     const int32_t len = int32_t(s->tokens.size());
-    // At least the last token is computed, to have logits to sample from.
-    const int32_t hit = blocks_->find_cached_prefix(s->pages, s->tokens, len - 1);
+    // K/V handed over, or else the prefix cache; at least the last token is computed, to have logits.
+    const bool importing = s->kv_import != nullptr;
+    const int32_t hit = importing ? s->import_len : blocks_->find_cached_prefix(s->pages, s->tokens, len - 1);
     const int32_t n = std::min({len - hit, budget, config_.max_chunk_tokens});
-    if (!blocks_->can_allocate(blocks_->need(s->pages, hit, hit + n))) break;
-    blocks_->allocate(s->pages, hit, hit + n);
+    if (!blocks_->can_allocate(importing ? blocks_->need_fresh(hit, hit + n)
+                                         : blocks_->need(s->pages, hit, hit + n)))
+      break;
+    if (importing)
+      blocks_->allocate_fresh(s->pages, hit, hit + n);
+    else
+      blocks_->allocate(s->pages, hit, hit + n);
     s->num_computed = hit;
-    if (!s->admitted_once) {
-      s->admitted_once = true;
+    if (importing) {
+      s->imported_tokens = hit;
+      counters_.imported_tokens += hit;
+    } else if (!s->admitted_once) {
       s->cached_tokens = hit;
       counters_.prefix_query_tokens += s->prompt_len;
       counters_.prefix_hit_tokens += hit;
     }
+    s->admitted_once = true;
     waiting_.pop_front();
     s->state = SeqState::kRunning;
     insert_running(s);
     s->plan_slot = int32_t(plan.size());
-    plan.push_back({s, n, hit + n == len, 0});
+    plan.push_back({s, n, hit + n == len, 0, importing});
     budget -= n;
   }
 

@@ -35,6 +35,7 @@ struct SchedulerCounters {
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up at first admission
   int64_t prefix_hit_tokens = 0;    // of which served from the cache
+  int64_t imported_tokens = 0;      // prompt tokens whose K/V were handed over (disaggregation)
   // Speculative decoding: sequence-steps that carried drafts, the drafts, and those the target accepted.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };

@@ -36,11 +36,15 @@ struct Sequence {
   StopChecker stop;
   std::shared_ptr<RequestStream> stream;
   SeqPages pages;
-  std::unique_ptr<TokenConstraint> constraint;  // structured outputs; null: any token
-  std::string constraint_error;                 // the constraint failed this step: the request ends
+  std::unique_ptr<TokenConstraint> constraint;        // structured outputs; null: any token
+  bool kv_export = false;                             // RequestSpec::kv_export
+  std::shared_ptr<const runtime::KvPages> kv_import;  // until written into the pages at admission
+  int32_t import_len = 0;                             // the leading positions kv_import covers here
+  std::string constraint_error;                       // the constraint failed this step: the request ends
 
   bool admitted_once = false;
   int32_t cached_tokens = 0;  // prefix-cache hit at first admission
+  int32_t imported_tokens = 0;
   int32_t num_preemptions = 0;
   Clock::time_point arrival_time, last_token_time;
   int32_t plan_slot = -1;  // index in the current step's plan, -1 when not scheduled

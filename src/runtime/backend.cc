@@ -10,6 +10,14 @@ std::vector<float> Backend::run_layer(int64_t, const std::vector<float>&, int64_
   fail("the {} backend cannot run a single layer", name());
 }
 
+KvPages Backend::read_kv(std::span<const int32_t>, std::span<const int32_t>, int32_t, int32_t) {
+  fail("the {} backend cannot hand K/V over", name());
+}
+
+void Backend::write_kv(const KvPages&, std::span<const int32_t>, std::span<const int32_t>) {
+  fail("the {} backend cannot take K/V handed over", name());
+}
+
 void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCacheSpec& spec,
                    int64_t max_positions) {
   for (int32_t id : b.tokens)

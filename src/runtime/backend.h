@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +101,19 @@ struct StepOutput {
   int64_t logits_rows = 0;
 };
 
+// One sequence's K/V as handed from one instance to another (prefill/decode disaggregation): the contents
+// of its logical pages 0 .. ceil(num_tokens / page_size) - 1 of the full-attention pool, and of the sliding
+// pool from logical page first_sliding_page on (what its window still needs), in the backend's own layout.
+// `layout` names that layout (backend, dtype, layer and head counts, page size, rank); a backend refuses
+// pages of another layout.
+struct KvPages {
+  std::string layout;
+  int32_t num_tokens = 0;  // positions whose K/V are valid
+  int32_t first_sliding_page = 0;
+  int32_t num_full_pages = 0, num_sliding_pages = 0;
+  std::vector<uint8_t> full, sliding;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -118,6 +132,17 @@ class Backend {
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;
+
+  // K/V handoff (prefill/decode disaggregation). read_kv copies the pages out (full_pages[k] holds logical
+  // page k; sliding_pages[k] logical page first_sliding_page + k); write_kv copies pages of the same layout
+  // into the given pages, one per page of `kv` (kNoPage: not wanted). Both run between steps on the engine
+  // thread. The default: not supported.
+  virtual bool supports_kv_handoff() const { return false; }
+  virtual std::string kv_layout() const { return {}; }
+  virtual KvPages read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                          int32_t first_sliding_page, int32_t num_tokens);
+  virtual void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
+                        std::span<const int32_t> sliding_pages);
 
   // Verification (teacher forcing): decoder layer `layer` alone on hidden states x [n, hidden] at positions
   // 0..n-1 of a fresh sequence. Returns the layer's output residual stream [n, hidden]; fills `topk` with the

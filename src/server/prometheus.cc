@@ -106,6 +106,12 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
   w.counter("orchid_prefix_cache_hits_total", "prompt tokens served from the prefix cache",
             double(e->prefix_hit_tokens));
   w.counter("orchid_kv_evictions_total", "cached KV pages evicted", double(e->kv_evictions));
+  w.counter("orchid_kv_imported_tokens_total", "prompt tokens whose K/V another instance handed over",
+            double(e->kv_imported_tokens));
+  w.counter("orchid_kv_import_bytes_total", "K/V bytes taken from another instance",
+            double(e->kv_import_bytes));
+  w.counter("orchid_kv_export_bytes_total", "K/V bytes handed to another instance",
+            double(e->kv_export_bytes));
   w.counter("orchid_spec_decode_drafts_total", "sequence-steps that carried speculative drafts",
             double(e->spec_drafts));
   w.counter("orchid_spec_decode_draft_tokens_total", "speculative draft tokens verified",

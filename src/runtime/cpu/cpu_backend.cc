@@ -267,6 +267,81 @@ float* CpuBackend::Rank::kv_row(bool key, int64_t layer, int32_t page, int64_t s
   return pool.data() + idx;
 }
 
+std::string CpuBackend::kv_layout() const {
+  const auto& c = model_.config;
+  // The model's shape too (not its weights): K/V of another model of the same attention shape is refused.
+  return fmt::format(
+      "cpu fp32: {} layers ({} sliding), {} KV heads x {}, page {}, {} ranks; hidden {}, {} experts, "
+      "vocabulary {}",
+      c.num_layers, c.num_sliding_layers(), c.num_kv_heads, c.head_dim, spec_.page_size, ranks_.size(),
+      c.hidden_size, c.num_experts, c.vocab_size);
+}
+
+// A page of one pool, every layer of that kind and rank, K then V: the bytes of kv_row(key, layer, page, 0)
+// for page_size rows, in (rank, layer, key/value) order.
+KvPages CpuBackend::read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                            int32_t first_sliding_page, int32_t num_tokens) {
+  ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
+  KvPages kv;
+  kv.layout = kv_layout();
+  kv.num_tokens = num_tokens;
+  kv.first_sliding_page = first_sliding_page;
+  kv.num_full_pages = int32_t(full_pages.size());
+  kv.num_sliding_pages = int32_t(sliding_pages.size());
+  const auto& c = model_.config;
+  for (const auto& r : ranks_) {
+    const size_t bytes = size_t(r->cfg.kv_dim()) * size_t(spec_.page_size) * sizeof(float);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const bool sliding = c.is_sliding(l);
+      const std::span<const int32_t> pages = sliding ? sliding_pages : full_pages;
+      std::vector<uint8_t>& out = sliding ? kv.sliding : kv.full;
+      const int32_t pool = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
+      for (bool key : {true, false}) {
+        for (int32_t page : pages) {
+          ORCHID_CHECK(page >= 0 && page < pool, "page {} outside the pool", page);
+          const auto* src = reinterpret_cast<const uint8_t*>(r->kv_row(key, l, page, 0));
+          out.insert(out.end(), src, src + bytes);
+        }
+      }
+    }
+  }
+  return kv;
+}
+
+void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
+                          std::span<const int32_t> sliding_pages) {
+  ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
+  if (kv.layout != kv_layout())
+    fail("K/V handed over in another layout ({}); this backend's is {}", kv.layout, kv_layout());
+  if (int32_t(full_pages.size()) != kv.num_full_pages ||
+      int32_t(sliding_pages.size()) != kv.num_sliding_pages)
+    fail("K/V of {} + {} pages for {} + {} pages", kv.num_full_pages, kv.num_sliding_pages, full_pages.size(),
+         sliding_pages.size());
+  const auto& c = model_.config;
+  size_t at_full = 0, at_sliding = 0;
+  for (const auto& r : ranks_) {
+    const size_t bytes = size_t(r->cfg.kv_dim()) * size_t(spec_.page_size) * sizeof(float);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const bool sliding = c.is_sliding(l);
+      const std::span<const int32_t> pages = sliding ? sliding_pages : full_pages;
+      const std::vector<uint8_t>& in = sliding ? kv.sliding : kv.full;
+      size_t& at = sliding ? at_sliding : at_full;
+      const int32_t pool = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
+      for (bool key : {true, false}) {
+        for (int32_t page : pages) {
+          ORCHID_CHECK(page == kNoPage || (page >= 0 && page < pool), "page {} outside the pool", page);
+          if (at + bytes > in.size()) fail("K/V handed over is truncated ({} bytes)", in.size());
+          if (page != kNoPage) std::memcpy(r->kv_row(key, l, page, 0), in.data() + at, bytes);
+          at += bytes;
+        }
+      }
+    }
+  }
+  if (at_full != kv.full.size() || at_sliding != kv.sliding.size())
+    fail("K/V handed over has {} + {} bytes, {} + {} expected", kv.full.size(), kv.sliding.size(), at_full,
+         at_sliding);
+}
+
 void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {
   run_on_rank_threads(
       ranks_.size(), [&](size_t r) { fn(*ranks_[r]); },

@@ -47,6 +47,13 @@ class CpuBackend final : public Backend {
   StepOutput forward(const StepBatch& batch) override;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
+  // K/V handoff within one process's ranks (not across a --nnodes process group).
+  bool supports_kv_handoff() const override { return !process_group_; }
+  std::string kv_layout() const override;
+  KvPages read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                  int32_t first_sliding_page, int32_t num_tokens) override;
+  void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
+                std::span<const int32_t> sliding_pages) override;
   const model::ShardPlan& plan() const { return plan_; }
   // Ranks > 0 of a process group: run every step rank 0 sends until rank 0's backend closes.
   void serve_worker();
