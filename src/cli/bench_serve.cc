@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "server/http_url.h"
 
 namespace orchid::cli {
 namespace {
@@ -30,31 +31,7 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
-struct Url {
-  std::string host, port, base;  // base: the path prefix before /v1 (usually empty)
-};
-
-Url parse_url(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind("https://", 0) == 0) fail("--url {}: https is not supported (use http://)", url);
-  if (url.rfind(scheme, 0) != 0) fail("--url {}: expected http://HOST[:PORT][/PREFIX]", url);
-  std::string rest = url.substr(scheme.size());
-  Url u;
-  const size_t slash = rest.find('/');
-  if (slash != std::string::npos) {
-    u.base = rest.substr(slash);
-    rest = rest.substr(0, slash);
-    while (!u.base.empty() && u.base.back() == '/') u.base.pop_back();
-    if (u.base.size() >= 3 && u.base.compare(u.base.size() - 3, 3, "/v1") == 0)
-      u.base.resize(u.base.size() - 3);
-  }
-  const size_t colon = rest.rfind(':');
-  u.host = colon == std::string::npos ? rest : rest.substr(0, colon);
-  u.port = colon == std::string::npos ? "80" : rest.substr(colon + 1);
-  if (u.host.empty() || u.port.empty() || u.port.find_first_not_of("0123456789") != std::string::npos)
-    fail("--url {}: expected http://HOST[:PORT][/PREFIX]", url);
-  return u;
-}
+using Url = server::HttpUrl;
 
 struct Prompt {
   Json prompt;             // an array of token ids or a string
@@ -362,7 +339,7 @@ int run_serve_bench(const ServeBenchOptions& o) {
     fail("--input-len and --output-len must be positive");
   Shared sh;
   sh.opts = &o;
-  sh.url = parse_url(o.url);
+  sh.url = server::parse_http_url(o.url, "--url");
   const std::string model = o.model.empty() ? first_model(sh.url, o.api_key) : o.model;
   Json extra = Json::object();
   if (!o.extra_body.empty()) {

@@ -3,6 +3,7 @@
 // SIGINT, then drains: no new requests, the ones in progress finish (up to --shutdown-timeout), exit 0.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <chrono>
 
 #include <atomic>
 #include <csignal>
@@ -29,6 +30,8 @@ struct ServeArgs {
   bool no_prefix_caching = false;
   int64_t seed = -1;
   double shutdown_timeout_s = 30;
+  std::vector<std::string> prefill_urls;  // --role decode
+  double prefill_timeout_s = 300;
 };
 
 std::shared_ptr<runtime::Backend> make_backend(const ServeArgs& a,
@@ -73,6 +76,11 @@ void serve(const ServeArgs& a) {
   so.allowed_origins = origin_list(a.server.allowed_origins);
   auto tok = tokenizer::Tokenizer::for_model(a.model);
   server::ServerContext ctx(so, tok);
+  if (so.role == "decode")
+    ctx.set_remote_prefill(std::make_shared<server::RemotePrefill>(
+        a.prefill_urls, so.api_key, std::chrono::milliseconds(int64_t(a.prefill_timeout_s * 1000))));
+  else if (!a.prefill_urls.empty())
+    fail("--prefill-url is for --role decode");
   server::OpenAIServer http(ctx, a.http);
   http.start();
   spdlog::info("orchid serve: listening on http://{}:{} (model {} is loading)", a.http.host, http.port(),
@@ -97,6 +105,8 @@ void serve(const ServeArgs& a) {
         one.backend.first_gpu = i * a.backend.tp;
         std::shared_ptr<runtime::Backend> backend = make_backend(one, tok);
         backend_name = backend->name();
+        if (so.role != "both" && !backend->supports_kv_handoff())
+          fail("--role {}: the {} backend cannot hand K/V over yet", so.role, backend->name());
         engine::EngineConfig config;
         config.max_num_seqs = a.backend.max_num_seqs;
         config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
@@ -173,6 +183,19 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--api-key", a->server.api_key, "require `Authorization: Bearer KEY` on /v1 routes")
       ->envname("ORCHID_API_KEY");
+  cmd->add_option(
+         "--role", a->server.role,
+         "prefill/decode disaggregation: both (default), prefill (also answers other instances' prefill "
+         "requests) or decode (prompts' K/V from --prefill-url instances, computed here when none answers)")
+      ->check(CLI::IsMember({"both", "prefill", "decode"}))
+      ->capture_default_str();
+  cmd->add_option(
+      "--prefill-url", a->prefill_urls,
+      "a prefill instance (http://HOST:PORT) for --role decode; repeatable: the least busy one is asked");
+  cmd->add_option("--prefill-timeout", a->prefill_timeout_s,
+                  "seconds to wait for a prefill instance before computing the prompt here")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--served-model-name", a->server.served_model_name,
                   "model name in the API (default: the MODEL argument)");
   cmd->add_option("--max-waiting-requests", a->server.max_waiting_requests,

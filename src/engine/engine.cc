@@ -176,8 +176,14 @@ int32_t Engine::checked_import(const RequestSpec& spec) const {
   const runtime::KvPages& kv = *spec.kv_import;
   if (kv.layout != backend_->kv_layout())
     fail("K/V handed over in another layout ({}); this instance's is {}", kv.layout, backend_->kv_layout());
-  // The last prompt token is always computed here, to have logits to sample from.
-  const int32_t len = std::min<int32_t>(kv.num_tokens, int32_t(spec.prompt.size()) - 1);
+  // The prefix the prompt shares with the handed-over positions, less the last prompt token: it is always
+  // computed here, to have logits to sample from.
+  if (kv.tokens.size() != size_t(kv.num_tokens))
+    fail("K/V handed over: {} token ids for {} positions", kv.tokens.size(), kv.num_tokens);
+  const int32_t shared = int32_t(
+      std::mismatch(kv.tokens.begin(), kv.tokens.end(), spec.prompt.begin(), spec.prompt.end()).first -
+      kv.tokens.begin());
+  const int32_t len = std::min<int32_t>(shared, int32_t(spec.prompt.size()) - 1);
   if (len <= 0) return 0;
   const int32_t p = blocks_.page_size(), pages = (len + p - 1) / p;
   if (kv.num_full_pages < pages)
@@ -218,8 +224,10 @@ void Engine::finish(Sequence* s, FinishReason reason, RequestEvent ev) {
     try {
       const SeqPages& p = s->pages;
       const std::vector<int32_t> sliding(p.sliding.begin() + p.sliding_begin, p.sliding.end());
-      ev.kv = std::make_shared<runtime::KvPages>(
+      auto kv = std::make_shared<runtime::KvPages>(
           backend_->read_kv(p.full, sliding, p.sliding_begin, s->num_computed));
+      kv->tokens.assign(s->tokens.begin(), s->tokens.begin() + s->num_computed);
+      ev.kv = std::move(kv);
       kv_export_bytes_ += int64_t(ev.kv->full.size() + ev.kv->sliding.size());
     } catch (const Error& e) {
       spdlog::error("engine: request {}: K/V not handed over: {}", s->id, e.what());

@@ -108,7 +108,8 @@ struct StepOutput {
 // pages of another layout.
 struct KvPages {
   std::string layout;
-  int32_t num_tokens = 0;  // positions whose K/V are valid
+  int32_t num_tokens = 0;       // positions whose K/V are valid
+  std::vector<int32_t> tokens;  // their token ids (a receiver takes only the prefix its prompt shares)
   int32_t first_sliding_page = 0;
   int32_t num_full_pages = 0, num_sliding_pages = 0;
   std::vector<uint8_t> full, sliding;

@@ -145,6 +145,7 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
     s.requests_in_flight = ctx_.requests_in_flight();
     s.requests_rejected = ctx_.requests_rejected();
     s.ready = ctx_.phase() == Phase::kReady;
+    if (const RemotePrefill* p = ctx_.remote_prefill()) s.remote_prefill = p->counters();
     std::optional<engine::EngineMetrics> em;
     if (engine::ServingEngine* e = ctx_.engine_if_loaded()) em = e->metrics();
     HttpResponse res;
@@ -182,6 +183,10 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
     if (path == "/v1/completions") {
       require_method(r, "POST");
       return handle_completions(ctx_, r);
+    }
+    if (path == "/v1/internal/prefill" && ctx_.options().role == "prefill") {
+      require_method(r, "POST");
+      return handle_internal_prefill(ctx_, r);
     }
   }
   throw ApiError(404, fmt::format("{} {}: no such route", r.method, path), {}, "not_found");

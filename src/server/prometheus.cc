@@ -69,6 +69,16 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
           double(s.requests_in_flight));
   w.counter("orchid_requests_rejected_total", "generation requests refused with 429",
             double(s.requests_rejected));
+  if (const auto& p = s.remote_prefill) {
+    w.counter("orchid_remote_prefill_requests_total", "prompts sent to a prefill instance",
+              double(p->requests));
+    w.counter("orchid_remote_prefill_failures_total",
+              "prompts a prefill instance did not answer (computed here)", double(p->failures));
+    w.counter("orchid_remote_prefill_bytes_total", "K/V bytes received from prefill instances",
+              double(p->bytes));
+    w.counter("orchid_remote_prefill_seconds_total", "time waiting for prefill instances, transfer included",
+              p->seconds);
+  }
   if (!e) return w.text();
 
   w.gauge("orchid_num_requests_waiting", "requests queued, preempted ones included", double(e->num_waiting));

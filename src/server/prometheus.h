@@ -1,10 +1,12 @@
 // GET /metrics: the engine's metrics and the HTTP server's counters in the Prometheus text format (0.0.4).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "engine/metrics.h"
 #include "server/http_server.h"
+#include "server/remote_prefill.h"
 
 namespace orchid::server {
 
@@ -13,6 +15,8 @@ struct ServerMetrics {
   int64_t requests_in_flight = 0;  // generation requests admitted and not yet answered
   int64_t requests_rejected = 0;   // 429
   bool ready = false;
+  // A decode instance's requests to prefill instances (disaggregation); absent elsewhere.
+  std::optional<RemotePrefillCounters> remote_prefill;
 };
 
 class PrometheusWriter {

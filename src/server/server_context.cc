@@ -67,6 +67,7 @@ std::shared_ptr<engine::RequestStream> ServerContext::submit(engine::RequestSpec
   } catch (const Error& err) {
     throw ApiError(400, err.what());
   }
+  if (remote_prefill_ && !spec.kv_import) spec.kv_import = remote_prefill_->fetch(spec.prompt);
   try {
     return e.submit(std::move(spec));
   } catch (const Error& err) {  // the engine stopped

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/serving_engine.h"
+#include "server/remote_prefill.h"
 #include "tokenizer/tokenizer.h"
 
 namespace orchid::server {
@@ -26,6 +27,9 @@ struct ServerOptions {
   bool chat_page = true;  // serve the built-in chat page at / (--no-chat-page turns it off)
   // Origins that browsers may call from ("*": any; empty: none), see cors.h.
   std::vector<std::string> allowed_origins = {"*"};
+  // Disaggregation (server/remote_prefill.h): "both" (prefill and decode here), "prefill" (also answers
+  // /v1/internal/prefill) or "decode" (prompts' K/V from prefill instances).
+  std::string role = "both";
 };
 
 enum class Phase { kLoading, kReady, kDraining };
@@ -66,8 +70,11 @@ class ServerContext {
   void check_model(const std::string* model) const;
   // Reserves `n` requests, or throws ApiError 429 when the server already holds its limit.
   Admission admit(int64_t n);
-  // Submits to the engine; engine rejections become ApiError (400 for a bad request, 503 when stopped).
+  // Submits to the engine; engine rejections become ApiError (400 for a bad request, 503 when stopped). On a
+  // decode instance the prompt's K/V come from a prefill instance first, when one answers.
   std::shared_ptr<engine::RequestStream> submit(engine::RequestSpec spec);
+  void set_remote_prefill(std::shared_ptr<RemotePrefill> p) { remote_prefill_ = std::move(p); }
+  const RemotePrefill* remote_prefill() const { return remote_prefill_.get(); }
 
   int64_t requests_in_flight() const { return in_flight_; }
   int64_t requests_rejected() const { return rejected_; }
@@ -80,6 +87,7 @@ class ServerContext {
   ServerOptions options_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::shared_ptr<engine::ServingEngine> engine_;
+  std::shared_ptr<RemotePrefill> remote_prefill_;
   std::atomic<Phase> phase_{Phase::kLoading};
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> rejected_{0};

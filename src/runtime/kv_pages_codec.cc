@@ -1,0 +1,87 @@
+#include "runtime/kv_pages_codec.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace orchid::runtime {
+namespace {
+
+constexpr uint32_t kMagic = 0x4b56504f;  // "OPVK" little-endian: orchid pages of K/V
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kMaxSection = uint64_t(1) << 40;
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+void put_bytes(std::string& out, const void* data, uint64_t n) {
+  put(out, n);
+  out.append(static_cast<const char*>(data), size_t(n));
+}
+
+struct Reader {
+  std::string_view in;
+  size_t at = 0;
+  template <typename T>
+  T get() {
+    if (in.size() - at < sizeof(T)) fail("K/V pages: truncated at byte {}", at);
+    T v;
+    std::memcpy(&v, in.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  std::string_view bytes() {
+    const uint64_t n = get<uint64_t>();
+    if (n > kMaxSection || in.size() - at < n)
+      fail("K/V pages: a section of {} bytes with {} left", n, in.size() - at);
+    const std::string_view v = in.substr(at, size_t(n));
+    at += size_t(n);
+    return v;
+  }
+};
+
+}  // namespace
+
+std::string encode_kv_pages(const KvPages& kv) {
+  std::string out;
+  out.reserve(64 + kv.layout.size() + kv.tokens.size() * 4 + kv.full.size() + kv.sliding.size());
+  put(out, kMagic);
+  put(out, kVersion);
+  put_bytes(out, kv.layout.data(), kv.layout.size());
+  put(out, kv.num_tokens);
+  put(out, kv.first_sliding_page);
+  put(out, kv.num_full_pages);
+  put(out, kv.num_sliding_pages);
+  put_bytes(out, kv.tokens.data(), kv.tokens.size() * sizeof(int32_t));
+  put_bytes(out, kv.full.data(), kv.full.size());
+  put_bytes(out, kv.sliding.data(), kv.sliding.size());
+  return out;
+}
+
+KvPages decode_kv_pages(std::string_view bytes) {
+  Reader r{bytes};
+  if (r.get<uint32_t>() != kMagic) fail("K/V pages: not an orchid K/V body");
+  if (const uint32_t v = r.get<uint32_t>(); v != kVersion)
+    fail("K/V pages: version {}, this build reads {}", v, kVersion);
+  KvPages kv;
+  kv.layout = std::string(r.bytes());
+  kv.num_tokens = r.get<int32_t>();
+  kv.first_sliding_page = r.get<int32_t>();
+  kv.num_full_pages = r.get<int32_t>();
+  kv.num_sliding_pages = r.get<int32_t>();
+  if (kv.num_tokens < 0 || kv.first_sliding_page < 0 || kv.num_full_pages < 0 || kv.num_sliding_pages < 0)
+    fail("K/V pages: negative counts");
+  const std::string_view tokens = r.bytes();
+  if (tokens.size() % sizeof(int32_t) != 0) fail("K/V pages: token section of {} bytes", tokens.size());
+  kv.tokens.resize(tokens.size() / sizeof(int32_t));
+  std::memcpy(kv.tokens.data(), tokens.data(), tokens.size());
+  const std::string_view full = r.bytes(), sliding = r.bytes();
+  kv.full.assign(full.begin(), full.end());
+  kv.sliding.assign(sliding.begin(), sliding.end());
+  if (r.at != bytes.size()) fail("K/V pages: {} bytes after the end", bytes.size() - r.at);
+  return kv;
+}
+
+}  // namespace orchid::runtime

@@ -1,0 +1,63 @@
+// Prefill/decode disaggregation between server processes. A prefill instance (`serve --role prefill`)
+// answers POST /v1/internal/prefill: {"prompt": [token ids]} in, the prompt's K/V out
+// (runtime/kv_pages_codec.h bytes). A decode instance (`serve --role decode --prefill-url URL ...`) is the
+// front: it renders and tokenizes each request as usual, asks the least busy prefill instance for the
+// prompt's K/V, submits the request with them (engine: RequestSpec::kv_import) and streams the answer
+// itself. A prefill instance that fails or times out is skipped for a while and the prompt is computed
+// locally, so no request is lost to a prefill instance; docs/design.md says why the decode instance and
+// not a separate router is the front.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "server/http_url.h"
+
+namespace orchid::server {
+
+struct RemotePrefillCounters {
+  int64_t requests = 0, failures = 0, bytes = 0;
+  double seconds = 0;  // waiting for prefill instances, transfer included
+};
+
+class RemotePrefill {
+ public:
+  // `urls`: the prefill instances; `api_key` sent to them; prompts shorter than `min_prompt_tokens` are
+  // computed locally (one token needs no K/V).
+  RemotePrefill(const std::vector<std::string>& urls, std::string api_key, std::chrono::milliseconds timeout,
+                int32_t min_prompt_tokens = 2);
+
+  // The K/V of `prompt` from the least busy instance that answers, or null (the caller computes the prompt).
+  // Any thread; blocks for the prefill.
+  std::shared_ptr<const runtime::KvPages> fetch(const std::vector<int32_t>& prompt);
+  RemotePrefillCounters counters() const;
+
+ private:
+  struct Instance {
+    HttpUrl url;
+    std::string name;
+    std::atomic<int64_t> outstanding{0};
+    std::atomic<int64_t> down_until_ms{0};  // skipped until then after a failure (steady clock)
+  };
+  Instance* pick();
+
+  std::vector<std::unique_ptr<Instance>> instances_;
+  std::string api_key_;
+  std::chrono::milliseconds timeout_;
+  int32_t min_prompt_tokens_;
+  std::atomic<int64_t> requests_{0}, failures_{0}, bytes_{0}, micros_{0};
+};
+
+class ServerContext;
+struct HttpRequest;
+struct HttpResponse;
+
+// POST /v1/internal/prefill on a prefill instance.
+HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r);
+
+}  // namespace orchid::server

@@ -1,0 +1,85 @@
+"""Prefill/decode disaggregation between processes (CPU backend, loopback): a decode instance
+(`--role decode --prefill-url ...`) takes each prompt's K/V from a prefill instance (`--role prefill`) and gives,
+for chat, completions and responses, streamed or not, greedy or seeded, exactly what one `--role both` server
+gives; with its prefill instance gone it computes prompts itself and still answers every request the same; and
+no KV page is left held on either side."""
+import concurrent.futures
+import json
+import subprocess
+
+import pytest
+
+from conftest import orchid_bin
+from orchid_server import OrchidServer, openai_client
+from test_speculative import PHRASE, requests, run
+
+MODEL = ("synthetic:tiny", "--max-model-len", "1024", "--served-model-name", "tiny")
+
+
+@pytest.fixture(scope="module")
+def plain():
+    with OrchidServer(*MODEL) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def pair():
+    with OrchidServer(*MODEL, "--role", "prefill") as prefill, \
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", prefill.base_url) as decode:
+        yield prefill, decode
+
+
+def test_outputs_equal_one_server(plain, pair):
+    prefill, decode = pair
+    want_client, got_client = openai_client(plain), openai_client(decode)
+    for kind, kw in requests():
+        want = run(want_client, kind, kw)
+        assert run(got_client, kind, kw) == want, (kind, kw)
+    d, p = decode.wait_idle(), prefill.wait_idle()
+    assert d["orchid_remote_prefill_requests_total"] >= len(requests())
+    assert d["orchid_remote_prefill_failures_total"] == 0
+    assert d["orchid_kv_imported_tokens_total"] > 0
+    assert 0 < d["orchid_remote_prefill_bytes_total"]
+    assert p["orchid_kv_export_bytes_total"] >= d["orchid_kv_import_bytes_total"] > 0
+    for m in (d, p):
+        assert m["orchid_kv_full_pages_used"] == 0 and m["orchid_kv_sliding_pages_used"] == 0
+
+
+def test_prefill_endpoint_only_on_prefill_instances_and_checks_its_input(plain, pair):
+    prefill, _ = pair
+    assert plain.post("/v1/internal/prefill", {"prompt": [1, 2, 3]})[0] == 404
+    for bad in ({"prompt": []}, {"prompt": "text"}, {"prompt": [1, -2]}, {"prompt": [1], "extra": 1},
+                {"prompt": [10 ** 9]}):
+        status, body = prefill.post("/v1/internal/prefill", bad)
+        assert status == 400, (bad, status, body)
+
+
+def test_decode_without_its_prefill_instance_computes_prompts_itself(plain):
+    with OrchidServer(*MODEL, "--role", "prefill") as prefill, \
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", prefill.base_url) as decode:
+        client, want_client = openai_client(decode), openai_client(plain)
+        kw = dict(prompt=PHRASE * 3, max_tokens=16, temperature=0.8, seed=11, extra_body={"ignore_eos": True})
+        first = run(client, "completion", kw)
+        assert first == run(want_client, "completion", kw)
+        prefill.stop()
+        # Requests at once while the prefill instance is gone: every one answered, as one server answers it.
+        kws = [dict(kw, seed=20 + i) for i in range(8)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda k: run(client, "completion", k), kws))
+        assert got == [run(want_client, "completion", k) for k in kws]
+        m = decode.wait_idle()
+        assert m["orchid_remote_prefill_failures_total"] >= 1
+        assert m["orchid_kv_full_pages_used"] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--role", "decode"], "needs at least one prefill instance"),
+    (["--role", "decode", "--prefill-url", "https://x:1"], "https is not supported"),
+    (["--role", "both", "--prefill-url", "http://127.0.0.1:9"], "--prefill-url is for --role decode"),
+    (["--role", "sideways"], "--role"),
+])
+def test_bad_role_flags_are_refused_at_start(args, message):
+    res = subprocess.run([orchid_bin(), "serve", "synthetic:tiny", "--port", "0", *args], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode != 0
+    assert message in res.stderr, res.stderr
