@@ -83,3 +83,51 @@ def test_bad_role_flags_are_refused_at_start(args, message):
                          text=True, timeout=60)
     assert res.returncode != 0
     assert message in res.stderr, res.stderr
+
+
+def test_200_streams_with_disconnects_and_a_prefill_instance_killed(plain):
+    """200 concurrent streams through a decode instance with two prefill instances, a quarter of the clients
+    leaving after their first chunk and one prefill instance killed mid-run: every remaining stream ends with
+    exactly its length (the killed instance's prompts computed elsewhere), and no page is held afterwards."""
+    import threading
+    import openai
+    with OrchidServer(*MODEL, "--role", "prefill") as p1, OrchidServer(*MODEL, "--role", "prefill") as p2, \
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", p1.base_url, "--prefill-url", p2.base_url,
+                         "--max-num-seqs", "256") as decode:
+        client = openai.OpenAI(base_url=decode.url("/v1"), api_key="unused", max_retries=0, timeout=300)
+        started = threading.Barrier(2, timeout=300)
+        done = {"count": 0}
+        lock = threading.Lock()
+
+        def one(i):
+            stream = client.completions.create(model="tiny", prompt=f"{PHRASE} number {i}", max_tokens=8,
+                                               stream=True, seed=i, stream_options={"include_usage": True},
+                                               extra_body={"ignore_eos": True})
+            usage = None
+            for chunk in stream:
+                usage = chunk.usage or usage
+                if i % 4 == 0:  # leaves after the first chunk
+                    stream.close()
+                    return "left"
+            assert usage is not None and usage.completion_tokens == 8, usage
+            with lock:
+                done["count"] += 1
+                if done["count"] == 20:
+                    started.wait()
+            return "done"
+
+        def killer():
+            started.wait()
+            p1.kill()
+
+        k = threading.Thread(target=killer)
+        k.start()
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            outcomes = list(pool.map(one, range(200)))
+        k.join()
+        assert outcomes.count("left") == 50 and outcomes.count("done") == 150
+        m = decode.wait_idle()
+        assert m["orchid_kv_full_pages_used"] == 0 and m["orchid_kv_sliding_pages_used"] == 0
+        assert m["orchid_remote_prefill_requests_total"] > 0
+        assert m["orchid_remote_prefill_failures_total"] >= 1  # the killed instance's, computed here instead
+        assert p2.wait_idle()["orchid_kv_full_pages_used"] == 0
