@@ -93,20 +93,27 @@ void set_common_headers(Request& req, const Url& u, const std::string& api_key) 
   if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
 }
 
+// GET `target` on the server (one connection, 30 s at most); throws on a failed connection.
+http::response<http::string_body> http_get(const Url& u, const std::string& target,
+                                           const std::string& api_key) {
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  beast::tcp_stream stream(io);
+  stream.expires_after(std::chrono::seconds(30));
+  stream.connect(resolver.resolve(u.host, u.port));
+  http::request<http::empty_body> req{http::verb::get, target, 11};
+  set_common_headers(req, u, api_key);
+  http::write(stream, req);
+  beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(stream, buf, res);
+  return res;
+}
+
 // The server's first model id (GET /v1/models).
 std::string first_model(const Url& u, const std::string& api_key) {
   try {
-    asio::io_context io;
-    tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(30));
-    stream.connect(resolver.resolve(u.host, u.port));
-    http::request<http::empty_body> req{http::verb::get, u.base + "/v1/models", 11};
-    set_common_headers(req, u, api_key);
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(stream, buf, res);
+    const auto res = http_get(u, u.base + "/v1/models", api_key);
     if (res.result_int() != 200)
       fail("GET /v1/models answered {}: {}", res.result_int(), res.body().substr(0, 300));
     const Json j = Json::parse(res.body());
@@ -129,17 +136,7 @@ struct SpecCounters {
 SpecCounters spec_counters(const Url& u, const std::string& api_key) {
   SpecCounters c;
   try {
-    asio::io_context io;
-    tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(30));
-    stream.connect(resolver.resolve(u.host, u.port));
-    http::request<http::empty_body> req{http::verb::get, "/metrics", 11};
-    set_common_headers(req, u, api_key);
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(stream, buf, res);
+    const auto res = http_get(u, u.base + "/metrics", api_key);
     if (res.result_int() != 200) return c;
     std::istringstream lines(res.body());
     std::string line;
