@@ -34,7 +34,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 step attention-kernels scripts/gpu-kernels-attention.sh $quick
 step moe-kernels scripts/gpu-kernels-moe.sh $quick
 for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test \
-    "$build"/tests/kernels/sampling/sampling_kernels_test "$build"/tests/runtime/runtime_cuda_sampling_test; do
+    "$build"/tests/kernels/sampling/sampling_kernels_test "$build"/tests/runtime/runtime_cuda_sampling_test \
+    "$build"/tests/runtime/runtime_cuda_kv_handoff_test; do
   step "$(basename "$t")" "$t"
 done
 step sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \

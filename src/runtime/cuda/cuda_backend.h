@@ -39,6 +39,13 @@ class CudaBackend final : public Backend {
   int32_t max_draft_tokens() const override { return opts_.max_draft_tokens; }
   // The GPU sampler applies StepBatch::token_masks (structured outputs), waiting for them only when it runs.
   bool applies_token_masks() const override { return true; }
+  // K/V handoff through host memory (page copies to and from the device).
+  bool supports_kv_handoff() const override { return true; }
+  std::string kv_layout() const override;
+  KvPages read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                  int32_t first_sliding_page, int32_t num_tokens) override;
+  void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
+                std::span<const int32_t> sliding_pages) override;
   StepOutput forward(const StepBatch& batch) override;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;

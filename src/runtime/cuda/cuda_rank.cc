@@ -220,6 +220,67 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
   }
 }
 
+std::string CudaRank::kv_layout() const {
+  const auto& c = local_;
+  return fmt::format(
+      "cuda bf16 (layer {} fp32): {} layers ({} sliding), {} KV heads x 64, page {}; hidden {}, {} "
+      "experts, vocabulary {}",
+      precise_layer_, c.num_layers, c.num_sliding_layers(), c.num_kv_heads, spec_.page_size, c.hidden_size,
+      c.num_experts, c.vocab_size);
+}
+
+void CudaRank::read_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                          std::vector<uint8_t>& full, std::vector<uint8_t>& sliding) {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  const auto& c = local_;
+  const size_t page_bytes = size_t(c.num_kv_heads) * size_t(spec_.page_size) * 64 * 2;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool is_sliding = c.is_sliding(l);
+    const std::span<const int32_t> pages = is_sliding ? sliding_pages : full_pages;
+    std::vector<uint8_t>& out = is_sliding ? sliding : full;
+    const int32_t pool = is_sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
+    const size_t bytes = page_bytes * (l == precise_layer_ ? 2 : 1);
+    for (void* base : {k_pool_[size_t(l)], v_pool_[size_t(l)]}) {
+      for (int32_t page : pages) {
+        ORCHID_CHECK(page >= 0 && page < pool, "page {} outside the pool", page);
+        const size_t at = out.size();
+        out.resize(at + bytes);
+        ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.data() + at, static_cast<uint8_t*>(base) + size_t(page) * bytes,
+                                          bytes, cudaMemcpyDeviceToHost, stream_));
+      }
+    }
+  }
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaRank::write_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                           const std::vector<uint8_t>& full, const std::vector<uint8_t>& sliding,
+                           size_t& at_full, size_t& at_sliding) {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  const auto& c = local_;
+  const size_t page_bytes = size_t(c.num_kv_heads) * size_t(spec_.page_size) * 64 * 2;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool is_sliding = c.is_sliding(l);
+    const std::span<const int32_t> pages = is_sliding ? sliding_pages : full_pages;
+    const std::vector<uint8_t>& in = is_sliding ? sliding : full;
+    size_t& at = is_sliding ? at_sliding : at_full;
+    const int32_t pool = is_sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
+    const size_t bytes = page_bytes * (l == precise_layer_ ? 2 : 1);
+    for (void* base : {k_pool_[size_t(l)], v_pool_[size_t(l)]}) {
+      for (int32_t page : pages) {
+        ORCHID_CHECK(page == kNoPage || (page >= 0 && page < pool), "page {} outside the pool", page);
+        if (at + bytes > in.size()) fail("K/V handed over is truncated ({} bytes)", in.size());
+        if (page != kNoPage)
+          ORCHID_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(base) + size_t(page) * bytes,
+                                            in.data() + at, bytes, cudaMemcpyHostToDevice, stream_));
+        at += bytes;
+      }
+    }
+  }
+  // The host buffer must outlive the copies, and the next step must see the pages.
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void CudaRank::compute_logits(const int32_t* d_rows, int64_t rows) {
   const auto& c = config_;
   kernels::ops::gather_rows_f32(x_, d_rows, x_sel_, rows, c.hidden_size, stream_);

@@ -31,12 +31,15 @@
 #include <string>
 #include <vector>
 
+#include <span>
+#include <string>
 #include "kernels/attention/attention_plan.h"
 #include "kernels/attention/rope_kv_write.h"
 #include "kernels/gemm/dense_gemm.h"
 #include "kernels/moe/moe_layer.h"
 #include "model/loader.h"
 #include "model/parallel.h"
+
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_backend_options.h"
 #include "runtime/cuda/device_communicator.h"
@@ -71,6 +74,14 @@ class CudaRank {
 
   // One step; rank 0 returns the samples (and logits asked for), the other ranks an empty output.
   StepOutput forward(const StepBatch& b);
+  // K/V handoff (Backend::read_kv): this rank's pages appended to `full` / `sliding`, layer by layer, K then
+  // V, page by page; write_pages takes them back from `at` offsets in the same order (kNoPage: skipped).
+  void read_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                  std::vector<uint8_t>& full, std::vector<uint8_t>& sliding);
+  void write_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                   const std::vector<uint8_t>& full, const std::vector<uint8_t>& sliding, size_t& at_full,
+                   size_t& at_sliding);
+  std::string kv_layout() const;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk);
   int device() const { return device_; }

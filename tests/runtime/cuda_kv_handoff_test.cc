@@ -1,0 +1,80 @@
+// K/V handed between two CUDA backends on one GPU through host memory (prefill/decode disaggregation): a
+// prompt prefilled on one backend, its pages read out and written into other pages of a second backend, and
+// the next decode step on each gives the same logits bit for bit. Pages of another layout are refused.
+#include <gtest/gtest.h>
+
+#include "../kernels/gpu_test_util.h"
+#include "core/error.h"
+#include "runtime/cuda/cuda_backend.h"
+
+namespace orchid::runtime::cuda {
+namespace {
+
+CudaBackendOptions small_options() {
+  CudaBackendOptions o;
+  o.weights = "bf16";
+  o.max_step_tokens = 256;
+  o.max_step_seqs = 4;
+  o.max_model_len = 512;
+  o.kv_pages = 64;
+  o.gpu_memory_utilization = 0.2;
+  o.cuda_graphs = false;
+  return o;
+}
+
+// One sequence of `tokens` from `start`, pages first_page.. of both pools, sampled greedily with its logits.
+StepBatch sequence_step(const KvCacheSpec& spec, const std::vector<int32_t>& tokens, int32_t start,
+                        int32_t first_page) {
+  StepBatch b;
+  b.logits = LogitsMode::kSampled;
+  b.tokens = tokens;
+  StepSequence s;
+  s.num_tokens = int32_t(tokens.size());
+  s.start_pos = start;
+  const int32_t pages = (start + s.num_tokens + spec.page_size - 1) / spec.page_size;
+  for (int32_t p = 0; p < pages; ++p) {
+    b.full_page_table.push_back(first_page + p);
+    b.sliding_page_table.push_back(spec.sliding_window > 0 ? first_page + p : kNoPage);
+  }
+  s.num_full_pages = s.num_sliding_pages = pages;
+  s.sample = true;
+  b.seqs.push_back(s);
+  b.params.emplace_back();
+  b.params[0].temperature = 0;
+  return b;
+}
+
+TEST(CudaKvHandoff, PagesWrittenIntoAnotherBackendDecodeAlike) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  CudaBackend a("synthetic:tiny", small_options()), b("synthetic:tiny", small_options());
+  ASSERT_TRUE(a.supports_kv_handoff());
+  ASSERT_EQ(a.kv_layout(), b.kv_layout());
+  const KvCacheSpec spec = a.kv_spec();
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 45; ++t) prompt.push_back((t * 7919 + 11) % 5000);
+  a.forward(sequence_step(spec, prompt, 0, 0));
+  const int32_t pages = (45 + spec.page_size - 1) / spec.page_size;
+  std::vector<int32_t> on_a, on_b;  // page p of the sequence: p on the first backend, 20 + p on the second
+  for (int32_t p = 0; p < pages; ++p) {
+    on_a.push_back(p);
+    on_b.push_back(20 + p);
+  }
+  const KvPages kv = a.read_kv(on_a, on_a, 0, 45);
+  EXPECT_GT(kv.full.size(), 0u);
+  b.write_kv(kv, on_b, on_b);
+  const StepOutput next_a = a.forward(sequence_step(spec, {123}, 45, 0));
+  const StepOutput next_b = b.forward(sequence_step(spec, {123}, 45, 20));
+  ASSERT_EQ(next_a.logits.size(), next_b.logits.size());
+  EXPECT_EQ(next_a.logits, next_b.logits);
+  EXPECT_EQ(next_a.samples[0].token, next_b.samples[0].token);
+
+  KvPages other = kv;
+  other.layout = "cpu fp32";
+  EXPECT_THROW(b.write_kv(other, on_b, on_b), Error);
+  KvPages truncated = kv;
+  truncated.full.resize(truncated.full.size() / 2);
+  EXPECT_THROW(b.write_kv(truncated, on_b, on_b), Error);
+}
+
+}  // namespace
+}  // namespace orchid::runtime::cuda
