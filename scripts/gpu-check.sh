@@ -73,6 +73,8 @@ tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
 [ -f "$tracer" ] && step kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \
   --tracer "$tracer" --model synthetic:20b --batch-sizes 1,256 --seq-len 1024
 step structured-outputs-20b tools/gpu/structured_outputs_gpu.sh "$bin"
+# A prefill and a decode instance sharing the GPU against one instance (greedy, up to BF16 ties).
+step disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model synthetic:20b
 step serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
 rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"

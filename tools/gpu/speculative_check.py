@@ -24,8 +24,11 @@ CONFIGS = {
 }
 
 
+BACKEND = ["--backend", "cuda", "--weights", "bf16"]
+
+
 def generate(orchid, model, prompt, tokens, spec=None):
-    cmd = [orchid, "generate", model, "--backend", "cuda", "--weights", "bf16", "--prompt-ids",
+    cmd = [orchid, "generate", model, *BACKEND, "--prompt-ids",
            ",".join(map(str, prompt)), "--max-tokens", str(tokens), "--temperature", "0", "--ignore-eos",
            "--print-ids", "--max-model-len", "1024"]
     if spec:
@@ -40,7 +43,7 @@ def top2_margin(orchid, model, ids, position):
     """The plain run's logit margin between its two best tokens at `position` of `ids` (decode path)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "logits.npy"
-        subprocess.run([orchid, "forward", model, "--backend", "cuda", "--weights", "bf16", "--incremental",
+        subprocess.run([orchid, "forward", model, *BACKEND, "--incremental",
                         "--ids", ",".join(map(str, ids[:position + 1])), "--logits-out", str(out)],
                        check=True, capture_output=True, timeout=600)
         row = np.load(out)[position]
@@ -53,7 +56,10 @@ def main():
     ap.add_argument("--orchid", required=True)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--noise", type=float, default=0.05, help="a top-2 margin below this is BF16 noise")
+    ap.add_argument("--backend", default="cuda", help="cpu: the same check on the CPU backend (exact)")
     a = ap.parse_args()
+    if a.backend != "cuda":
+        BACKEND[:] = ["--backend", a.backend]
     ok = True
     for model in MODELS:
         vocab = 1000 if "golden" in model else 5000
