@@ -30,12 +30,20 @@ ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0
         "original_max_position_embeddings": 4096, "truncate": False}
 
 
+def layer_types(layers):
+    """gpt-oss's alternation, sliding first; a 1-layer model (the draft) attends to everything instead, since a
+    128-token window alone would forget the prompt."""
+    if layers == 1:
+        return ["full_attention"]
+    return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+
+
 def make_config(layers):
     shape = dict(hidden_size=256, intermediate_size=256, num_hidden_layers=layers, num_local_experts=8,
                  num_experts_per_tok=4, num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=VOCAB,
                  sliding_window=128, max_position_embeddings=131072, swiglu_limit=7.0, rms_norm_eps=1e-5,
                  attention_bias=True, tie_word_embeddings=False, eos_token_id=[RETURN, CALL], pad_token_id=PAD,
-                 layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)])
+                 layer_types=layer_types(layers))
     if "rope_parameters" in inspect.signature(GptOssConfig.__init__).parameters:  # transformers 5
         shape["rope_parameters"] = dict(ROPE, rope_theta=150000.0)
     else:
