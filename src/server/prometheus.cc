@@ -78,6 +78,12 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
               double(p->bytes));
     w.counter("orchid_remote_prefill_seconds_total", "time waiting for prefill instances, transfer included",
               p->seconds);
+    w.histogram("orchid_remote_prefill_compute_seconds",
+                "a prefill instance's time for one prompt (its queue and compute): TTFT's prefill share",
+                p->prefill_seconds);
+    w.histogram("orchid_remote_prefill_transfer_seconds",
+                "the rest of a remote prefill (request, K/V transfer, decoding): TTFT's transfer share",
+                p->transfer_seconds);
   }
   if (!e) return w.text();
 

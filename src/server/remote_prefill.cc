@@ -1,6 +1,9 @@
 #include "server/remote_prefill.h"
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
+#include <cstdlib>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -80,6 +83,13 @@ std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<i
     if (res.result_int() != 200) fail("answered {}: {}", res.result_int(), res.body().substr(0, 200));
     kv = std::make_shared<runtime::KvPages>(runtime::decode_kv_pages(res.body()));
     bytes_ += int64_t(res.body().size());
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double prefill = 0;
+    if (auto it = res.find("X-Orchid-Prefill-Seconds"); it != res.end())
+      prefill = std::min(total, std::max(0.0, std::strtod(std::string(it->value()).c_str(), nullptr)));
+    std::lock_guard<std::mutex> lock(histograms_mu_);
+    prefill_seconds_.observe(prefill);
+    transfer_seconds_.observe(total - prefill);
   } catch (const std::exception& e) {
     ++failures_;
     in->down_until_ms = now_ms() + kDownMillis;
@@ -93,7 +103,15 @@ std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<i
 }
 
 RemotePrefillCounters RemotePrefill::counters() const {
-  return {requests_.load(), failures_.load(), bytes_.load(), double(micros_.load()) * 1e-6};
+  RemotePrefillCounters c;
+  c.requests = requests_.load();
+  c.failures = failures_.load();
+  c.bytes = bytes_.load();
+  c.seconds = double(micros_.load()) * 1e-6;
+  std::lock_guard<std::mutex> lock(histograms_mu_);
+  c.prefill_seconds = prefill_seconds_;
+  c.transfer_seconds = transfer_seconds_;
+  return c;
 }
 
 HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
@@ -115,11 +133,14 @@ HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
   spec.ignore_eos = true;
   spec.kv_export = true;
   Admission admitted = ctx.admit(1);
+  const auto t0 = std::chrono::steady_clock::now();
   const engine::RequestEvent ev = ctx.submit(std::move(spec))->wait_all();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (ev.finish == engine::FinishReason::kError) throw ApiError(500, "prefill failed: " + ev.error);
   if (!ev.kv) throw ApiError(503, "prefill: the K/V could not be read out");
   HttpResponse res;
   res.content_type = "application/octet-stream";
+  res.headers.emplace_back("X-Orchid-Prefill-Seconds", fmt::format("{:.6f}", seconds));
   res.body = runtime::encode_kv_pages(*ev.kv);
   return res;
 }

@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "engine/metrics.h"
 #include "runtime/backend.h"
 #include "server/http_url.h"
 
@@ -23,6 +25,10 @@ namespace orchid::server {
 struct RemotePrefillCounters {
   int64_t requests = 0, failures = 0, bytes = 0;
   double seconds = 0;  // waiting for prefill instances, transfer included
+  // Per answered prompt: the prefill instance's own time (queue and compute, its X-Orchid-Prefill-Seconds)
+  // and the rest (request, K/V transfer, decoding the body): TTFT's share of each.
+  engine::Histogram prefill_seconds = engine::Histogram::latency_seconds();
+  engine::Histogram transfer_seconds = engine::Histogram::latency_seconds();
 };
 
 class RemotePrefill {
@@ -51,6 +57,9 @@ class RemotePrefill {
   std::chrono::milliseconds timeout_;
   int32_t min_prompt_tokens_;
   std::atomic<int64_t> requests_{0}, failures_{0}, bytes_{0}, micros_{0};
+  mutable std::mutex histograms_mu_;
+  engine::Histogram prefill_seconds_ = engine::Histogram::latency_seconds();
+  engine::Histogram transfer_seconds_ = engine::Histogram::latency_seconds();
 };
 
 class ServerContext;

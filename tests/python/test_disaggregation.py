@@ -40,6 +40,11 @@ def test_outputs_equal_one_server(plain, pair):
     assert d["orchid_remote_prefill_failures_total"] == 0
     assert d["orchid_kv_imported_tokens_total"] > 0
     assert 0 < d["orchid_remote_prefill_bytes_total"]
+    # TTFT's remote share, split: the prefill instance's own time and the transfer.
+    answered = d["orchid_remote_prefill_requests_total"] - d["orchid_remote_prefill_failures_total"]
+    assert d["orchid_remote_prefill_compute_seconds_count"] == answered
+    assert d["orchid_remote_prefill_transfer_seconds_count"] == answered
+    assert 0 < d["orchid_remote_prefill_compute_seconds_sum"] < d["orchid_remote_prefill_seconds_total"]
     assert p["orchid_kv_export_bytes_total"] >= d["orchid_kv_import_bytes_total"] > 0
     for m in (d, p):
         assert m["orchid_kv_full_pages_used"] == 0 and m["orchid_kv_sliding_pages_used"] == 0
