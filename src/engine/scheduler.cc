@@ -128,13 +128,13 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   int32_t budget = config_.max_num_batched_tokens;
 
   // 1. Decodes of running sequences, in precedence order, with their drafts.
-  std::vector<Sequence*> decodes;
+  decodes_.clear();
   for (Sequence* s : running_) {
     s->draft.clear();
-    if (s->remaining() == 1) decodes.push_back(s);
+    if (s->remaining() == 1) decodes_.push_back(s);
   }
-  propose_drafts(decodes, budget);
-  for (Sequence* s : decodes) {
+  propose_drafts(decodes_, budget);
+  for (Sequence* s : decodes_) {
     if (budget <= 0) break;
     if (s->state != SeqState::kRunning) continue;  // preempted by an earlier one's reservation
     const int32_t num_draft = std::min(int32_t(s->draft.size()), budget - 1);

@@ -80,6 +80,7 @@ class Scheduler {
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;   // precedence order
   std::vector<Sequence*> running_;  // precedence order
+  std::vector<Sequence*> decodes_;  // this step's decoding sequences (kept to reuse its memory)
   bool preempted_this_step_ = false;
   int32_t finished_unreaped_ = 0;  // finished sequences still in the queues
   SchedulerCounters counters_;
