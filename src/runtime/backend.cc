@@ -10,6 +10,26 @@ std::vector<float> Backend::run_layer(int64_t, const std::vector<float>&, int64_
   fail("the {} backend cannot run a single layer", name());
 }
 
+KvPages kv_pages_for(std::string layout, size_t num_full_pages, size_t num_sliding_pages,
+                     int32_t first_sliding_page, int32_t num_tokens) {
+  KvPages kv;
+  kv.layout = std::move(layout);
+  kv.num_tokens = num_tokens;
+  kv.first_sliding_page = first_sliding_page;
+  kv.num_full_pages = int32_t(num_full_pages);
+  kv.num_sliding_pages = int32_t(num_sliding_pages);
+  return kv;
+}
+
+void check_kv_pages_fit(const KvPages& kv, const std::string& layout, size_t num_full_pages,
+                        size_t num_sliding_pages) {
+  if (kv.layout != layout)
+    fail("K/V handed over in another layout ({}); this backend's is {}", kv.layout, layout);
+  if (int32_t(num_full_pages) != kv.num_full_pages || int32_t(num_sliding_pages) != kv.num_sliding_pages)
+    fail("K/V of {} + {} pages for {} + {} pages", kv.num_full_pages, kv.num_sliding_pages, num_full_pages,
+         num_sliding_pages);
+}
+
 KvPages Backend::read_kv(std::span<const int32_t>, std::span<const int32_t>, int32_t, int32_t) {
   fail("the {} backend cannot hand K/V over", name());
 }

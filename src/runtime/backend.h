@@ -115,6 +115,13 @@ struct KvPages {
   std::vector<uint8_t> full, sliding;
 };
 
+// What every backend's read_kv starts from (the counts, no bytes yet), and the checks every write_kv makes:
+// the layout is this backend's and there is one page for each page of `kv`.
+KvPages kv_pages_for(std::string layout, size_t num_full_pages, size_t num_sliding_pages,
+                     int32_t first_sliding_page, int32_t num_tokens);
+void check_kv_pages_fit(const KvPages& kv, const std::string& layout, size_t num_full_pages,
+                        size_t num_sliding_pages);
+
 class Backend {
  public:
   virtual ~Backend() = default;

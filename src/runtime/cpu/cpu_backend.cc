@@ -282,12 +282,8 @@ std::string CpuBackend::kv_layout() const {
 KvPages CpuBackend::read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
                             int32_t first_sliding_page, int32_t num_tokens) {
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
-  KvPages kv;
-  kv.layout = kv_layout();
-  kv.num_tokens = num_tokens;
-  kv.first_sliding_page = first_sliding_page;
-  kv.num_full_pages = int32_t(full_pages.size());
-  kv.num_sliding_pages = int32_t(sliding_pages.size());
+  KvPages kv =
+      kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
   const auto& c = model_.config;
   for (const auto& r : ranks_) {
     const size_t bytes = size_t(r->cfg.kv_dim()) * size_t(spec_.page_size) * sizeof(float);
@@ -311,12 +307,7 @@ KvPages CpuBackend::read_kv(std::span<const int32_t> full_pages, std::span<const
 void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                           std::span<const int32_t> sliding_pages) {
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
-  if (kv.layout != kv_layout())
-    fail("K/V handed over in another layout ({}); this backend's is {}", kv.layout, kv_layout());
-  if (int32_t(full_pages.size()) != kv.num_full_pages ||
-      int32_t(sliding_pages.size()) != kv.num_sliding_pages)
-    fail("K/V of {} + {} pages for {} + {} pages", kv.num_full_pages, kv.num_sliding_pages, full_pages.size(),
-         sliding_pages.size());
+  check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
   const auto& c = model_.config;
   size_t at_full = 0, at_sliding = 0;
   for (const auto& r : ranks_) {

@@ -174,24 +174,15 @@ std::string CudaBackend::kv_layout() const {
 
 KvPages CudaBackend::read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
                              int32_t first_sliding_page, int32_t num_tokens) {
-  KvPages kv;
-  kv.layout = kv_layout();
-  kv.num_tokens = num_tokens;
-  kv.first_sliding_page = first_sliding_page;
-  kv.num_full_pages = int32_t(full_pages.size());
-  kv.num_sliding_pages = int32_t(sliding_pages.size());
+  KvPages kv =
+      kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
   for (auto& r : ranks_) r->read_pages(full_pages, sliding_pages, kv.full, kv.sliding);
   return kv;
 }
 
 void CudaBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                            std::span<const int32_t> sliding_pages) {
-  if (kv.layout != kv_layout())
-    fail("K/V handed over in another layout ({}); this backend's is {}", kv.layout, kv_layout());
-  if (int32_t(full_pages.size()) != kv.num_full_pages ||
-      int32_t(sliding_pages.size()) != kv.num_sliding_pages)
-    fail("K/V of {} + {} pages for {} + {} pages", kv.num_full_pages, kv.num_sliding_pages, full_pages.size(),
-         sliding_pages.size());
+  check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
   size_t at_full = 0, at_sliding = 0;
   for (auto& r : ranks_) r->write_pages(full_pages, sliding_pages, kv.full, kv.sliding, at_full, at_sliding);
   if (at_full != kv.full.size() || at_sliding != kv.sliding.size())
