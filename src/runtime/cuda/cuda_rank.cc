@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <span>
 
 #include "core/error.h"
@@ -229,27 +230,35 @@ std::string CudaRank::kv_layout() const {
       c.num_experts, c.vocab_size);
 }
 
-void CudaRank::read_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
-                          std::vector<uint8_t>& full, std::vector<uint8_t>& sliding) {
-  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+void CudaRank::for_each_kv_page(
+    std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+    const std::function<void(bool sliding, uint8_t* page, size_t bytes)>& fn) const {
   const auto& c = local_;
   const size_t page_bytes = size_t(c.num_kv_heads) * size_t(spec_.page_size) * 64 * 2;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool is_sliding = c.is_sliding(l);
     const std::span<const int32_t> pages = is_sliding ? sliding_pages : full_pages;
-    std::vector<uint8_t>& out = is_sliding ? sliding : full;
     const int32_t pool = is_sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
-    const size_t bytes = page_bytes * (l == precise_layer_ ? 2 : 1);
+    const size_t bytes = page_bytes * (l == precise_layer_ ? 2 : 1);  // the precise layer's pages are fp32
     for (void* base : {k_pool_[size_t(l)], v_pool_[size_t(l)]}) {
       for (int32_t page : pages) {
-        ORCHID_CHECK(page >= 0 && page < pool, "page {} outside the pool", page);
-        const size_t at = out.size();
-        out.resize(at + bytes);
-        ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.data() + at, static_cast<uint8_t*>(base) + size_t(page) * bytes,
-                                          bytes, cudaMemcpyDeviceToHost, stream_));
+        ORCHID_CHECK(page == kNoPage || (page >= 0 && page < pool), "page {} outside the pool", page);
+        fn(is_sliding, page == kNoPage ? nullptr : static_cast<uint8_t*>(base) + size_t(page) * bytes, bytes);
       }
     }
   }
+}
+
+void CudaRank::read_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                          std::vector<uint8_t>& full, std::vector<uint8_t>& sliding) {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  for_each_kv_page(full_pages, sliding_pages, [&](bool is_sliding, uint8_t* page, size_t bytes) {
+    ORCHID_CHECK(page != nullptr, "reading a page that is not there");
+    std::vector<uint8_t>& out = is_sliding ? sliding : full;
+    const size_t at = out.size();
+    out.resize(at + bytes);
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.data() + at, page, bytes, cudaMemcpyDeviceToHost, stream_));
+  });
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -257,26 +266,14 @@ void CudaRank::write_pages(std::span<const int32_t> full_pages, std::span<const 
                            const std::vector<uint8_t>& full, const std::vector<uint8_t>& sliding,
                            size_t& at_full, size_t& at_sliding) {
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
-  const auto& c = local_;
-  const size_t page_bytes = size_t(c.num_kv_heads) * size_t(spec_.page_size) * 64 * 2;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const bool is_sliding = c.is_sliding(l);
-    const std::span<const int32_t> pages = is_sliding ? sliding_pages : full_pages;
+  for_each_kv_page(full_pages, sliding_pages, [&](bool is_sliding, uint8_t* page, size_t bytes) {
     const std::vector<uint8_t>& in = is_sliding ? sliding : full;
     size_t& at = is_sliding ? at_sliding : at_full;
-    const int32_t pool = is_sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
-    const size_t bytes = page_bytes * (l == precise_layer_ ? 2 : 1);
-    for (void* base : {k_pool_[size_t(l)], v_pool_[size_t(l)]}) {
-      for (int32_t page : pages) {
-        ORCHID_CHECK(page == kNoPage || (page >= 0 && page < pool), "page {} outside the pool", page);
-        if (at + bytes > in.size()) fail("K/V handed over is truncated ({} bytes)", in.size());
-        if (page != kNoPage)
-          ORCHID_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(base) + size_t(page) * bytes,
-                                            in.data() + at, bytes, cudaMemcpyHostToDevice, stream_));
-        at += bytes;
-      }
-    }
-  }
+    if (at + bytes > in.size()) fail("K/V handed over is truncated ({} bytes)", in.size());
+    if (page)
+      ORCHID_CUDA_CHECK(cudaMemcpyAsync(page, in.data() + at, bytes, cudaMemcpyHostToDevice, stream_));
+    at += bytes;
+  });
   // The host buffer must outlive the copies, and the next step must see the pages.
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <functional>
 #include <span>
 #include <string>
 #include "kernels/attention/attention_plan.h"
@@ -88,6 +89,11 @@ class CudaRank {
   size_t weight_bytes() const { return weights_.arena.used(); }
 
  private:
+  // Every page of `full_pages` / `sliding_pages` in the handoff order (layer, K then V, page), with its
+  // device address (null for kNoPage) and size.
+  void for_each_kv_page(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                        const std::function<void(bool sliding, uint8_t* page, size_t bytes)>& fn) const;
+
   // A step's metadata on the device (one upload): token ids, page tables, logits rows and the attention plan.
   struct StepMeta {
     const int32_t *tokens = nullptr, *full = nullptr, *sliding = nullptr, *rows = nullptr;
