@@ -8,12 +8,23 @@
 #      synthetic gpt-oss-20b (sampling on the GPU, batching, streaming, SIGTERM),
 #   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights: prefill, decode, the per-kernel
 #      breakdown of a decode step, and the server under `orchid bench serve` (shorter outputs than the issue's).
-#   scripts/gpu-check.sh [--quick]      --quick: fewer benchmark shapes
+#   scripts/gpu-check.sh [--quick] [--tests-only | --bench-only]
+#     --quick: fewer benchmark shapes; --tests-only: the checks of correctness alone (1-3, the kernel suites
+#     without their micro-benchmarks), e.g. while the GPU is busy with something else; --bench-only: 4 alone
+#     (the kernel suites' micro-benchmarks come only with a full run).
 # Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=""
-[ "${1:-}" = "--quick" ] && quick="--quick"
+tests=1 benches=1
+for a in "$@"; do
+  case "$a" in
+    --quick) quick="--quick" ;;
+    --tests-only) benches=0 ;;
+    --bench-only) tests=0 ;;
+    *) echo "usage: $0 [--quick] [--tests-only | --bench-only]" >&2; exit 2 ;;
+  esac
+done
 build=${ORCHID_BUILD_DIR:-build/cuda}
 logs=${ORCHID_LOG_DIR:-$build/gpu-check}
 mkdir -p "$logs"
@@ -30,52 +41,50 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
   summary+=("$(printf '%-28s %s' "$name" "$([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (rc $rc)")")")
   [ "$rc" -eq 0 ] || status=1
 }
+check() { [ "$tests" -eq 0 ] || step "$@"; }   # a check of correctness
+bench() { [ "$benches" -eq 0 ] || step "$@"; }  # a timing
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
-step attention-kernels scripts/gpu-kernels-attention.sh $quick
-step moe-kernels scripts/gpu-kernels-moe.sh $quick
+no_bench=$([ "$benches" -eq 0 ] && echo --no-bench)
+[ "$tests" -eq 1 ] && step attention-kernels scripts/gpu-kernels-attention.sh $quick $no_bench
+[ "$tests" -eq 1 ] && step moe-kernels scripts/gpu-kernels-moe.sh $quick $no_bench
 for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test \
     "$build"/tests/kernels/sampling/sampling_kernels_test "$build"/tests/runtime/runtime_cuda_sampling_test \
     "$build"/tests/runtime/runtime_cuda_kv_handoff_test; do
-  step "$(basename "$t")" "$t"
+  check "$(basename "$t")" "$t"
 done
-step sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+check sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
-step sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 1 \
+check sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 1 \
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
-step sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
-step golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+bench sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
+check golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
 # Speculative decoding (prompt lookup, self-draft) against plain greedy decoding, up to BF16-noise ties.
-step speculative-tiny python3 tools/gpu/speculative_check.py --orchid "$bin"
+check speculative-tiny python3 tools/gpu/speculative_check.py --orchid "$bin"
 # Tensor/expert parallelism with every rank on this GPU, against one rank and the references.
-step parallel-one-gpu python3 tools/gpu/parallel_check.py --orchid "$bin"
+check parallel-one-gpu python3 tools/gpu/parallel_check.py --orchid "$bin"
 # Every layer of synthetic 20b against transformers' FP32 layer (teacher forcing), all three formats.
 ck20=$(mktemp -d)/ck20  # 13.8 GB, removed at the end
-step synth-20b "$bin" synth "$ck20" --preset 20b
-step layer-check-20b python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
+check synth-20b "$bin" synth "$ck20" --preset 20b
+check layer-check-20b python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
   --layers "$(seq -s, 0 23)" --tokens 1024 --orchid "$bin"
-step layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck20" --layers 0,1,23 \
+check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck20" --layers 0,1,23 \
   --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--tp 8 --ep 8 --collectives local"
-step serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
-step bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
-step bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
+check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
+bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
+bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
 # Speculative decoding's verify step (1 + K tokens a sequence) against the plain step, 20b and 120b.
-for k in 1 2 3 4; do
-  step "bench-verify-20b-k$k" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,32 \
-    --steps 8 --draft-tokens $k
-done
-step bench-verify-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 8
-for k in 1 2 3 4; do
-  step "bench-verify-120b-k$k" "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 \
-    --steps 8 --draft-tokens $k
-done
+bench bench-verify-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,32 \
+  --steps 8 --draft-tokens 0,1,2,3,4
+bench bench-verify-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,32 \
+  --steps 8 --draft-tokens 0,1,2,3,4
 # Where a decode step's time goes (CUPTI tracer, built with the cuda preset when CUPTI is there).
 tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
-[ -f "$tracer" ] && step kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \
+[ -f "$tracer" ] && bench kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \
   --tracer "$tracer" --model synthetic:20b --batch-sizes 1,256 --seq-len 1024
-step structured-outputs-20b tools/gpu/structured_outputs_gpu.sh "$bin"
+check structured-outputs-20b tools/gpu/structured_outputs_gpu.sh "$bin"
 # A prefill and a decode instance sharing the GPU against one instance (greedy, up to BF16 ties).
-step disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model synthetic:20b
-step serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
+check disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model synthetic:20b
+bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
 rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"
 printf '%s\n' "${summary[@]}"

@@ -5,16 +5,18 @@
 #   2. compute-sanitizer memcheck on the small-shape tests (and racecheck on two of them),
 #   3. the micro-benchmark table,
 # then a compact summary. Logs go to build/cuda/gpu-kernels-attention/ (or $ORCHID_LOG_DIR).
-#   scripts/gpu-kernels-attention.sh [--quick]     --quick: fewer benchmark shapes
+#   scripts/gpu-kernels-attention.sh [--quick] [--no-bench]   --quick: fewer benchmark shapes; --no-bench: 1-2
 # Exit status: 0 when every test and sanitizer check passed (a sanitizer the machine cannot run is reported,
 # not failed), 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 quick=""
+bench_too=1
 for arg in "$@"; do
   case "$arg" in
     --quick) quick="--quick" ;;
+    --no-bench) bench_too=0 ;;
     -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "gpu-kernels-attention.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac
@@ -104,19 +106,23 @@ if [ "${ORCHID_WGMMA:-0}" = 1 ]; then
   ORCHID_TEST_PREFILL=wgmma run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck wgmma prefill+decode"
 fi
 
-echo "== attention_bench $quick"
-"$bench" $quick 2>&1 | tee "$logs/bench.log"
-bench_rc=${PIPESTATUS[0]}
-if [ "$bench_rc" -ne 0 ]; then
-  status=1
-  summary+=("$(printf '%-34s FAIL (rc %s), see %s' "attention_bench" "$bench_rc" "$logs/bench.log")")
+if [ "$bench_too" -eq 1 ]; then
+  echo "== attention_bench $quick"
+  "$bench" $quick 2>&1 | tee "$logs/bench.log"
+  bench_rc=${PIPESTATUS[0]}
+  if [ "$bench_rc" -ne 0 ]; then
+    status=1
+    summary+=("$(printf '%-34s FAIL (rc %s), see %s' "attention_bench" "$bench_rc" "$logs/bench.log")")
+  fi
 fi
 
 echo
 echo "==== attention kernels summary (ORCHID_TEST_SEED=$ORCHID_TEST_SEED; logs in $logs) ===="
 for line in "${summary[@]}"; do echo "$line"; done
-echo "---- benchmark (median us, achieved, fraction of 742 TFLOP/s or 4.17 TB/s)"
-grep -E '^(rmsnorm|qkv_rope|prefill_|decode_att)' "$logs/bench.log" || true
-grep -A5 '^projections' "$logs/bench.log" || true
+if [ "$bench_too" -eq 1 ]; then
+  echo "---- benchmark (median us, achieved, fraction of 742 TFLOP/s or 4.17 TB/s)"
+  grep -E '^(rmsnorm|qkv_rope|prefill_|decode_att)' "$logs/bench.log" || true
+  grep -A5 '^projections' "$logs/bench.log" || true
+fi
 echo "==== $( [ $status -eq 0 ] && echo ALL CHECKS PASSED || echo SOME CHECKS FAILED )"
 exit $status

@@ -33,8 +33,8 @@ struct BenchArgs {
   // Decode sampling (greedy by default, the seed's setting); anything else runs the sampler every step.
   float temperature = 0.0f, top_p = 1.0f;
   int32_t top_k = 0;
-  // Decode: drafts per sequence (speculative decoding's verify step: 1 + K query tokens each).
-  int32_t draft_tokens = 0;
+  // Decode: drafts per sequence, a list (speculative decoding's verify step: 1 + K query tokens each).
+  std::string draft_tokens = "0";
 };
 
 double median(std::vector<double> v) {
@@ -123,11 +123,15 @@ void run_prefill(const BenchArgs& a) {
 void run_decode(const BenchArgs& a) {
   auto seq_lens = positive_list(a.seq_lens, "--seq-lens");
   auto batches = positive_list(a.batches, "--batch-sizes");
+  const auto drafts = parse_int_list(a.draft_tokens, "--draft-tokens");
+  if (drafts.empty()) fail("--draft-tokens: empty list");
+  for (auto k : drafts)
+    if (k < 0 || k > 16) fail("--draft-tokens: {} is not in 0..16", k);
+  const int64_t max_k = *std::max_element(drafts.begin(), drafts.end());
   BackendOptions bo = a.backend;
-  const int64_t K = a.draft_tokens;
-  if (K > 0)  // buffers for the drafts' logits and draws
-    bo.speculative_config = fmt::format(R"({{"method": "ngram", "num_speculative_tokens": {}}})", K);
-  const int64_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end()) + K;
+  if (max_k > 0)  // buffers for the drafts' logits and draws; one backend times every K
+    bo.speculative_config = fmt::format(R"({{"method": "ngram", "num_speculative_tokens": {}}})", max_k);
+  const int64_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end()) + max_k;
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   bo.max_model_len = std::max(bo.max_model_len, max_len);
   if (!bo.uses_cuda() && bo.kv_pages == 0)  // the CPU sizes its pools from this; the GPU from its memory
@@ -139,61 +143,63 @@ void run_decode(const BenchArgs& a) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t L : seq_lens) {
     for (int64_t B : batches) {
-      const int64_t pages_per_seq = (L + K + spec.page_size - 1) / spec.page_size;
-      const int64_t sliding_per_seq =
-          std::min<int64_t>(pages_per_seq, (spec.sliding_window + spec.page_size - 1) / spec.page_size + 1);
-      nlohmann::json row = {{"seq_len", L}, {"batch", B}, {"draft_tokens", K}};
-      if (pages_per_seq * B > spec.num_full_pages || sliding_per_seq * B > spec.num_sliding_pages) {
-        row["skipped"] =
-            fmt::format("KV needs {} pages, the pool has {}", pages_per_seq * B, spec.num_full_pages);
-        rows.push_back(row);
-        continue;
-      }
-      runtime::StepBatch b;
-      b.params.emplace_back();
-      b.params[0].temperature = a.temperature;
-      b.params[0].top_p = a.top_p;
-      b.params[0].top_k = a.top_k;
-      b.params[0].seed = 1;
-      for (int64_t s = 0; s < B; ++s) {
-        runtime::StepSequence q;
-        q.seq_id = s;
-        q.token_begin = int32_t(s * (1 + K));
-        q.num_tokens = int32_t(1 + K);
-        q.num_draft = int32_t(K);
-        q.start_pos = int32_t(L - 1);
-        q.sample = true;
-        q.sample_index = int32_t(s);
-        q.full_table_begin = int32_t(b.full_page_table.size());
-        q.num_full_pages = int32_t(pages_per_seq);
-        for (int64_t p = 0; p < pages_per_seq; ++p)
-          b.full_page_table.push_back(int32_t(s * pages_per_seq + p));
-        q.sliding_table_begin = int32_t(b.sliding_page_table.size());
-        q.num_sliding_pages = int32_t(pages_per_seq);
-        for (int64_t p = 0; p < pages_per_seq; ++p) {
-          const int64_t k = p - (pages_per_seq - sliding_per_seq);
-          b.sliding_page_table.push_back(k < 0 ? runtime::kNoPage : int32_t(s * sliding_per_seq + k));
+      for (int64_t K : drafts) {
+        const int64_t pages_per_seq = (L + K + spec.page_size - 1) / spec.page_size;
+        const int64_t sliding_per_seq =
+            std::min<int64_t>(pages_per_seq, (spec.sliding_window + spec.page_size - 1) / spec.page_size + 1);
+        nlohmann::json row = {{"seq_len", L}, {"batch", B}, {"draft_tokens", K}};
+        if (pages_per_seq * B > spec.num_full_pages || sliding_per_seq * B > spec.num_sliding_pages) {
+          row["skipped"] =
+              fmt::format("KV needs {} pages, the pool has {}", pages_per_seq * B, spec.num_full_pages);
+          rows.push_back(row);
+          continue;
         }
-        for (int64_t t = 0; t <= K; ++t)
-          b.tokens.push_back(int32_t((s * 7919 + t * 104729) % std::min<int64_t>(c.vocab_size, 200000)));
-        b.seqs.push_back(q);
+        runtime::StepBatch b;
+        b.params.emplace_back();
+        b.params[0].temperature = a.temperature;
+        b.params[0].top_p = a.top_p;
+        b.params[0].top_k = a.top_k;
+        b.params[0].seed = 1;
+        for (int64_t s = 0; s < B; ++s) {
+          runtime::StepSequence q;
+          q.seq_id = s;
+          q.token_begin = int32_t(s * (1 + K));
+          q.num_tokens = int32_t(1 + K);
+          q.num_draft = int32_t(K);
+          q.start_pos = int32_t(L - 1);
+          q.sample = true;
+          q.sample_index = int32_t(s);
+          q.full_table_begin = int32_t(b.full_page_table.size());
+          q.num_full_pages = int32_t(pages_per_seq);
+          for (int64_t p = 0; p < pages_per_seq; ++p)
+            b.full_page_table.push_back(int32_t(s * pages_per_seq + p));
+          q.sliding_table_begin = int32_t(b.sliding_page_table.size());
+          q.num_sliding_pages = int32_t(pages_per_seq);
+          for (int64_t p = 0; p < pages_per_seq; ++p) {
+            const int64_t k = p - (pages_per_seq - sliding_per_seq);
+            b.sliding_page_table.push_back(k < 0 ? runtime::kNoPage : int32_t(s * sliding_per_seq + k));
+          }
+          for (int64_t t = 0; t <= K; ++t)
+            b.tokens.push_back(int32_t((s * 7919 + t * 104729) % std::min<int64_t>(c.vocab_size, 200000)));
+          b.seqs.push_back(q);
+        }
+        for (int w = 0; w < 2; ++w) backend->forward(b);
+        std::vector<double> times;
+        for (int r = 0; r < a.steps; ++r) {
+          const auto t0 = Clock::now();
+          backend->forward(b);
+          times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        const double step = median(times);
+        const double floor = model::decode_floor_seconds(c, B, L, bo.weights, hw);
+        row["step_s"] = step;
+        row["tokens_per_s_per_user"] = 1.0 / step;
+        row["tokens_per_s"] = double(B) / step;
+        row["usd_per_1m_tokens"] = model::usd_per_million_tokens(step, B, a.gpus, a.usd_per_gpu_hour);
+        row["floor_s"] = floor;
+        row["step_over_floor"] = step / floor;
+        rows.push_back(row);
       }
-      for (int w = 0; w < 2; ++w) backend->forward(b);
-      std::vector<double> times;
-      for (int r = 0; r < a.steps; ++r) {
-        const auto t0 = Clock::now();
-        backend->forward(b);
-        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      const double step = median(times);
-      const double floor = model::decode_floor_seconds(c, B, L, bo.weights, hw);
-      row["step_s"] = step;
-      row["tokens_per_s_per_user"] = 1.0 / step;
-      row["tokens_per_s"] = double(B) / step;
-      row["usd_per_1m_tokens"] = model::usd_per_million_tokens(step, B, a.gpus, a.usd_per_gpu_hour);
-      row["floor_s"] = floor;
-      row["step_over_floor"] = step / floor;
-      rows.push_back(row);
     }
   }
   nlohmann::json out = {
@@ -213,22 +219,27 @@ void run_decode(const BenchArgs& a) {
               a.temperature <= 0
                   ? "greedy"
                   : fmt::format("temperature {} top-p {} top-k {}", a.temperature, a.top_p, a.top_k).c_str());
-  if (a.draft_tokens > 0)
-    std::printf("verify steps: %d drafts per sequence (the floor is a plain decode step's)\n",
-                a.draft_tokens);
-  std::printf("| seq len | batch | tok/s/user | tok/s total | $ / 1M tok | step ms | floor ms | x floor |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  if (max_k > 0)
+    std::printf(
+        "drafts K > 0: speculative decoding's verify step, 1 + K tokens a sequence (tok/s counts one "
+        "token a sequence, as if every draft were rejected; the floor is a plain decode step's)\n");
+  std::printf(
+      "| seq len | batch | drafts | tok/s/user | tok/s total | $ / 1M tok | step ms | floor ms | x floor "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
     if (r.contains("skipped")) {
-      std::printf("| %lld | %lld | - | - | - | - | - | %s |\n", (long long)r["seq_len"].get<int64_t>(),
-                  (long long)r["batch"].get<int64_t>(), r["skipped"].get<std::string>().c_str());
+      std::printf("| %lld | %lld | %lld | - | - | - | - | - | %s |\n", (long long)r["seq_len"].get<int64_t>(),
+                  (long long)r["batch"].get<int64_t>(), (long long)r["draft_tokens"].get<int64_t>(),
+                  r["skipped"].get<std::string>().c_str());
       continue;
     }
-    std::printf("| %lld | %lld | %.1f | %.1f | %.4f | %.3f | %.3f | %.1f |\n",
+    std::printf("| %lld | %lld | %lld | %.1f | %.1f | %.4f | %.3f | %.3f | %.1f |\n",
                 (long long)r["seq_len"].get<int64_t>(), (long long)r["batch"].get<int64_t>(),
-                r["tokens_per_s_per_user"].get<double>(), r["tokens_per_s"].get<double>(),
-                r["usd_per_1m_tokens"].get<double>(), 1e3 * r["step_s"].get<double>(),
-                1e3 * r["floor_s"].get<double>(), r["step_over_floor"].get<double>());
+                (long long)r["draft_tokens"].get<int64_t>(), r["tokens_per_s_per_user"].get<double>(),
+                r["tokens_per_s"].get<double>(), r["usd_per_1m_tokens"].get<double>(),
+                1e3 * r["step_s"].get<double>(), 1e3 * r["floor_s"].get<double>(),
+                r["step_over_floor"].get<double>());
   }
 }
 
@@ -278,9 +289,9 @@ void add_bench_command(CLI::App& app) {
   decode->add_option("--top-k", a->top_k, "top-k sampling (0: off)")->check(CLI::Range(0, 1 << 30));
   decode
       ->add_option("--draft-tokens", a->draft_tokens,
-                   "drafts per sequence: time speculative decoding's verify step (1 + K tokens a sequence; "
-                   "tok/s then counts one token a sequence, as if every draft were rejected)")
-      ->check(CLI::Range(0, 16))
+                   "comma-separated drafts per sequence K (0..16): time speculative decoding's verify step "
+                   "(1 + K tokens a sequence; tok/s then counts one token a sequence, as if every draft were "
+                   "rejected)")
       ->capture_default_str();
   decode->callback([a] {
     if (!a->backend.run_as_worker(a->model)) run_decode(*a);

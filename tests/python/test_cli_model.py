@@ -118,6 +118,14 @@ def test_bench_prefill_and_decode_json(orchid):
     assert [(r["seq_len"], r["batch"]) for r in out["rows"]] == [(40, 1), (40, 3)]
     for r in out["rows"]:
         assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["tokens_per_s_per_user"])
+    # One backend times the verify step for every K in the list (one row per batch and K).
+    res = orchid("bench", "decode", "synthetic:tiny", "--seq-lens", "40", "--batch-sizes", "2", "--steps", "2",
+                 "--draft-tokens", "0,3", "--json")
+    rows = json.loads(res.stdout)["rows"]
+    assert [(r["batch"], r["draft_tokens"]) for r in rows] == [(2, 0), (2, 3)]
+    assert all(r["step_s"] > 0 for r in rows)
+    bad = orchid("bench", "decode", "synthetic:tiny", "--draft-tokens", "2,17", check=False)
+    assert bad.returncode != 0 and "--draft-tokens: 17 is not in 0..16" in bad.stderr
 
 
 def test_generation_config_eos_ids_join_the_configs(orchid, tmp_path):
