@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
+#include "model/packed_rows.h"
 #include "model/synthetic.h"
 
 namespace orchid::model {
@@ -62,11 +63,23 @@ ModelConfig load_config(const ModelRef& ref) {
   return c;
 }
 
+io::Checkpoint open_checkpoint(const std::string& dir, const std::vector<TensorSpec>& manifest) {
+  io::Checkpoint ck = io::Checkpoint::open_dir(dir);
+  expand_packed_rows(ck, manifest);
+  validate_checkpoint(ck, manifest);
+  return ck;
+}
+
 LoadedModel load_model(const std::string& arg) {
   ModelRef ref = parse_model_ref(arg);
   LoadedModel m{load_config(ref), {}};
-  m.checkpoint = ref.synthetic ? synthetic_checkpoint(m.config, ref.seed) : io::Checkpoint::open_dir(ref.dir);
-  validate_checkpoint(m.checkpoint, gpt_oss_manifest(m.config));
+  const auto manifest = gpt_oss_manifest(m.config);
+  if (ref.synthetic) {
+    m.checkpoint = synthetic_checkpoint(m.config, ref.seed);
+    validate_checkpoint(m.checkpoint, manifest);
+  } else {
+    m.checkpoint = open_checkpoint(ref.dir, manifest);
+  }
   return m;
 }
 

@@ -18,6 +18,10 @@ struct ModelRef {
 };
 ModelRef parse_model_ref(const std::string& arg);  // errors name the argument
 
+// Maps a model directory's shards, rebuilds tensors stored as rows (model/packed_rows.h) and validates them
+// against the manifest.
+io::Checkpoint open_checkpoint(const std::string& dir, const std::vector<TensorSpec>& manifest);
+
 // Config only (fast: reads config.json, or the preset).
 ModelConfig load_config(const ModelRef& ref);
 

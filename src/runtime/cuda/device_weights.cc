@@ -62,8 +62,7 @@ class TensorSource {
                cudaStream_t stream)
       : ref_(ref), config_(c), shard_(shard), stream_(stream) {
     if (!ref.synthetic) {
-      ck_ = io::Checkpoint::open_dir(ref.dir);
-      model::validate_checkpoint(ck_, model::gpt_oss_manifest(c));
+      ck_ = model::open_checkpoint(ref.dir, model::gpt_oss_manifest(c));
     }
     for (auto& s : model::gpt_oss_manifest(c)) specs_.emplace(s.name, s);
     size_t total = 0;
