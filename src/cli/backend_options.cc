@@ -1,6 +1,7 @@
 #include "cli/backend_options.h"
 
 #include <fmt/ranges.h>
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -9,6 +10,8 @@
 
 #include "core/error.h"
 #include "engine/draft_model_proposer.h"
+#include "model/loader.h"
+#include "model/manifest.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/tcp_communicator.h"
 #if ORCHID_HAVE_CUDA
@@ -133,7 +136,11 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     const engine::SpeculativeConfig spec = speculative();
     o.max_draft_tokens = spec.enabled() ? spec.num_speculative_tokens : 0;
     o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
-    o.gpu_memory_utilization = gpu_memory_utilization;
+    // A draft model on the same GPUs takes its share first (draft_proposer creates it after this backend).
+    const double draft_share = spec.method == "draft_model"
+                                   ? draft_memory_share(model::load_config(model::parse_model_ref(model)))
+                                   : 0.0;
+    o.gpu_memory_utilization = gpu_memory_utilization * (1.0 - draft_share);
     o.kv_pages = kv_pages;
     o.cuda_graphs = !enforce_eager;
     o.precise_routing = !bf16_routing;
@@ -191,6 +198,15 @@ engine::SpeculativeConfig BackendOptions::speculative() const {
   return c;
 }
 
+double BackendOptions::draft_memory_share(const model::ModelConfig& target_config) const {
+  const engine::SpeculativeConfig spec = speculative();
+  if (spec.method != "draft_model") return 0.0;
+  const double draft =
+      double(model::weight_bytes(model::load_config(model::parse_model_ref(spec.model)), weights));
+  const double target = double(model::weight_bytes(target_config, weights));
+  return std::clamp(draft / (draft + target), 0.05, 0.5);
+}
+
 std::shared_ptr<engine::Proposer> BackendOptions::draft_proposer(const engine::SpeculativeConfig& c,
                                                                  const runtime::Backend& target) const {
   if (c.method != "draft_model") return nullptr;
@@ -199,6 +215,7 @@ std::shared_ptr<engine::Proposer> BackendOptions::draft_proposer(const engine::S
     fail("speculative decoding: the {} backend verifies at most {} drafts per sequence ({} asked)",
          target.name(), target.max_draft_tokens(), c.num_speculative_tokens);
   BackendOptions plain = *this;  // the draft itself verifies nothing
+  plain.gpu_memory_utilization = gpu_memory_utilization * draft_memory_share(target.model_config());
   plain.speculative_config.clear();
   std::shared_ptr<runtime::Backend> draft = plain.create(c.model);
   if (draft->model_config().vocab_size != target.model_config().vocab_size)

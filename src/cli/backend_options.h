@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/speculative_config.h"
+#include "model/config.h"
 #include "runtime/backend.h"
 
 namespace orchid::cli {
@@ -42,6 +43,9 @@ struct BackendOptions {
   bool run_as_worker(const std::string& model) const;
   // --speculative-config parsed (not enabled when empty); throws orchid::Error naming what is wrong.
   engine::SpeculativeConfig speculative() const;
+  // The part of --gpu-memory-utilization a draft model gets on the GPU (the target gets the rest): the
+  // draft's share of both models' weight bytes, within [0.05, 0.5] of it; 0 without a draft model.
+  double draft_memory_share(const model::ModelConfig& target) const;
   // The proposer of a draft_model config: the draft checkpoint on a backend of its own (these options),
   // checked against the target's vocabulary. Null for any other method.
   std::shared_ptr<engine::Proposer> draft_proposer(const engine::SpeculativeConfig& config,

@@ -18,14 +18,12 @@ size_t rank_memory_budget(size_t total, size_t free, double utilization, int ran
   if (utilization <= 0 || utilization > 1)
     fail("--gpu-memory-utilization must be in (0, 1], got {}", utilization);
   if (ranks_on_device < 1) fail("ranks on a device must be positive, got {}", ranks_on_device);
-  const double in_use = double(total) - double(std::min(free, total));
-  const double budget = double(total) * utilization - in_use;
-  if (budget <= 0)
+  const double budget = double(total) * utilization;
+  if (budget > double(free))
     fail(
-        "--gpu-memory-utilization {} allows {:.1f} GiB of the GPU's {:.1f} GiB, but {:.1f} GiB are already "
-        "in "
-        "use",
-        utilization, double(total) * utilization / kGiB, double(total) / kGiB, in_use / kGiB);
+        "--gpu-memory-utilization {} asks for {:.1f} GiB of the GPU's {:.1f} GiB, but only {:.1f} GiB are "
+        "free (other processes hold the rest): lower it, or stop them",
+        utilization, budget / kGiB, double(total) / kGiB, double(std::min(free, total)) / kGiB);
   return size_t(budget / ranks_on_device);
 }
 

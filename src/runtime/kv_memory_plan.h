@@ -9,9 +9,10 @@
 
 namespace orchid::runtime {
 
-// The bytes one of `ranks_on_device` ranks may use: total * utilization less what is in use before any
-// rank allocates (other processes, the CUDA context), split evenly. Throws orchid::Error when nothing is
-// left.
+// The bytes one of `ranks_on_device` ranks may use: total * utilization, split evenly. The share is this
+// instance's own, as vLLM's --gpu-memory-utilization is: two instances on one GPU (a prefill and a decode
+// instance, or a target and its draft model) take 0.45 each, whatever the other one holds. Throws
+// orchid::Error when the share is more than is free now.
 size_t rank_memory_budget(size_t total, size_t free, double utilization, int ranks_on_device);
 
 struct KvPoolInput {

@@ -11,17 +11,19 @@ namespace {
 
 constexpr size_t kGiB = size_t(1) << 30;
 
-TEST(RankMemoryBudget, SplitsTheUsableShareEvenly) {
-  // 140 GiB device, 2 GiB already in use, 0.9 utilization: 126 - 2 = 124 GiB for the ranks.
+TEST(RankMemoryBudget, SplitsTheInstancesShareEvenly) {
+  // 140 GiB device, 0.9 utilization: 126 GiB for this instance's ranks, whatever else is in use (2 GiB).
   const size_t total = 140 * kGiB, free = 138 * kGiB;
-  EXPECT_EQ(rank_memory_budget(total, free, 0.9, 1), size_t(double(total) * 0.9 - double(2 * kGiB)));
-  EXPECT_EQ(rank_memory_budget(total, free, 0.9, 4), size_t((double(total) * 0.9 - double(2 * kGiB)) / 4));
-  // free above total (a driver quirk) counts as nothing in use.
+  EXPECT_EQ(rank_memory_budget(total, free, 0.9, 1), size_t(double(total) * 0.9));
+  EXPECT_EQ(rank_memory_budget(total, free, 0.9, 4), size_t(double(total) * 0.9 / 4));
+  // A second instance on the device: 0.3 of it while the first holds 0.3 and more is free.
+  EXPECT_EQ(rank_memory_budget(total, total - size_t(0.3 * double(total)) - kGiB, 0.3, 1),
+            size_t(double(total) * 0.3));
   EXPECT_EQ(rank_memory_budget(total, total + 1, 0.5, 2), size_t(double(total) * 0.5 / 2));
 }
 
 TEST(RankMemoryBudget, ClearErrors) {
-  EXPECT_THROW(rank_memory_budget(100 * kGiB, 10 * kGiB, 0.5, 1), Error);  // 90 GiB in use > 50 allowed
+  EXPECT_THROW(rank_memory_budget(100 * kGiB, 10 * kGiB, 0.5, 1), Error);  // 50 GiB asked, 10 free
   EXPECT_THROW(rank_memory_budget(100 * kGiB, 100 * kGiB, 0.0, 1), Error);
   EXPECT_THROW(rank_memory_budget(100 * kGiB, 100 * kGiB, 1.5, 1), Error);
   EXPECT_THROW(rank_memory_budget(100 * kGiB, 100 * kGiB, 0.9, 0), Error);
