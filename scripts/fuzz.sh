@@ -13,9 +13,9 @@ if [ "${1:-}" = "--ci" ]; then
   for t in $targets; do
     mkdir -p "build/fuzz/corpus/$(basename "$t")"
     seeds=$(corpus_of "$t"); [ -d "$seeds" ] || seeds=""
-    echo "fuzz: $(basename "$t") for ${ORCHID_FUZZ_SECONDS:-30}s"
+    echo "fuzz: $(basename "$t") for ${ORCHID_FUZZ_SECONDS:-10}s"
     log="build/fuzz/$(basename "$t").log"
-    if ! "$t" -max_total_time="${ORCHID_FUZZ_SECONDS:-30}" -print_final_stats=1 -artifact_prefix=build/fuzz/ \
+    if ! "$t" -max_total_time="${ORCHID_FUZZ_SECONDS:-10}" -print_final_stats=1 -artifact_prefix=build/fuzz/ \
         "build/fuzz/corpus/$(basename "$t")" $seeds >"$log" 2>&1; then
       tail -n 60 "$log"; echo "fuzz: $(basename "$t") failed"; exit 1
     fi

@@ -12,6 +12,7 @@
 #include "cli/allowed_specials.h"
 #include "cli/backend_options.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "core/parse.h"
 #include "engine/engine.h"
@@ -63,7 +64,9 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const CLI::App& cmd,
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate tokens from a prompt");
-  cmd->add_option("MODEL", args->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
+  cmd->add_option("MODEL", args->model,
+                  "model directory or synthetic:tiny|20b|120b[@seed] (default: the trained tiny model, "
+                  "models/orchid-tiny)");
   cmd->add_option("--prompt", args->prompt, "prompt text, encoded with the model's tokenizer");
   cmd->add_option("--prompt-file", args->prompt_file,
                   "read the prompt text from this file (bytes as they are)");
@@ -99,6 +102,7 @@ void add_generate_command(CLI::App& app) {
                 "do not reuse cached KV pages of prefixes");
   args->backend.add_flags(cmd);
   cmd->callback([args, cmd] {
+    args->model = model_or_default(args->model);
     if (args->backend.run_as_worker(args->model)) return;
     engine::RequestSpec req;
     auto tok = tokenizer::Tokenizer::for_model(args->model);

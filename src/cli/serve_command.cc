@@ -12,6 +12,7 @@
 
 #include "cli/backend_options.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
@@ -176,7 +177,9 @@ void add_serve_command(CLI::App& app) {
   a->server.served_model_name.clear();
   auto* cmd =
       app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat completions, responses, completions)");
-  cmd->add_option("MODEL", a->model, "model directory or synthetic:tiny|20b|120b[@seed]")->required();
+  cmd->add_option("MODEL", a->model,
+                  "model directory or synthetic:tiny|20b|120b[@seed] (default: the trained tiny model, "
+                  "models/orchid-tiny)");
   cmd->add_option("--host", a->http.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", a->http.port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
@@ -241,7 +244,13 @@ void add_serve_command(CLI::App& app) {
   // Tests only: replay scripted Harmony output instead of running the model.
   cmd->add_option("--replay", a->replay_file, "")->group("");
   a->backend.add_flags(cmd);
-  cmd->callback([a] { serve(*a); });
+  cmd->callback([a] {
+    if (a->model.empty()) {
+      a->model = default_model_dir();
+      if (a->server.served_model_name.empty()) a->server.served_model_name = kDefaultModelName;
+    }
+    serve(*a);
+  });
 }
 
 }  // namespace orchid::cli
