@@ -102,7 +102,7 @@ def test_evaluator_scores_the_reference_fully_and_catches_each_kind_of_error(dat
     ids = enc.render(msgs[0])[2:] + enc.render(bad)
     ids[-1] = evaluate.CALL
     s = evaluate.score(h, enc, tool_row, ids)
-    assert s["well_formed"] and s["tool_ok"] is False  # valid JSON for the schema, not the expected arguments
+    assert s["well_formed"] and s["tool_valid"] and s["tool_ok"] is False  # schema-valid, not the expected
 
 
 def test_evaluator_runs_orchid(data, tmp_path, orchid):

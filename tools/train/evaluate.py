@@ -8,7 +8,8 @@ greedy decoding with orchid, each completion parsed by openai-harmony (the oracl
 
 Reported: the share of well-formed completions (openai-harmony parses them, and they end with <|return|> after
 a final message or with <|call|> after a tool call); for the prompts that need a tool, the share calling the
-right tool with JSON arguments that validate against its schema (and equal the expected ones); per task, the
+right tool with JSON arguments that validate against its schema (tool_calls_valid), and of those whose
+arguments also equal the expected ones (tool_calls); per task, the
 share of final answers equal to the expected text; and the exact-completion rate.
 """
 import argparse
@@ -40,7 +41,7 @@ def generate(args, row):
 def score(h, enc, row, ids):
     """One completion -> {"well_formed", "tool_ok", "final_ok", "exact"} (None where it does not apply)."""
     r = {"task": row["task"], "exact": ids == row["completion"], "well_formed": False, "tool_ok": None,
-         "final_ok": None}
+         "tool_valid": None, "final_ok": None}
     expect = row["expect"]
     try:
         msgs = enc.parse_messages_from_completion_tokens(ids, h.Role.ASSISTANT)
@@ -54,15 +55,15 @@ def score(h, enc, row, ids):
         elif ids[-1] == CALL and last.channel == "commentary" and (last.recipient or "").startswith("functions."):
             r["well_formed"] = True
     if "tool" in expect:
-        ok = False
+        valid = ok = False
         if r["well_formed"] and ids[-1] == CALL and last.recipient == f"functions.{expect['tool']}":
             try:
                 arguments = json.loads(text)
                 jsonschema.validate(arguments, TOOL_SCHEMAS[expect["tool"]])
-                ok = arguments == expect["arguments"]
+                valid, ok = True, arguments == expect["arguments"]
             except (ValueError, jsonschema.ValidationError):
-                ok = False
-        r["tool_ok"] = ok
+                pass
+        r["tool_valid"], r["tool_ok"] = valid, ok
     else:
         r["final_ok"] = bool(r["well_formed"] and last.channel == "final" and text == expect["final"])
     return r
@@ -76,12 +77,15 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--reference", action="store_true", help="score the data's own completions")
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--tasks", help="comma-separated tasks to score (default: all)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json")
     a = ap.parse_args()
     if not a.reference and not (a.orchid and a.model):
         ap.error("give --orchid and --model, or --reference")
     rows = [json.loads(line) for line in Path(a.data).read_text().splitlines()]
+    if a.tasks:
+        rows = [r for r in rows if r["task"] in a.tasks.split(",")]
     if a.limit:
         rows = rows[:a.limit]
     h, enc = make_data.harmony()
@@ -96,6 +100,7 @@ def main():
         values = [v for v in values if v is not None]
         return (sum(values) / len(values), len(values)) if values else (None, 0)
     report = {"samples": len(scores), "well_formed": share(s["well_formed"] for s in scores),
+              "tool_calls_valid": share(s["tool_valid"] for s in scores),
               "tool_calls": share(s["tool_ok"] for s in scores), "exact": share(s["exact"] for s in scores),
               "final_by_task": {}}
     by_task = collections.defaultdict(list)
@@ -104,9 +109,9 @@ def main():
     for task, values in sorted(by_task.items()):
         if any(v is not None for v in values):
             report["final_by_task"][task] = share(values)
-    for key in ("well_formed", "tool_calls", "exact"):
+    for key in ("well_formed", "tool_calls_valid", "tool_calls", "exact"):
         value, n = report[key]
-        print(f"{key:12s} {'-' if value is None else f'{100 * value:.1f}%'} of {n}")
+        print(f"{key:16s} {'-' if value is None else f'{100 * value:.1f}%'} of {n}")
     for task, (value, n) in report["final_by_task"].items():
         print(f"final {task:14s} {100 * value:.1f}% of {n}")
     if a.json:

@@ -69,12 +69,43 @@ def harmony():
 
 
 # ---------------------------------------------------------------- tasks: (question, reasoning, answer)
+def column_sum(a, b):
+    """a + b (0..99 each) worked digit by digit, the way a small model can learn it from one-digit facts."""
+    units = a % 10 + b % 10
+    carry = units // 10
+    tens = a // 10 + b // 10 + carry
+    steps = f"Units: {a % 10} + {b % 10} = {units}" + (", carry 1" if carry else "") + ". "
+    steps += f"Tens: {a // 10} + {b // 10}" + (" + 1" if carry else "") + f" = {tens}. "
+    return steps + f"{a} + {b} = {a + b}."
+
+
+def column_difference(a, b):
+    """a - b (0..99 each) digit by digit, the larger number first."""
+    big, small = max(a, b), min(a, b)
+    borrow = big % 10 < small % 10
+    units = big % 10 + (10 if borrow else 0) - small % 10
+    tens = big // 10 - (1 if borrow else 0) - small // 10
+    steps = "" if a >= b else f"{b} is larger: {a} - {b} = -({b} - {a}). "
+    steps += f"Units: {big % 10 + (10 if borrow else 0)} - {small % 10} = {units}" + (
+        ", borrow 1" if borrow else "") + ". "
+    steps += f"Tens: {big // 10}" + (" - 1" if borrow else "") + f" - {small // 10} = {tens}. "
+    return steps + f"{a} - {b} = {a - b}."
+
+
+def product(a, b):
+    """a * b (0..20 each) as a * tens + a * units of b."""
+    if b < 10:
+        return f"{a} * {b} = {a * b}."
+    return f"{a} * {b} = {a} * 10 + {a} * {b - 10} = {a * 10} + {a * (b - 10)} = {a * b}."
+
+
 def arithmetic(rng):
     op = rng.choice("+-*")
     a, b = (rng.randint(0, 99), rng.randint(0, 99)) if op != "*" else (rng.randint(0, 20), rng.randint(0, 20))
     value = a + b if op == "+" else a - b if op == "-" else a * b
+    why = column_sum(a, b) if op == "+" else column_difference(a, b) if op == "-" else product(a, b)
     q = rng.choice(["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?"]).format(a=a, op=op, b=b)
-    return q, f"{a} {op} {b} = {value}.", str(value)
+    return q, why, str(value)
 
 
 def count_letters(rng):
@@ -206,10 +237,15 @@ def sample(b, task, rng):
     if rng.random() < 0.5:
         city = rng.choice(CITIES)
         args = {"city": city}
+        # Fahrenheit only when the question asks for it: an argument the prompt does not imply is a coin flip
+        # no model can learn.
         if rng.random() < 0.3:
             args["unit"] = "fahrenheit"
-        q = rng.choice(["What's the weather in {c}?", "Is it warm in {c} right now?",
-                        "Tell me the current weather in {c}."]).format(c=city)
+            q = rng.choice(["What's the weather in {c} in Fahrenheit?",
+                            "Tell me the current weather in {c}, in degrees Fahrenheit."]).format(c=city)
+        else:
+            q = rng.choice(["What's the weather in {c}?", "Is it warm in {c} right now?",
+                            "Tell me the current weather in {c}."]).format(c=city)
         tool, why = WEATHER_TOOL, f"The user wants the current weather in {city}; call get_weather."
         temp = rng.randint(-10, 35)
         unit = args.get("unit", "celsius")
