@@ -12,9 +12,13 @@ namespace orchid::cli {
 namespace fs = std::filesystem;
 
 std::string default_model_dir() {
-  if (const char* env = std::getenv("ORCHID_DEFAULT_MODEL"); env != nullptr && *env != '\0') return env;
-  std::vector<fs::path> tried;
   std::error_code ec;
+  if (const char* env = std::getenv("ORCHID_DEFAULT_MODEL"); env != nullptr && *env != '\0') {
+    if (!fs::is_directory(env, ec))
+      fail("no MODEL given, and ORCHID_DEFAULT_MODEL={} is not a directory", env);
+    return env;
+  }
+  std::vector<fs::path> tried;
   // The binary lives at build/<preset>/src/cli/orchid; the repository root is four levels up.
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) tried.push_back(exe.parent_path() / ".." / ".." / ".." / ".." / "models" / kDefaultModelName);

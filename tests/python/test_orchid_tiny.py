@@ -1,5 +1,6 @@
 """The shipped tiny model (models/orchid-tiny) on the CPU backend against transformers' FP32 reference
 (tests/golden/orchid_tiny, written by tools/train/make_reference.py on the training machine)."""
+import os
 import subprocess
 import sys
 
@@ -130,3 +131,11 @@ def test_speculation_on_the_trained_pair_changes_no_token(sampling, ks, methods)
                 spec["model"] = str(ROOT / "models" / "orchid-tiny-draft")
             got = generate_ids(prompt, *sampling, "--speculative-config", json.dumps(spec))
             assert got == plain, (spec, got, plain)
+
+
+def test_a_missing_default_model_is_a_clear_error(tmp_path):
+    env = dict(os.environ, ORCHID_DEFAULT_MODEL=str(tmp_path / "gone"))
+    r = subprocess.run([orchid_bin(), "generate", "--prompt", "hi", "--log-level", "warn"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 2, r.stderr
+    assert f"ORCHID_DEFAULT_MODEL={tmp_path / 'gone'} is not a directory" in r.stderr, r.stderr
