@@ -58,6 +58,9 @@ check sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report h
   "$build"/tests/kernels/sampling/sampling_kernels_test --gtest_filter='*EveryMode*'
 bench sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 check golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+# The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
+check trained-tiny python3 tools/train/check_reference.py --orchid "$bin" --model models/orchid-tiny \
+  --reference tests/golden/orchid_tiny --backend cuda --weights mxfp4,bf16
 # Speculative decoding (prompt lookup, self-draft) against plain greedy decoding, up to BF16-noise ties.
 check speculative-tiny python3 tools/gpu/speculative_check.py --orchid "$bin"
 # Tensor/expert parallelism with every rank on this GPU, against one rank and the references.
@@ -77,6 +80,9 @@ bench bench-verify-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-l
   --steps 8 --draft-tokens 0,1,2,3,4
 bench bench-verify-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,32 \
   --steps 8 --draft-tokens 0,1,2,3,4
+# Speculation end to end on the trained pair: no speculation, prompt lookup and the draft model at 1 and 32 users.
+bench speculative-trained-tiny tools/gpu/speculative_bench.sh "$bin" models/orchid-tiny models/orchid-tiny-draft \
+  tests/golden/orchid_tiny 3 cuda
 # Where a decode step's time goes (CUPTI tracer, built with the cuda preset when CUPTI is there).
 tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
 [ -f "$tracer" ] && bench kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \

@@ -4,15 +4,21 @@
 # with prompt lookup and with the trained draft model, k drafts each; prints output tok/s, TPOT, the acceptance
 # rate and mean accepted length, and the speed-up over the same server without speculation.
 # Usage: tools/gpu/speculative_bench.sh ORCHID_BINARY MODEL_DIR DRAFT_DIR DATA_DIR [K] [BACKEND]
+#   DATA_DIR: make_data.py's output (its test.jsonl), or tests/golden/orchid_tiny (the held-out prompts of its
+#   reference.json) where openai-harmony is not installed to make the data.
 set -u
 bin=$(realpath "${1:?usage: speculative_bench.sh ORCHID MODEL DRAFT DATA [K] [BACKEND]}")
 model=$(realpath "$2") draft=$(realpath "$3") data=$(realpath "$4") k=${5:-3} backend=${6:-cuda}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; cd "$work"
-python3 - "$data/test.jsonl" > prompts.jsonl <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(json.dumps({"prompt": r["prompt"], "max_tokens": len(r["completion"]) + 16}))
+python3 - "$data" > prompts.jsonl <<'PY'
+import json, os, sys
+if os.path.exists(os.path.join(sys.argv[1], "test.jsonl")):
+    for line in open(os.path.join(sys.argv[1], "test.jsonl")):
+        r = json.loads(line)
+        print(json.dumps({"prompt": r["prompt"], "max_tokens": len(r["completion"]) + 16}))
+else:
+    for g in json.load(open(os.path.join(sys.argv[1], "reference.json")))["greedy"]:
+        print(json.dumps({"prompt": g["prompt"], "max_tokens": len(g["ids"]) + 16}))
 PY
 port=8021
 status=0
