@@ -2,7 +2,8 @@
 # Speculative decoding end to end on a trained model: `orchid bench serve` on the held-out prompts of the tiny
 # model's data (real questions, outputs stop at <|return|> / <|call|>) at 1 and 32 users, without speculation,
 # with prompt lookup and with the trained draft model, k drafts each; prints output tok/s, TPOT, the acceptance
-# rate and mean accepted length, and the speed-up over the same server without speculation.
+# rate and mean accepted length, and the speed-up over the same server without speculation. Requests per run:
+# $ORCHID_SPEC_PROMPTS_1 (48) at 1 user, $ORCHID_SPEC_PROMPTS_32 (320) at 32.
 # Usage: tools/gpu/speculative_bench.sh ORCHID_BINARY MODEL_DIR DRAFT_DIR DATA_DIR [K] [BACKEND]
 #   DATA_DIR: make_data.py's output (its test.jsonl), or tests/golden/orchid_tiny (the held-out prompts of its
 #   reference.json) where openai-harmony is not installed to make the data.
@@ -33,7 +34,7 @@ for method in none ngram draft_model; do
   pid=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.5; done
   for users in 1 32; do
-    n=$(( users == 1 ? 48 : 320 ))
+    n=$(( users == 1 ? ${ORCHID_SPEC_PROMPTS_1:-48} : ${ORCHID_SPEC_PROMPTS_32:-320} ))
     $bin bench serve --url http://127.0.0.1:$port --dataset prompts.jsonl --num-prompts $n \
       --max-concurrency $users --no-ignore-eos --extra-body '{"temperature": 0}' --json > ${method}_$users.json \
       || status=1
