@@ -136,7 +136,8 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     const engine::SpeculativeConfig spec = speculative();
     o.max_draft_tokens = spec.enabled() ? spec.num_speculative_tokens : 0;
     o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
-    // A draft model on the same GPUs takes its share first (draft_proposer creates it after this backend).
+    // A draft model on the same GPUs gets its share of the fraction (draft_proposer creates it after this
+    // backend, on what this one leaves).
     const double draft_share = spec.method == "draft_model"
                                    ? draft_memory_share(model::load_config(model::parse_model_ref(model)))
                                    : 0.0;

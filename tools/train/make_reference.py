@@ -67,7 +67,8 @@ def main():
     rows = [json.loads(line) for line in (Path(a.data) / "test.jsonl").read_text().splitlines()]
     train = [json.loads(line) for line in (Path(a.data) / "train.jsonl").read_text().splitlines()]
     used = sorted({t for r in train + rows for t in r["prompt"] + r["completion"]} | {199999})
-    unused = next(t for t in range(VOCAB) if t not in set(used))
+    used_set = set(used)
+    unused = next(t for t in range(VOCAB) if t not in used_set)
     columns = used + [unused]
 
     fp32, bf16 = load(a.ckpt, torch.float32), load(a.ckpt, torch.bfloat16)
