@@ -348,8 +348,10 @@ double bench_precise(int num_q, int start, int ps) {
   return us;
 }
 
-// `batch` decodes at context `ctx` each; returns microseconds.
-double bench_decode(int batch, int ctx, int window, int ps) {
+// `batch` decodes at context `ctx` each; returns microseconds. With queries > 1, a speculative verify step
+// (1 + k query tokens a sequence, the last at ctx - 1), through the decode kernel, or with
+// `through_prefill` the prefill kernel the plan sent such sequences to before (for the comparison).
+double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, bool through_prefill = false) {
   std::mt19937_64 rng(3);
   const int pages_per_seq = (ctx + ps - 1) / ps;
   const int num_pages = pages_per_seq * batch;
@@ -357,17 +359,19 @@ double bench_decode(int batch, int ctx, int window, int ps) {
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   std::vector<PlanSequence> seqs;
-  for (int b = 0; b < batch; ++b) seqs.push_back({b, 1, ctx - 1, b * pages_per_seq, b * pages_per_seq});
+  for (int b = 0; b < batch; ++b)
+    seqs.push_back({b * queries, queries, ctx - queries, b * pages_per_seq, b * pages_per_seq});
   AttentionPlanBuilder plan;
   PlanOptions o;
   o.sm_count = device_info().sm_count;
-  plan.build(seqs, batch, o);
+  o.max_decode_queries = through_prefill ? 1 : queries;
+  plan.build(seqs, batch * queries, o);
   Dev<int32_t> blob(plan.blob().size()), table(ids.size());
   ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
   ORCHID_CUDA_CHECK(cudaMemcpy(table.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
   const size_t pool = kv_pool_elements(num_pages, kHkv, ps);
-  const size_t qn = size_t(batch) * kHq * 64;
-  const int keys = window > 0 ? std::min(ctx, window) : ctx;
+  const size_t qn = size_t(batch) * queries * kHq * 64;
+  const int keys = window > 0 ? std::min(ctx, window + queries - 1) : ctx;
   const size_t bytes = size_t(batch) * keys * kHkv * 64 * 2 * 2 + 2 * qn * 2;
   const int sets = rotation_sets(bytes, 32);
   std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> q, k, v, out;
@@ -396,13 +400,14 @@ double bench_decode(int batch, int ctx, int window, int ps) {
         x.k_pool = k[size_t(s)]->p;
         x.v_pool = v[size_t(s)]->p;
         x.out = out[size_t(s)]->p;
-        sink_attention_decode(x, view, workspace.p, nullptr);
+        sink_attention(x, view, workspace.p, nullptr);
       },
       sets);
   std::string shape = "B=" + std::to_string(batch) + " ctx " + std::to_string(ctx) +
                       (window > 0 ? " win " + std::to_string(window) : " full") + " p" + std::to_string(ps) +
-                      " splits " + std::to_string(view.decode_splits);
-  add_row({"decode_attention", shape, us, 0, double(bytes) / us / 1e3});
+                      (queries > 1 ? " q" + std::to_string(queries) : "") +
+                      (through_prefill ? " prefill kernel" : " splits " + std::to_string(view.decode_splits));
+  add_row({queries > 1 ? "verify_attention" : "decode_attention", shape, us, 0, double(bytes) / us / 1e3});
   return us;
 }
 
@@ -448,6 +453,13 @@ int run(bool quick) {
     bench_decode(64, 4096, 0, 16);
     bench_decode(64, 32768, 0, 16);
     bench_decode(64, 4096, 128, 16);
+  }
+  // Speculative verify steps (1 + 4 queries a sequence): the decode kernel, and the prefill kernel for
+  // comparison (K/V bytes as for one query: each is read once).
+  for (bool through_prefill : {false, true}) {
+    bench_decode(1, 8192, 0, 16, 5, through_prefill);
+    bench_decode(1, 8192, 128, 16, 5, through_prefill);
+    bench_decode(32, 8192, 0, 16, 5, through_prefill);
   }
 
   std::printf(

@@ -7,9 +7,9 @@
 
 namespace orchid::kernels::attention {
 
-size_t decode_workspace_bytes(int decode_bucket, int num_q_heads, int decode_splits) {
+size_t decode_workspace_bytes(int decode_bucket, int decode_q, int num_q_heads, int decode_splits) {
   if (decode_splits <= 1) return 0;
-  const size_t rows = size_t(decode_bucket) * size_t(num_q_heads) * size_t(decode_splits);
+  const size_t rows = size_t(decode_bucket) * size_t(decode_q) * size_t(num_q_heads) * size_t(decode_splits);
   return rows * (kHeadDim + 1) * sizeof(float);
 }
 
@@ -19,7 +19,24 @@ int32_t ceil_div(int64_t a, int64_t b) {
   return int32_t((a + b - 1) / b);
 }
 
+int max_decode_q(const PlanOptions& o) {
+  const int group = o.num_q_heads / std::max(1, o.num_kv_heads);
+  return std::max(1, std::min(o.max_decode_queries, kMaxDecodeRows / std::max(1, group)));
+}
+
 }  // namespace
+
+int decode_splits_for(int bucket, const PlanOptions& o) {
+  const int ctas = std::max(1, bucket) * std::max(1, o.num_kv_heads);
+  return std::clamp(ceil_div(2 * int64_t(o.sm_count), ctas), 1, std::max(1, o.max_decode_splits));
+}
+
+size_t decode_workspace_bound(int max_slots, const PlanOptions& o) {
+  size_t most = 0;
+  for (int b = 1; b <= max_slots; ++b)
+    most = std::max(most, decode_workspace_bytes(b, max_decode_q(o), o.num_q_heads, decode_splits_for(b, o)));
+  return most;
+}
 
 void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t num_tokens,
                                  const PlanOptions& o) {
@@ -44,7 +61,8 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   };
   std::vector<TileWork> tiles;
   const int tokens_per_tile = kPrefillBlockM / group;
-  int32_t max_decode_ctx = 0;
+  const int decode_q_limit = group <= kMaxDecodeRows ? max_decode_q(o) : 0;
+  int32_t max_decode_ctx = 0, decode_q = 1;
 
   for (size_t i = 0; i < seqs.size(); ++i) {
     const PlanSequence& s = seqs[i];
@@ -60,9 +78,10 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
       owner = int32_t(i);
       token_pos[size_t(s.q_start + t)] = s.start_pos + t;
     }
-    if (s.num_q == 1 && group <= kMaxDecodeGroup) {
+    if (s.num_q >= 1 && s.num_q <= decode_q_limit) {
       decodes.push_back(int32_t(i));
-      max_decode_ctx = std::max(max_decode_ctx, s.start_pos + 1);
+      max_decode_ctx = std::max(max_decode_ctx, s.start_pos + s.num_q);
+      decode_q = std::max(decode_q, s.num_q);
     } else if (s.num_q >= 1) {
       for (int32_t q0 = 0; q0 < s.num_q; q0 += tokens_per_tile) {
         const int32_t last = s.start_pos + std::min(s.num_q, q0 + tokens_per_tile) - 1;
@@ -80,13 +99,8 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   int splits = o.decode_splits;
   if (splits <= 0) {
     splits = 1;
-    if (bucket > 0) {
-      // Enough CTAs for two per multiprocessor, but no split shorter than two 64-key tiles.
-      const int ctas = bucket * o.num_kv_heads;
-      splits = ceil_div(2 * int64_t(o.sm_count), ctas);
-      splits = std::min(splits, std::max(1, ceil_div(max_decode_ctx, 64) / 2));
-      splits = std::clamp(splits, 1, std::max(1, o.max_decode_splits));
-    }
+    if (bucket > 0)  // enough CTAs for two per multiprocessor, but no split shorter than two 64-key tiles
+      splits = std::max(1, std::min(decode_splits_for(bucket, o), ceil_div(max_decode_ctx, 64) / 2));
   }
 
   const int32_t seq_records = o.seq_bucket > 0 ? o.seq_bucket : int32_t(seqs.size());
@@ -99,6 +113,7 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   sizes_.num_prefill_tiles = int32_t(tiles.size());
   sizes_.prefill_tokens_per_tile = tokens_per_tile;
   sizes_.decode_bucket = bucket;
+  sizes_.decode_q = decode_q;
   sizes_.decode_splits = splits;
   sizes_.num_q_heads = o.num_q_heads;
   sizes_.num_kv_heads = o.num_kv_heads;
@@ -133,7 +148,8 @@ AttentionPlan AttentionPlanBuilder::device_view(const void* device_blob) const {
 }
 
 size_t AttentionPlanBuilder::decode_workspace_bytes() const {
-  return attention::decode_workspace_bytes(sizes_.decode_bucket, sizes_.num_q_heads, sizes_.decode_splits);
+  return attention::decode_workspace_bytes(sizes_.decode_bucket, sizes_.decode_q, sizes_.num_q_heads,
+                                           sizes_.decode_splits);
 }
 
 }  // namespace orchid::kernels::attention

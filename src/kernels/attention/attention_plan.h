@@ -46,6 +46,7 @@ struct AttentionPlan {
   int32_t num_prefill_tiles = 0;
   int32_t prefill_tokens_per_tile = 0;  // = kPrefillBlockM / group; checked by the launcher
   int32_t decode_bucket = 0;
+  int32_t decode_q = 1;       // most query tokens of a decode slot (the workspace's token stride)
   int32_t decode_splits = 1;  // KV splits per decode (sequence, KV head); > 1 needs the merge workspace
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
@@ -53,9 +54,9 @@ struct AttentionPlan {
 
 // Query rows of one prefill CTA (tokens x query heads of one KV group); the launcher and the plan agree.
 inline constexpr int kPrefillBlockM = 128;
-// Largest query-head group the decode kernel takes (4 m16 tiles); with larger groups single-token
-// sequences go through the prefill kernel instead.
-inline constexpr int kMaxDecodeGroup = 64;
+// Query rows of a decode CTA (4 m16 tiles): a decode slot's query tokens times the query heads of one KV
+// head. Sequences that do not fit (more tokens, or a larger group) go through the prefill kernel.
+inline constexpr int kMaxDecodeRows = 64;
 
 // A step's sequence as the engine knows it (StepSequence without the sampling fields).
 struct PlanSequence {
@@ -75,13 +76,20 @@ struct PlanOptions {
   int decode_bucket = 0;       // decode slots (>= decodes in the step; 0 = exactly those)
   int decode_splits = 0;       // KV splits per decode; 0 = chosen from the batch and the longest context
   int max_decode_splits = 64;  // bound for the automatic choice (and the workspace)
+  // Most query tokens a sequence may have and still go to the decode kernel (a speculative verify step has
+  // 1 + k; its queries are causal among themselves). 1: only single-token decodes.
+  int max_decode_queries = 1;
 };
+
+// KV splits for a decode grid of `bucket` slots when the context is not known (CUDA graphs) or long:
+// enough CTAs for two per multiprocessor, within [1, max_decode_splits].
+int decode_splits_for(int bucket, const PlanOptions& options);
 
 class AttentionPlanBuilder {
  public:
-  // Sequences with num_q == 1 go to the decode kernel (if Hq / Hkv <= kMaxDecodeGroup), longer ones to
-  // the prefill kernel, num_q == 0 to neither. Throws orchid::Error on inconsistent input (overlapping or
-  // out-of-range token ranges, bad head counts, too small buckets).
+  // Sequences with 1 <= num_q <= max_decode_queries and num_q * Hq / Hkv <= kMaxDecodeRows go to the
+  // decode kernel, other non-empty ones to the prefill kernel, num_q == 0 to neither. Throws orchid::Error on
+  // inconsistent input (overlapping or out-of-range token ranges, bad head counts, too small buckets).
   void build(const std::vector<PlanSequence>& seqs, int32_t num_tokens, const PlanOptions& options);
 
   const std::vector<int32_t>& blob() const { return blob_; }
@@ -98,8 +106,11 @@ class AttentionPlanBuilder {
   size_t seqs_off_ = 0, token_seq_off_ = 0, token_pos_off_ = 0, tiles_off_ = 0, decode_off_ = 0;
 };
 
-// Bytes of decode workspace for the given sizes: partial outputs [bucket][Hq][splits][64] fp32 followed by
-// their log-sum-exps [bucket][Hq][splits] fp32.
-size_t decode_workspace_bytes(int decode_bucket, int num_q_heads, int decode_splits);
+// Bytes of decode workspace for the given sizes: partial outputs [bucket][decode_q][Hq][splits][64] fp32
+// followed by their log-sum-exps [bucket][decode_q][Hq][splits] fp32.
+size_t decode_workspace_bytes(int decode_bucket, int decode_q, int num_q_heads, int decode_splits);
+// The most decode workspace a plan built with `options` (automatic splits, or decode_splits_for's) needs
+// for steps of at most `max_slots` decode slots.
+size_t decode_workspace_bound(int max_slots, const PlanOptions& options);
 
 }  // namespace orchid::kernels::attention

@@ -1,15 +1,19 @@
-// Decode sink attention (one query token per sequence) over the paged KV cache, split-KV, mma.sync.
+// Decode sink attention over the paged KV cache, split-KV, mma.sync: sequences with a few query tokens
+// (one for a plain decode, 1 + k for a speculative verify step, causal among themselves).
 //
-// Grid (split, KV head, decode slot); a CTA of 4 warps serves the G query heads of one KV head, padded to
-// m16 tiles (kMTiles = ceil(G / 16): gpt-oss's 8 heads use half of one tile; the waste is free since decode
-// is bound by reading K/V). The split's key range is cut in 64-key tiles, streamed through a 4-stage
-// cp.async ring; warp w takes keys 16w..16w+15 of every tile and keeps its own online softmax (m, l, O), and
-// the four warps are combined through shared memory at the end.
-// Splits: the keys [kv_begin, p] of a sequence are cut in 64-aligned tiles, ceil(tiles / splits) per split;
-// each split sees a non-empty range or exits after writing lse = -inf. With one split the CTA adds the sink
-// and writes bf16 output directly; otherwise it writes its normalised partial O and its log2-sum-exp, and
+// Grid (split, KV head, decode slot); a CTA of 4 warps serves the n x G query rows of one KV head (row
+// r = token r / G, head r % G), padded to m16 tiles (kMTiles = ceil(decode_q * G / 16): gpt-oss's 8 heads
+// use half of one tile for one token; the waste is free since decode is bound by reading K/V, and the K/V
+// tiles are read once for all n tokens). The keys [first query's window start, last query] are cut in
+// 64-key tiles, streamed through a 4-stage cp.async ring; warp w takes keys 16w..16w+15 of every tile and
+// keeps its own online softmax (m, l, O) per row, each row masked to its own causal / window range, and the
+// four warps are combined through shared memory at the end.
+// Splits: the key tiles are shared out, ceil(tiles / splits) per split; a split with no keys, or a row with
+// none of its keys in the split, writes lse = -inf. With one split the CTA adds the sink and writes bf16
+// output directly; otherwise it writes its normalised partial O and its log2-sum-exp, and
 // decode_merge_kernel adds exp2(sink) once, weights the splits and writes the output. Sequence lengths are
-// read on the device and the grid depends only on (decode_bucket, Hkv, decode_splits): graph-capturable.
+// read on the device and the grid depends only on (decode_bucket, Hkv, decode_splits) and the plan's
+// decode_q: graph-capturable.
 //
 // Napkin math (batch 1, gpt-oss-20b full layer, 32k context): K+V = 32768 x 8 heads x 256 B = 67 MB,
 // 16 us at 4.17 TB/s; FLOPs (2 x 2 x 64 x 64 heads x 32768 = 0.5 GFLOP) are irrelevant. Splits are chosen so
@@ -51,14 +55,15 @@ struct DecodeParams {
   const int32_t* page_table;
   const float* sinks;
   __nv_bfloat16* out;
-  float* part_o;    // [bucket][Hq][splits][64]
-  float* part_lse;  // [bucket][Hq][splits]
+  float* part_o;    // [bucket][decode_q][Hq][splits][64]
+  float* part_lse;  // [bucket][decode_q][Hq][splits]
   const AttnSeq* seqs;
   const int32_t* decode_seqs;
   int table_kind;
   int num_q_heads;
   int num_kv_heads;
   int group;
+  int decode_q;
   int splits;
   int page_size_log2;
   int window;
@@ -83,31 +88,51 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   const int G = p.group;
   const int hq = p.num_q_heads, hkv = p.num_kv_heads;
   const int head0 = kvh * G;
-  const int pos = seq.start_pos;
-  const int kv_end = pos + 1;
-  const int kv_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int nq = seq.num_q;  // 1 .. decode_q
+  const int rows = nq * G;   // valid rows of the CTA
+  const int first = seq.start_pos, last = first + nq - 1;
+  // Keys some row reads: [kv_begin, kv_end); keys every row reads: [all_begin, all_end).
+  const int kv_end = last + 1;
+  const int kv_begin = p.window > 0 ? max(0, first - p.window + 1) : 0;
+  const int all_begin = p.window > 0 ? max(0, last - p.window + 1) : 0;
+  const int all_end = first + 1;
   const int tb = kv_begin / kBlockN, te = (kv_end + kBlockN - 1) / kBlockN;
   const int per = (te - tb + p.splits - 1) / p.splits;
   const int my_tb = tb + split * per;
   const int my_te = min(te, my_tb + per);
-  const size_t part_row0 = (size_t(slot) * hq + head0) * p.splits + split;  // + r * splits for head r
+  // Partial-result row of CTA row r (token t, head g): ((slot * decode_q + t) * Hq + head0 + g) * splits.
+  auto part_row = [&](int r) {
+    const int t = r / G;
+    return ((size_t(slot) * p.decode_q + t) * hq + head0 + (r - t * G)) * p.splits + split;
+  };
   if (my_tb >= my_te) {  // empty split (only when splits > 1): weight zero in the merge
-    for (int r = tid; r < G; r += kThreads) p.part_lse[part_row0 + size_t(r) * p.splits] = -INFINITY;
+    for (int r = tid; r < rows; r += kThreads) p.part_lse[part_row(r)] = -INFINITY;
     return;
   }
   const int n_tiles = my_te - my_tb;
   const int32_t* table = p.page_table + (&p.seqs[seq_idx].table_begin[0])[p.table_kind];
   const int ps_mask = (1 << p.page_size_log2) - 1;
 
-  // Q rows (G valid, the rest zero).
+  // Q rows (`rows` valid, the rest zero).
   for (int i = tid; i < kRows * 8; i += kThreads) {
     const int r = i >> 3, chunk = i & 7;
-    const bool valid = r < G;
+    const bool valid = r < rows;
+    const int t = r / G;
     const __nv_bfloat16* src =
-        valid ? p.q + (size_t(seq.q_start) * hq + head0 + r) * kHeadDim + chunk * 8 : p.q;
+        valid ? p.q + (size_t(seq.q_start + t) * hq + head0 + (r - t * G)) * kHeadDim + chunk * 8 : p.q;
     cp_async_16(sQ + swz(r, chunk), src, valid);
   }
   cp_async_commit();
+  // Each fragment row's own key range [row_lo, row_hi) (padding rows take the last token's).
+  int row_lo[kMTiles][2], row_hi[kMTiles][2];
+#pragma unroll
+  for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = min((mi * 16 + h * 8 + (lane >> 2)) / G, nq - 1);
+      row_hi[mi][h] = first + t + 1;
+      row_lo[mi][h] = p.window > 0 ? max(0, first + t - p.window + 1) : 0;
+    }
 
   auto load_kv = [&](int j, int stage) {
     const int chunk = tid & 7;
@@ -176,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       }
     }
     const int k0 = j * kBlockN;
-    if (k0 < kv_begin || k0 + kBlockN > kv_end) {
+    if (k0 < all_begin || k0 + kBlockN > all_end) {
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
@@ -184,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int t = k0 + warp * 16 + nt * 8 + 2 * (lane & 3) + (e & 1);
-            if (t < kv_begin || t >= kv_end) s[mi][nt][e] = -INFINITY;
+            if (t < row_lo[mi][e >> 1] || t >= row_hi[mi][e >> 1]) s[mi][nt][e] = -INFINITY;
           }
     }
 
@@ -264,9 +289,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   __syncthreads();
 
   const bool direct = p.splits == 1;
-  for (int i = tid; i < G * (kHeadDim / 4); i += kThreads) {
+  for (int i = tid; i < rows * (kHeadDim / 4); i += kThreads) {
     const int r = i >> 4;
     const int d = (i & 15) * 4;
+    const int t = r / G, head = head0 + r - t * G;
     float mw[kWarps];
     float mx = -INFINITY;
 #pragma unroll
@@ -275,8 +301,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       mx = fmaxf(mx, mw[w]);
     }
     float sink2 = -INFINITY;
-    if (direct && p.sinks != nullptr) sink2 = p.sinks[head0 + r] * kLog2e;
-    mx = fmaxf(mx, sink2);  // finite: the split has at least one valid key
+    if (direct && p.sinks != nullptr) sink2 = p.sinks[head] * kLog2e;
+    mx = fmaxf(mx, sink2);  // finite with one split (every row's own key is in it)
+    if (mx == -INFINITY) {  // none of this row's keys is in the split: weight zero in the merge
+      if (d == 0) p.part_lse[part_row(r)] = -INFINITY;
+      continue;
+    }
     float l = direct ? exp2f(sink2 - mx) : 0.0f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -290,27 +320,28 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
     if (direct) {
       uint2 packed = make_uint2(pack_bf16(acc.x, acc.y), pack_bf16(acc.z, acc.w));
-      *reinterpret_cast<uint2*>(p.out + (size_t(seq.q_start) * hq + head0 + r) * kHeadDim + d) = packed;
+      *reinterpret_cast<uint2*>(p.out + (size_t(seq.q_start + t) * hq + head) * kHeadDim + d) = packed;
     } else {
-      const size_t prow = part_row0 + size_t(r) * p.splits;
+      const size_t prow = part_row(r);
       *reinterpret_cast<float4*>(p.part_o + prow * kHeadDim + d) = acc;
       if (d == 0) p.part_lse[prow] = mx + log2f(l);
     }
   }
 }
 
-// One warp per (decode slot, query head): weights the splits' partial outputs by exp2(lse - max) and adds
-// the sink's exp2(sink - max) to the denominator (once).
+// One warp per (decode slot, query token, query head): weights the splits' partial outputs by
+// exp2(lse - max) and adds the sink's exp2(sink - max) to the denominator (once).
 __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int slot = blockIdx.y;
+  const int slot = blockIdx.y, t = blockIdx.z;
   if (head >= p.num_q_heads) return;
   const int seq_idx = p.decode_seqs[slot];
   if (seq_idx < 0) return;
   const AttnSeq seq = p.seqs[seq_idx];
-  const size_t row0 = (size_t(slot) * p.num_q_heads + head) * p.splits;
+  if (t >= seq.num_q) return;
+  const size_t row0 = ((size_t(slot) * p.decode_q + t) * p.num_q_heads + head) * p.splits;
   const float sink2 = p.sinks != nullptr ? p.sinks[head] * kLog2e : -INFINITY;
   float mx = sink2;
   for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, p.part_lse[row0 + s]);
@@ -327,8 +358,8 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
     acc.x += v.x * wt, acc.y += v.y * wt;
   }
   const float inv = 1.0f / l;
-  *reinterpret_cast<uint32_t*>(p.out + (size_t(seq.q_start) * p.num_q_heads + head) * kHeadDim + 2 * lane) =
-      pack_bf16(acc.x * inv, acc.y * inv);
+  *reinterpret_cast<uint32_t*>(p.out + (size_t(seq.q_start + t) * p.num_q_heads + head) * kHeadDim +
+                               2 * lane) = pack_bf16(acc.x * inv, acc.y * inv);
 }
 
 template <int kMTiles>
@@ -350,8 +381,8 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   ORCHID_KERNEL_REQUIRE(plan.num_kv_heads > 0 && plan.num_q_heads % plan.num_kv_heads == 0,
                         "sink_attention: bad head counts in the plan");
   const int group = plan.num_q_heads / plan.num_kv_heads;
-  ORCHID_KERNEL_REQUIRE(group <= kMaxDecodeGroup,
-                        "sink_attention: decode supports at most 64 query heads per KV head");
+  ORCHID_KERNEL_REQUIRE(plan.decode_q >= 1 && plan.decode_q * group <= kMaxDecodeRows,
+                        "sink_attention: decode takes at most 64 query rows (tokens x heads) per KV head");
   ORCHID_KERNEL_REQUIRE(plan.decode_splits >= 1 && plan.decode_splits <= 65535 && plan.decode_bucket <= 65535,
                         "sink_attention: bad decode grid in the plan");
   ORCHID_KERNEL_REQUIRE(plan.decode_splits == 1 || workspace != nullptr,
@@ -368,7 +399,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.page_table = a.page_table;
   p.sinks = a.sinks;
   p.out = a.out;
-  const size_t part_rows = size_t(plan.decode_bucket) * plan.num_q_heads * plan.decode_splits;
+  const size_t part_rows = size_t(plan.decode_bucket) * plan.decode_q * plan.num_q_heads * plan.decode_splits;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = workspace != nullptr ? p.part_o + part_rows * kHeadDim : nullptr;
   p.seqs = plan.seqs;
@@ -377,18 +408,21 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.num_q_heads = plan.num_q_heads;
   p.num_kv_heads = plan.num_kv_heads;
   p.group = group;
+  p.decode_q = plan.decode_q;
   p.splits = plan.decode_splits;
   p.page_size_log2 = log2_page;
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
-  if (group <= 16)
+  const int rows = plan.decode_q * group;
+  if (rows <= 16)
     launch_decode<1>(p, plan.decode_bucket, stream);
-  else if (group <= 32)
+  else if (rows <= 32)
     launch_decode<2>(p, plan.decode_bucket, stream);
   else
     launch_decode<4>(p, plan.decode_bucket, stream);
   if (plan.decode_splits > 1) {
-    const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket));
+    const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket),
+                    unsigned(plan.decode_q));
     launch_pdl(decode_merge_kernel, dim3(grid), dim3(kThreads), 0, stream, p);
     ORCHID_CUDA_CHECK_LAUNCH();
   }

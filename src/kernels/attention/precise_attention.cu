@@ -215,7 +215,7 @@ void precise_sink_attention(const PreciseAttentionArgs& a, const AttentionPlan& 
       plan.num_q_heads > 0 && plan.num_kv_heads > 0 && plan.num_q_heads % plan.num_kv_heads == 0,
       "precise attention: bad head counts");
   const int group = plan.num_q_heads / plan.num_kv_heads;
-  ORCHID_KERNEL_REQUIRE(group <= kMaxDecodeGroup, "precise attention: more than 64 query heads per KV head");
+  ORCHID_KERNEL_REQUIRE(group <= kMaxDecodeRows, "precise attention: more than 64 query heads per KV head");
   ORCHID_KERNEL_REQUIRE(a.q_stride == 0 || (a.q_stride >= plan.num_q_heads * kHeadDim && a.q_stride % 4 == 0),
                         "precise attention: q_stride below the row or not a multiple of 4");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };

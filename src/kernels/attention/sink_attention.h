@@ -9,10 +9,11 @@
 // Prefill (sequences with num_q > 1): one CTA = one KV head x (128 / G) query tokens x the G query heads of
 // that KV head (128 rows), 64-key tiles, 3-stage cp.async pipeline; an FA2-style mma.sync kernel (default)
 // or a Hopper wgmma kernel with the same tiles (PrefillVariant).
-// Decode (num_q == 1): one CTA per (split, KV head, decode slot) with the G query rows padded to m16 tiles;
+// Decode (a sequence's few query tokens: one, or 1 + k in a speculative verify step; attention_plan.h
+// decides): one CTA per (split, KV head, decode slot) with the tokens x G query rows padded to m16 tiles;
 // when plan.decode_splits > 1 the splits write partial results to `workspace` and a merge kernel adds the
-// sink once and writes the output. The decode grid depends only on the plan's bucket sizes, so a decode step
-// can be captured in a CUDA graph.
+// sink once and writes the output. The decode grid depends only on the plan's bucket sizes and decode_q, so
+// a decode or verify step can be captured in a CUDA graph.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -94,7 +94,7 @@ void CudaRank::plan_workspace() {
   // Sampled rows: one per sequence, and one more per draft.
   sampled_rows_cap_ = S * (1 + int64_t(opts_.max_draft_tokens));
   logits_rows_cap_ = std::max<int64_t>(sampled_rows_cap_, kLogitsRowsPerPass);
-  const size_t decode_ws = attn::decode_workspace_bytes(int(S), int(c.num_heads), 64);
+  const size_t decode_ws = attn::decode_workspace_bound(int(S), plan_options());
   const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
   // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
   cap_tokens_ = size_t(T) * 4;
@@ -142,6 +142,7 @@ void CudaRank::plan_workspace() {
   if (ep) moe_part_ = ws_.take<float>(size_t(T * H));
   moe_ws_ = ws_.take_bytes(kernels::moe_workspace_bytes(moe_cfg_));
   decode_ws_ = ws_.take_bytes(decode_ws);
+  decode_ws_bytes_ = decode_ws;
   void* gemm_ws = ws_.take_bytes(kernels::DenseGemm::kRecommendedWorkspace);
   x_sel_ = ws_.take<float>(size_t(logits_rows_cap_ * H));
   h_sel_ = ws_.take<__nv_bfloat16>(size_t(logits_rows_cap_ * H));
@@ -309,6 +310,8 @@ kernels::attention::PlanOptions CudaRank::plan_options() const {
   po.num_q_heads = int(local_.num_heads);
   po.num_kv_heads = int(local_.num_kv_heads);
   po.sm_count = kernels::device_info().sm_count;
+  // A verify step's 1 + k queries a sequence go to the decode kernel (split KV, one read of K/V for all).
+  po.max_decode_queries = 1 + opts_.max_draft_tokens;
   return po;
 }
 
@@ -323,6 +326,9 @@ CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, con
     ps[i].sliding_table_begin = b.seqs[i].sliding_table_begin;
   }
   plan_.build(ps, b.num_tokens(), po);
+  ORCHID_CHECK(plan_.decode_workspace_bytes() <= decode_ws_bytes_,
+               "attention plan: decode needs {} bytes of workspace, {} planned",
+               plan_.decode_workspace_bytes(), decode_ws_bytes_);
   auto put = [&](size_t at, size_t cap, const void* src, size_t bytes, const char* what) {
     if (bytes > cap) fail("step metadata: {} needs {} bytes, the buffer holds {}", what, bytes, cap);
     if (bytes == 0) return;
@@ -565,6 +571,21 @@ void CudaRank::decode_body(const StepMeta& m, int64_t T, DecodePick pick) {
 namespace {
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
+// A drafted step drew every position of its sampled sequences (1 + num_draft rows each, in order): keep each
+// sequence's run up to its first draw that differs from the draft.
+void keep_accepted(const StepBatch& b, StepOutput& out) {
+  std::vector<SampledToken> draws = std::move(out.samples);
+  out.samples.clear();
+  size_t at = 0;
+  for (const auto& s : b.seqs) {
+    if (!s.sample || s.num_tokens == 0) continue;
+    ORCHID_CHECK(at + size_t(s.num_draft) + 1 <= draws.size(), "fewer draws than drafted positions");
+    const std::span<const SampledToken> mine(draws.data() + at, size_t(s.num_draft) + 1);
+    out.num_accepted.push_back(accept_drafts(b, s, mine, out.samples));
+    at += mine.size();
+  }
+}
+
 // Greedy without logprobs beyond the chosen token's, penalties or banned tokens: the arg-max kernel serves
 // it.
 bool plain_greedy(const StepBatch& b) {
@@ -578,55 +599,65 @@ bool plain_greedy(const StepBatch& b) {
 }
 }  // namespace
 
-// Decode steps (one new token per sequence, all sampled) without penalties or banned tokens replay a graph;
+// Decode steps (one new token per sequence, all sampled) and verify steps (every sequence with the same
+// 1 + k tokens, k of them drafts, all positions sampled) without penalties or banned tokens replay a graph;
 // their histories and banned lists live in buffers that may grow, which a graph cannot follow.
 bool CudaRank::graphable(const StepBatch& b) const {
   if (!graphs_ok_ || b.logits != LogitsMode::kNone || b.seqs.empty()) return false;
   const int64_t B = int64_t(b.seqs.size());
   if (B > kGraphBuckets[std::size(kGraphBuckets) - 1] || B > opts_.max_step_seqs) return false;
+  const int32_t q = b.seqs[0].num_tokens;
+  if (q < 1 || q > 1 + opts_.max_draft_tokens || B * q > opts_.max_step_tokens) return false;
+  if (q * (local_.num_heads / local_.num_kv_heads) > attn::kMaxDecodeRows) return false;  // not a decode
   for (const auto& s : b.seqs)
-    if (s.num_tokens != 1 || !s.sample || b.params[size_t(s.params_index)].uses_penalties() ||
-        s.num_banned > 0)
+    if (s.num_tokens != q || s.num_draft != q - 1 || !s.sample ||
+        b.params[size_t(s.params_index)].uses_penalties() || s.num_banned > 0)
       return false;
   return true;
 }
 
-// A decode step replays the graph captured for its batch bucket and its sampler (arg-max or the GPU
-// sampler): the metadata and sampling parameters are uploaded to the same addresses, padding tokens and
-// decode slots are inert (the plan marks them -1, the sampler's padding rows are greedy), and every grid
-// depends only on the bucket. The first step of a bucket runs eagerly (algorithm selection, lazy
-// initialisation), then is captured.
+// A decode or verify step replays the graph captured for its batch bucket, its tokens a sequence (q) and
+// its sampler (arg-max or the GPU sampler): the metadata and sampling parameters are uploaded to the same
+// addresses, padding tokens and decode slots are inert (the plan marks them -1, the sampler's padding rows
+// are greedy), and every grid depends only on the bucket and q. The first step of a key runs eagerly
+// (algorithm selection, lazy initialisation), then is captured. A verify step's draws are accepted on the
+// host as in forward().
 StepOutput CudaRank::forward_graph(const StepBatch& b) {
   const int64_t B = int64_t(b.seqs.size());
+  const int32_t q = b.seqs[0].num_tokens;
   int bucket = 0;
   for (int x : kGraphBuckets)
     if (x >= B) {
       bucket = x;
       break;
     }
-  bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens}));
+  bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens / q}));
+  const int64_t T = int64_t(bucket) * q;  // token rows, every one sampled
   const bool sampler = samples_ && !plain_greedy(b);
   const bool masked = sampler && GpuSampler::has_masks(b);
   const DecodePick pick =
       masked ? DecodePick::kAfterGraph : (sampler ? DecodePick::kSampler : DecodePick::kArgmax);
-  std::vector<int32_t> tokens = b.tokens, rows(size_t(bucket), 0);
-  tokens.resize(size_t(bucket), 0);
-  for (int64_t i = 0; i < B; ++i) rows[size_t(i)] = b.seqs[size_t(i)].token_begin;
+  std::vector<int32_t> tokens = b.tokens, rows(size_t(T), 0);
+  tokens.resize(size_t(T), 0);
+  for (int64_t i = 0; i < B; ++i)
+    for (int32_t j = 0; j < q; ++j) rows[size_t(i * q + j)] = b.seqs[size_t(i)].token_begin + j;
   attn::PlanOptions po = plan_options();
-  po.token_bucket = po.seq_bucket = po.decode_bucket = bucket;
-  po.decode_splits =
-      std::clamp((2 * po.sm_count + bucket * po.num_kv_heads - 1) / (bucket * po.num_kv_heads), 1, 64);
+  po.token_bucket = int(T);
+  po.seq_bucket = po.decode_bucket = bucket;
+  po.decode_splits = attn::decode_splits_for(bucket, po);
   const StepMeta m = upload_step(tokens, b, rows, po);
-  if (sampler) sampler_->upload(b, stream_, bucket);
-  const int key = bucket * 4 + int(pick);
+  ORCHID_CHECK(m.plan.decode_bucket == bucket && m.plan.decode_q == q && m.plan.num_prefill_tiles == 0,
+               "a graphed step must be all decode slots of {} tokens", q);
+  if (sampler) sampler_->upload(b, stream_, T);
+  const int key = (bucket * 64 + q) * 4 + int(pick);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    decode_body(m, bucket, pick);
+    decode_body(m, T, pick);
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ORCHID_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    decode_body(m, bucket, pick);
+    decode_body(m, T, pick);
     ORCHID_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -646,18 +677,20 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
     sampler_->download(stream_);
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     out.samples = sampler_->results();
-    return out;
+  } else {
+    const int64_t n = B * q;
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    ORCHID_CUDA_CHECK(
+        cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int64_t i = 0; i < n; ++i) {
+      SampledToken st;
+      st.token = h_ids_[i];
+      st.logprob = h_logprobs_[i];
+      out.samples.push_back(st);
+    }
   }
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
-  ORCHID_CUDA_CHECK(
-      cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_));
-  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < B; ++i) {
-    SampledToken st;
-    st.token = h_ids_[i];
-    st.logprob = h_logprobs_[i];
-    out.samples.push_back(st);
-  }
+  if (q > 1) keep_accepted(b, out);
   return out;
 }
 
@@ -721,17 +754,7 @@ StepOutput CudaRank::forward(const StepBatch& b) {
     } else {
       out.samples = sampler_->results();
     }
-    if (drafted) {  // every position was drawn; keep each sequence's run up to its first differing draw
-      std::vector<SampledToken> draws = std::move(out.samples);
-      out.samples.clear();
-      size_t at = 0;
-      for (const auto& s : b.seqs) {
-        if (!s.sample || s.num_tokens == 0) continue;
-        const std::span<const SampledToken> mine(draws.data() + at, size_t(s.num_draft) + 1);
-        out.num_accepted.push_back(accept_drafts(b, s, mine, out.samples));
-        at += mine.size();
-      }
-    }
+    if (drafted) keep_accepted(b, out);
     if (b.logits == LogitsMode::kSampled) {
       out.logits = std::move(host_logits);
       out.logits_rows = int64_t(n_sampled);

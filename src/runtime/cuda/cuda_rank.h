@@ -110,8 +110,8 @@ class CudaRank {
   void precise_layer(int64_t l, const StepMeta& m, int64_t T);
   void moe(int64_t l, int64_t T, bool split_input);
   void compute_logits(const int32_t* d_rows, int64_t rows);
-  // Decode of one token per sequence: embedding, every layer, logits, then (rank 0) the arg-max or the GPU
-  // sampler over the uploaded parameters; what a graph captures.
+  // Decode of T token rows (one or 1 + k per sequence, every one sampled): embedding, every layer, logits,
+  // then (rank 0) the arg-max or the GPU sampler over the uploaded parameters; what a graph captures.
   // How a captured decode step picks its tokens: the arg-max kernel, the GPU sampler, or not at all (steps
   // with allowed-token masks sample after the graph, once the engine's masks are ready).
   enum class DecodePick { kArgmax = 0, kSampler = 1, kAfterGraph = 2 };
@@ -150,6 +150,7 @@ class CudaRank {
   float* moe_part_ = nullptr;  // EP > 1: this rank's part of the MoE output
   void* moe_ws_ = nullptr;
   void* decode_ws_ = nullptr;
+  size_t decode_ws_bytes_ = 0;  // what every plan's decode needs (decode_workspace_bound)
   float *x_sel_ = nullptr, *logits_ = nullptr, *d_logprobs_ = nullptr;
   float *logits_mine_ = nullptr, *logits_parts_ = nullptr;  // TP > 1: this rank's vocabulary rows; gathered
   __nv_bfloat16* h_sel_ = nullptr;
@@ -164,7 +165,7 @@ class CudaRank {
   size_t off_tokens_ = 0, off_blob_ = 0, off_rows_ = 0, off_full_ = 0, off_sliding_ = 0;
   size_t cap_tokens_ = 0, cap_blob_ = 0, cap_rows_ = 0, cap_table_ = 0;
   size_t table_bytes_[2] = {0, 0};  // page-table bytes on the device (full, sliding): the mirror's extent
-  std::map<int, cudaGraphExec_t> graphs_;  // decode graphs by 2 * batch bucket + (GPU sampler ? 1 : 0)
+  std::map<int, cudaGraphExec_t> graphs_;  // by (batch bucket * 64 + tokens a sequence) * 4 + DecodePick
   uint8_t* h_meta_ = nullptr;
   uint8_t* d_meta_ = nullptr;
   int32_t* h_ids_ = nullptr;

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -15,12 +17,12 @@ namespace {
 
 std::vector<PlanSequence> random_step(std::mt19937_64& rng, int n, int* num_tokens) {
   std::vector<PlanSequence> seqs;
-  std::uniform_int_distribution<int> kind(0, 3), len(2, 300), pos(0, 5000);
+  std::uniform_int_distribution<int> kind(0, 4), len(2, 300), few(2, 9), pos(0, 5000);
   int cursor = 0;
   for (int i = 0; i < n; ++i) {
     PlanSequence s;
     const int k = kind(rng);
-    s.num_q = k == 0 ? 0 : k == 1 ? 1 : len(rng);
+    s.num_q = k == 0 ? 0 : k == 1 ? 1 : k == 2 ? few(rng) : len(rng);
     s.start_pos = pos(rng);
     s.q_start = cursor;
     s.full_table_begin = 100 * i;
@@ -34,13 +36,28 @@ std::vector<PlanSequence> random_step(std::mt19937_64& rng, int n, int* num_toke
 
 TEST(AttentionPlan, BlobDescribesTheStep) {
   std::mt19937_64 rng(7);
-  for (int group : {1, 5, 8, 64, 96}) {
+  for (auto [group, max_queries] : {std::pair{1, 1},
+                                    {5, 1},
+                                    {8, 1},
+                                    {64, 1},
+                                    {96, 1},
+                                    {8, 5},
+                                    {8, 8},
+                                    {8, 20},
+                                    {1, 64},
+                                    {16, 3},
+                                    {96, 4}}) {
     int num_tokens = 0;
     const auto seqs = random_step(rng, 40, &num_tokens);
     PlanOptions o;
     o.num_kv_heads = 2;
     o.num_q_heads = 2 * group;
     o.token_bucket = num_tokens + 3;
+    o.max_decode_queries = max_queries;
+    // The rule the plan documents: a few queries whose rows fit one decode CTA go to the decode kernel.
+    auto is_decode = [&](int num_q) {
+      return num_q >= 1 && num_q <= max_queries && num_q * group <= kMaxDecodeRows;
+    };
     AttentionPlanBuilder b;
     b.build(seqs, num_tokens, o);
     const AttentionPlan p = b.device_view(b.blob().data());  // host copy: readable here
@@ -48,7 +65,7 @@ TEST(AttentionPlan, BlobDescribesTheStep) {
     ASSERT_EQ(p.num_tokens, num_tokens + 3);
     EXPECT_EQ(p.prefill_tokens_per_tile, kPrefillBlockM / group);
     std::vector<int> covered(size_t(num_tokens), 0);
-    int decodes = 0;
+    int decodes = 0, most_queries = 1;
     for (int i = 0; i < 40; ++i) {
       const AttnSeq& s = p.seqs[i];
       EXPECT_EQ(s.q_start, seqs[size_t(i)].q_start);
@@ -60,14 +77,15 @@ TEST(AttentionPlan, BlobDescribesTheStep) {
         EXPECT_EQ(p.token_seq[s.q_start + t], i);
         EXPECT_EQ(p.token_pos[s.q_start + t], s.start_pos + t);
       }
-      decodes += s.num_q == 1 && group <= kMaxDecodeGroup;
+      decodes += is_decode(s.num_q);
+      if (is_decode(s.num_q)) most_queries = std::max(most_queries, s.num_q);
     }
     for (int t = num_tokens; t < p.num_tokens; ++t) EXPECT_EQ(p.token_seq[t], -1);
     int last_prev = 1 << 30;
     for (int k = 0; k < p.num_prefill_tiles; ++k) {
       const PrefillTile tile = p.prefill_tiles[k];
       const AttnSeq& s = p.seqs[tile.seq];
-      ASSERT_TRUE(s.num_q > 1 || group > kMaxDecodeGroup);
+      ASSERT_TRUE(s.num_q > 0 && !is_decode(s.num_q));
       ASSERT_EQ(tile.q0 % p.prefill_tokens_per_tile, 0);
       const int n = std::min(p.prefill_tokens_per_tile, s.num_q - tile.q0);
       ASSERT_GT(n, 0);
@@ -78,14 +96,48 @@ TEST(AttentionPlan, BlobDescribesTheStep) {
     }
     for (int i = 0; i < 40; ++i)
       for (int t = 0; t < seqs[size_t(i)].num_q; ++t)
-        EXPECT_EQ(covered[size_t(seqs[size_t(i)].q_start + t)],
-                  seqs[size_t(i)].num_q > 1 || group > kMaxDecodeGroup ? 1 : 0);
+        EXPECT_EQ(covered[size_t(seqs[size_t(i)].q_start + t)], is_decode(seqs[size_t(i)].num_q) ? 0 : 1);
     ASSERT_EQ(p.decode_bucket, decodes);
-    for (int k = 0; k < p.decode_bucket; ++k) EXPECT_EQ(p.seqs[p.decode_seqs[k]].num_q, 1);
+    EXPECT_EQ(p.decode_q, most_queries);
+    for (int k = 0; k < p.decode_bucket; ++k) EXPECT_TRUE(is_decode(p.seqs[p.decode_seqs[k]].num_q));
     EXPECT_GE(p.decode_splits, 1);
     EXPECT_LE(p.decode_splits, o.max_decode_splits);
-    EXPECT_EQ(b.decode_workspace_bytes(),
-              p.decode_splits > 1 ? size_t(decodes) * o.num_q_heads * p.decode_splits * 65 * 4 : 0u);
+    EXPECT_EQ(b.decode_workspace_bytes(), p.decode_splits > 1 ? size_t(decodes) * size_t(most_queries) *
+                                                                    o.num_q_heads * p.decode_splits * 65 * 4
+                                                              : 0u);
+    EXPECT_LE(b.decode_workspace_bytes(), decode_workspace_bound(std::max(1, decodes), o));
+  }
+}
+
+// A speculative verify step (1 + k tokens a sequence) goes to the decode kernel when the option allows it
+// and its rows fit, and the workspace bound covers every bucket the graphs use.
+TEST(AttentionPlan, VerifyStepsGoToTheDecodeKernel) {
+  PlanOptions o;  // 64/8 heads: a decode CTA holds up to 8 tokens
+  o.max_decode_queries = 5;
+  AttentionPlanBuilder b;
+  b.build({{0, 5, 8000, 0, 0}, {5, 3, 100, 0, 0}, {8, 1, 7, 0, 0}}, 9, o);
+  EXPECT_EQ(b.sizes().decode_bucket, 3);
+  EXPECT_EQ(b.sizes().decode_q, 5);
+  EXPECT_EQ(b.sizes().num_prefill_tiles, 0);
+  EXPECT_EQ(b.sizes().decode_splits, decode_splits_for(3, o));  // 8k keys: the GPU-filling split count
+  b.build({{0, 6, 8000, 0, 0}}, 6, o);                          // more than the option allows
+  EXPECT_EQ(b.sizes().decode_bucket, 0);
+  EXPECT_EQ(b.sizes().num_prefill_tiles, 1);
+  o.max_decode_queries = 64;  // the rows limit: 8 tokens x 8 heads
+  b.build({{0, 8, 100, 0, 0}, {8, 9, 100, 0, 0}}, 17, o);
+  EXPECT_EQ(b.sizes().decode_bucket, 1);
+  EXPECT_EQ(b.sizes().decode_q, 8);
+  EXPECT_EQ(b.sizes().num_prefill_tiles, 1);
+  // A graph's plan: fixed buckets and decode_splits_for's splits, within the bound.
+  o.max_decode_queries = 4;
+  for (int bucket : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+    PlanOptions g = o;
+    g.decode_bucket = g.seq_bucket = bucket;
+    g.token_bucket = 4 * bucket;
+    g.decode_splits = decode_splits_for(bucket, o);
+    b.build({{0, 4, 3000, 0, 0}}, 4, g);
+    EXPECT_EQ(b.sizes().decode_q, 4);
+    EXPECT_LE(b.decode_workspace_bytes(), decode_workspace_bound(256, o)) << bucket;
   }
 }
 

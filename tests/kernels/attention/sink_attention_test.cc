@@ -39,13 +39,14 @@ struct Scenario {
   std::vector<SeqSpec> seqs;
   int extra_tokens = 0;  // padding token rows after the sequences' tokens
   int seq_bucket = 0, decode_bucket = 0, decode_splits = 0;
+  int max_decode_queries = 1;  // PlanOptions': > 1 sends verify-sized sequences to the decode kernel
   float q_std = 1.5f, k_std = 1.5f, v_std = 1.0f;
 
   std::string describe() const {
     std::ostringstream s;
     s << "hq " << hq << " hkv " << hkv << " page " << page_size << " window " << window << " table "
       << (kind == kFullTable ? "full" : "sliding") << (sinks ? " sinks" : " no-sinks") << " splits "
-      << decode_splits << " seqs [";
+      << decode_splits << " decode queries <= " << max_decode_queries << " seqs [";
     for (auto& q : seqs) s << "(" << q.num_q << "@" << q.start_pos << ")";
     return s.str() + "]";
   }
@@ -178,6 +179,7 @@ PlanOptions plan_options(const Scenario& sc) {
   o.seq_bucket = sc.seq_bucket;
   o.decode_bucket = sc.decode_bucket;
   o.decode_splits = sc.decode_splits;
+  o.max_decode_queries = sc.max_decode_queries;
   return o;
 }
 
@@ -310,8 +312,8 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
     names.push_back(name);
   }
   EXPECT_FALSE(outs.empty()) << "ORCHID_TEST_PREFILL must be mma.sync or wgmma";
-  std::printf("  %s: %d prefill tiles, %d decode slots x %d splits\n", sc.describe().c_str(),
-              view.num_prefill_tiles, view.decode_bucket, view.decode_splits);
+  std::printf("  %s: %d prefill tiles, %d decode slots (<= %d queries) x %d splits\n", sc.describe().c_str(),
+              view.num_prefill_tiles, view.decode_bucket, view.decode_q, view.decode_splits);
   const std::vector<double> ref = reference_output(pr);
   for (size_t v = 0; v < outs.size(); ++v) {
     SCOPED_TRACE(std::string("prefill kernel ") + names[v]);
@@ -448,6 +450,61 @@ TEST_F(SinkAttention, DecodeGqaRatios) {
   }
 }
 
+// Verify steps: 1 + k query tokens a sequence in one decode CTA, each row masked to its own causal (and
+// window) range, around the tile, window and split boundaries.
+TEST_F(SinkAttention, SmallVerifyDecode) {
+  SEED_TRACE();
+  uint64_t k = 0;
+  for (int splits : {1, 0, 3, 64}) {
+    for (int window : {0, 128}) {
+      Scenario sc;
+      sc.window = window;
+      sc.kind = window > 0 ? kSlidingTable : kFullTable;
+      sc.decode_splits = splits;
+      sc.max_decode_queries = 8;
+      sc.seqs = {{2, 0}, {8, 0}, {5, 60}, {3, 62}, {4, 63}, {7, 121}, {6, 126}, {8, 250}, {2, 999}, {1, 5}};
+      run_scenario(sc, seed_ + ++k);
+    }
+  }
+}
+
+TEST_F(SinkAttention, VerifyDecodeGqaRatiosAndOddWindows) {
+  SEED_TRACE();
+  // (hq, hkv, tokens a sequence): each fills one decode CTA's 64 rows or part of them.
+  const int shapes[][3] = {{8, 8, 33}, {10, 2, 12}, {16, 1, 4}, {34, 2, 3}, {64, 2, 2}, {64, 8, 7}};
+  uint64_t k = 0;
+  for (auto [hq, hkv, n] : shapes) {
+    for (int window : {0, 1, 33}) {
+      Scenario sc;
+      sc.hq = hq;
+      sc.hkv = hkv;
+      sc.window = window;
+      sc.kind = window > 0 ? kSlidingTable : kFullTable;
+      sc.page_size = 32;
+      sc.decode_splits = (k % 2) == 0 ? 0 : 5;
+      sc.sinks = (k % 3) != 2;
+      sc.max_decode_queries = 64;
+      sc.seqs = {{n, 0}, {n, 700}, {std::max(1, n / 2), 129}};
+      run_scenario(sc, seed_ + ++k);
+    }
+  }
+}
+
+TEST_F(SinkAttention, VerifyDecodeLongContext) {
+  SEED_TRACE();
+  for (int splits : {0, 1, 13}) {
+    Scenario sc;
+    sc.page_size = 64;
+    sc.decode_splits = splits;
+    sc.max_decode_queries = 5;
+    sc.seqs = {{5, 20000}, {2, 70001}, {4, 4095}};
+    run_scenario(sc, seed_ + uint64_t(splits));
+    sc.window = 128;
+    sc.kind = kSlidingTable;
+    run_scenario(sc, seed_ + 100 + uint64_t(splits));
+  }
+}
+
 TEST_F(SinkAttention, SmallMixedStepWithPadding) {
   SEED_TRACE();
   Scenario sc;
@@ -460,6 +517,16 @@ TEST_F(SinkAttention, SmallMixedStepWithPadding) {
   sc.kind = kSlidingTable;
   sc.decode_splits = 4;
   run_scenario(sc, seed_ + 1);
+  // Verify-sized sequences next to prefill ones (a chunk of 3 is decode-sized too).
+  sc.max_decode_queries = 4;
+  sc.seqs = {{4, 40}, {25, 0}, {0, 7}, {3, 300}, {90, 100}, {1, 0}, {5, 64}};
+  sc.decode_bucket = 5;
+  sc.seq_bucket = 9;
+  run_scenario(sc, seed_ + 2);
+  sc.window = 0;
+  sc.kind = kFullTable;
+  sc.decode_splits = 0;
+  run_scenario(sc, seed_ + 3);
 }
 
 TEST_F(SinkAttention, SmallEmptyBatches) {
@@ -475,25 +542,26 @@ TEST_F(SinkAttention, SmallEmptyBatches) {
 
 // A decode step captured once in a CUDA graph and replayed after a new plan (other sequences and lengths,
 // same buckets) was copied to the same device buffers: the launches read every length on the device.
-TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
-  SEED_TRACE();
+// `n` query tokens a sequence: 1 for plain decode, 1 + k for a speculative verify step.
+void graph_replay(int n, uint64_t seed) {
   Scenario a;
   a.page_size = 16;
   a.decode_splits = 8;
   a.decode_bucket = 4;
   a.seq_bucket = 4;
-  a.extra_tokens = 1;
-  a.seqs = {{1, 5}, {1, 1000}, {1, 77}};
+  a.max_decode_queries = n;
+  a.extra_tokens = n;
+  a.seqs = {{n, 5}, {n, 1000}, {n, 77}};
   Scenario b = a;
-  b.extra_tokens = 2;
-  b.seqs = {{1, 3000}, {1, 0}};
-  std::mt19937_64 rng(seed_);
+  b.extra_tokens = 2 * n;
+  b.seqs = {{n, 3000}, {n, 0}};
+  std::mt19937_64 rng(seed);
   const Problem pa = make_problem(a, rng);
   const Problem pb = make_problem(b, rng);
-  auto build = [](const Problem& pr) {
+  auto build = [n](const Problem& pr) {
     AttentionPlanBuilder plan;
     PlanOptions o = plan_options(pr.sc);
-    o.token_bucket = 4;
+    o.token_bucket = 4 * n;
     plan.build(pr.plan_seqs, pr.num_tokens, o);
     return plan;
   };
@@ -535,6 +603,16 @@ TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
   ORCHID_CUDA_CHECK(cudaGraphExecDestroy(exec));
   ORCHID_CUDA_CHECK(cudaGraphDestroy(graph));
   ORCHID_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
+  SEED_TRACE();
+  graph_replay(1, seed_);
+}
+
+TEST_F(SinkAttention, VerifyGraphReplayWithNewPlan) {
+  SEED_TRACE();
+  graph_replay(4, seed_);
 }
 
 }  // namespace
