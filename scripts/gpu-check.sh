@@ -89,6 +89,7 @@ tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
   --tracer "$tracer" --model synthetic:20b --batch-sizes 1,256 --seq-len 1024
 check structured-outputs-20b tools/gpu/structured_outputs_gpu.sh "$bin"
 # A prefill and a decode instance sharing the GPU against one instance (greedy, up to BF16 ties).
+check disaggregation-tiny python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model models/orchid-tiny
 check disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model synthetic:20b
 bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
 rm -rf "$(dirname "$ck20")"

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Prefill/decode disaggregation on one GPU: a `--role prefill` and a `--role decode` instance of the same
-model sharing the GPU (K/V through host memory), against one `--role both` instance, greedy. The decode side
-computes only each prompt's last token, so its logits are not the single instance's bit for bit (a different
-batch shape); outputs must be equal up to the first position whose top-2 logprob margin in the single
-instance's run is within BF16 noise. Reports per prompt where the outputs first differ, and the transfer
-counters.
+model sharing the GPU (K/V through host memory), against a `--role both` instance, greedy. The pair computes a
+prompt in two steps (the prefill instance all but the last token, the decode instance the last), so the
+reference does too: a single instance per prompt with `--max-num-batched-tokens` = prompt length - 1 (its
+chunked prefill then takes the same steps). That matters on random-weight models: they are chaotic, and
+on synthetic 20b another chunking alone changes the first output token (measured). Outputs must be equal up
+to the first position whose top-2 logprob margin in the reference run is within BF16 noise. Reports per
+prompt where the outputs first differ, and the transfer counters.
 
   tools/gpu/disaggregation_check.py --orchid build/cuda/src/cli/orchid [--model synthetic:20b] [--noise 0.05]
 """
@@ -43,8 +45,11 @@ def main():
               "--gpu-memory-utilization", "0.3"]
     prompts = [[(97 * i + 13 * j) % 50000 + 10 for j in range(n)] for i, n in enumerate([7, 100, 513, 2000])]
     ok = True
-    with OrchidServer(*common, timeout=600) as single:
-        want = [complete(single, p, a.tokens) for p in prompts]
+    want = []
+    for p in prompts:  # the pair's two steps: len(p) - 1 prompt tokens, then the last one
+        with OrchidServer(*common, "--max-num-batched-tokens", str(len(p) - 1), "--max-num-seqs", "1",
+                          timeout=600) as single:
+            want.append(complete(single, p, a.tokens))
     with OrchidServer(*common, "--role", "prefill", timeout=600) as prefill, \
             OrchidServer(*common, "--role", "decode", "--prefill-url", prefill.base_url, timeout=600) as decode:
         t0 = time.time()

@@ -99,6 +99,19 @@ def reference(args, layers, work):
     return result
 
 
+def orchid_memory_args(args):
+    """`--orchid-args`, plus a memory budget that fits beside this process: orchid's
+    --gpu-memory-utilization is its own share of the GPU and must be free, and this process still holds some
+    of it (the CUDA context, the captured inputs). One step of the check's tokens needs few sequences."""
+    extra = args.orchid_args.split()
+    if args.backend != "cuda" or not torch.cuda.is_available():
+        return extra
+    free, total = torch.cuda.mem_get_info()
+    defaults = {"--gpu-memory-utilization": f"{0.9 * free / total:.3f}", "--max-num-seqs": "16",
+                "--max-num-batched-tokens": str(max(2048, args.tokens))}
+    return [x for flag, value in defaults.items() if flag not in extra for x in (flag, value)] + extra
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
@@ -122,7 +135,7 @@ def main():
         for w in args.weights.split(","):
             cmd = [args.orchid, "layer", args.checkpoint, "--backend", args.backend, "--weights", w, "--input",
                    os.path.join(work, "in.npy"), "--output", os.path.join(work, f"out_{w}.npy"), "--topk-out",
-                   os.path.join(work, f"topk_{w}.npy"), "--log-level", "warn"] + args.orchid_args.split()
+                   os.path.join(work, f"topk_{w}.npy"), "--log-level", "warn"] + orchid_memory_args(args)
             for i in layers:
                 cmd += ["--layer", str(i)]
             r = subprocess.run(cmd, capture_output=True, text=True)
