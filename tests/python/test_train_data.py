@@ -129,3 +129,16 @@ def test_prompts_are_what_orchid_renders_for_the_same_chat_request(data, orchid)
         assert json.loads(res.stdout.strip().splitlines()[-1]) == r["prompt"], r["key"]
         checked += 1
     assert checked >= 50
+
+
+def test_every_held_out_lookup_argument_is_also_trained(tmp_path):
+    """A held-out call must be answerable by copying: its country or city is an argument of some training call
+    (with two phrasings of 14 countries, the test split once reserved most population questions, and the model
+    answered calls for countries it had never seen in one with a country it had)."""
+    subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--train", "4000", "--test", "350"],
+                   check=True, capture_output=True)
+    def arguments(split):
+        return {json.dumps(r["expect"]["arguments"]["country" if "country" in r["expect"]["arguments"] else "city"])
+                for r in rows(tmp_path / f"{split}.jsonl") if r["task"] == "tool_call"}
+    held_out, trained = arguments("test"), arguments("train")
+    assert held_out and held_out <= trained, held_out - trained

@@ -39,11 +39,24 @@ WORDS = ("apple banana cherry planet orange window garden silver rocket butter y
          "magnet meadow melody monkey mountain napkin ocean orchard oyster paddle palace pillow pirate "
          "planet pumpkin quarter rainbow river saucer scarf seagull shovel signal sugar sunset thunder "
          "tiger turtle umbrella valley village walnut whistle zebra").split()
+# Many names, so that a lookup's argument is copied from the question rather than remembered: with 14
+# countries and two phrasings the held-out split reserved 20 of the 28 population questions and the model
+# never saw most countries in a call (it answered "Kenya" for France).
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Delhi", "Quito", "Rome", "Seoul", "Nairobi", "Madrid",
-          "Hanoi", "Dublin", "Athens", "Lisbon", "Vienna", "Prague", "Sydney", "Toronto", "Santiago"]
+          "Hanoi", "Dublin", "Athens", "Lisbon", "Vienna", "Prague", "Sydney", "Toronto", "Santiago", "Berlin",
+          "Warsaw", "Bogota", "Manila", "Jakarta", "Bangkok", "Havana", "Dakar", "Accra", "Helsinki",
+          "Stockholm", "Budapest", "Montreal", "Chicago", "Denver", "Mumbai", "Karachi", "Lagos", "Kyiv",
+          "Riga", "Tunis", "Beirut", "Amman", "Doha", "Muscat", "Tbilisi", "Zurich", "Geneva", "Porto",
+          "Seville"]
 CONDITIONS = ["sunny", "cloudy", "rainy", "windy", "snowy", "foggy"]
 COUNTRIES = {"France": 68, "Japan": 124, "Peru": 34, "Norway": 6, "Egypt": 114, "Chile": 20, "Kenya": 56,
-             "Spain": 48, "Greece": 10, "Portugal": 10, "Austria": 9, "Canada": 41, "Ireland": 5, "Italy": 59}
+             "Spain": 48, "Greece": 10, "Portugal": 10, "Austria": 9, "Canada": 41, "Ireland": 5, "Italy": 59,
+             "Germany": 84, "Poland": 37, "Colombia": 52, "Brazil": 212, "Mexico": 130, "Argentina": 46,
+             "Nigeria": 229, "Ghana": 34, "Senegal": 18, "Morocco": 38, "Tunisia": 12, "Turkey": 85,
+             "Iran": 91, "Iraq": 46, "Jordan": 11, "India": 1451, "Pakistan": 251, "Bangladesh": 174,
+             "Vietnam": 101, "Thailand": 72, "Indonesia": 283, "Philippines": 116, "Australia": 27,
+             "Sweden": 11, "Finland": 6, "Denmark": 6, "Hungary": 10, "Romania": 19, "Ukraine": 38,
+             "Belgium": 12, "Switzerland": 9, "Cuba": 11}
 EFFORTS = ("low", "medium", "high")
 INSTRUCTIONS = ["Answer briefly.", "Be concise and exact.", "Reply with the answer only.", None]
 
@@ -255,7 +268,9 @@ def sample(b, task, rng):
     else:
         country = rng.choice(sorted(COUNTRIES))
         args = {"country": country}
-        q = rng.choice(["What is the population of {c}?", "How many people live in {c}?"]).format(c=country)
+        q = rng.choice(["What is the population of {c}?", "How many people live in {c}?",
+                        "How many inhabitants does {c} have?", "What's the population of {c} today?",
+                        "Roughly how many people are there in {c}?"]).format(c=country)
         tool, why = POPULATION_TOOL, f"Population of {country}: use get_population."
         result = {"country": country, "millions": COUNTRIES[country]}
         answer = f"{country} has about {COUNTRIES[country]} million people."
@@ -278,6 +293,9 @@ def sample(b, task, rng):
 
 
 TASKS = ["arithmetic", "count_letters", "reverse", "units", "tool_call", "tool_answer", "multi_turn"]
+# The training split's task order: the held-out bars' weakest tasks (column arithmetic, copying a lookup's
+# argument and result) twice as often; the test split takes TASKS in turn (an equal share each).
+TRAIN_TASKS = TASKS + ["arithmetic", "tool_call", "tool_answer"]
 
 
 def generate(n_train, n_test, seed):
@@ -292,7 +310,8 @@ def generate(n_train, n_test, seed):
             tries += 1
             if tries > 100 * n + 1000:
                 raise RuntimeError(f"could not draw {n} {split} samples (the test split is too large)")
-            task = TASKS[len(splits[split]) % len(TASKS)]
+            order = TASKS if split == "test" else TRAIN_TASKS
+            task = order[len(splits[split]) % len(order)]
             key, history, targets, expect = sample(b, task, rng)
             if key in reserved:
                 continue
