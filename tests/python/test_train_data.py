@@ -135,7 +135,7 @@ def test_every_held_out_lookup_argument_is_also_trained(tmp_path):
     """A held-out call must be answerable by copying: its country or city is an argument of some training call
     (with two phrasings of 14 countries, the test split once reserved most population questions, and the model
     answered calls for countries it had never seen in one with a country it had)."""
-    subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--train", "4000", "--test", "350"],
+    subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--train", "2000", "--test", "350"],
                    check=True, capture_output=True)
     def arguments(split):
         return {json.dumps(r["expect"]["arguments"]["country" if "country" in r["expect"]["arguments"] else "city"])

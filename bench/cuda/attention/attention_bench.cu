@@ -365,6 +365,7 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   PlanOptions o;
   o.sm_count = device_info().sm_count;
   o.max_decode_queries = through_prefill ? 1 : queries;
+  o.window = window;  // a window's launches take its own (smaller) split count
   plan.build(seqs, batch * queries, o);
   Dev<int32_t> blob(plan.blob().size()), table(ids.size());
   ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
@@ -406,7 +407,9 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   std::string shape = "B=" + std::to_string(batch) + " ctx " + std::to_string(ctx) +
                       (window > 0 ? " win " + std::to_string(window) : " full") + " p" + std::to_string(ps) +
                       (queries > 1 ? " q" + std::to_string(queries) : "") +
-                      (through_prefill ? " prefill kernel" : " splits " + std::to_string(view.decode_splits));
+                      (through_prefill ? " prefill kernel"
+                                       : " splits " + std::to_string(window > 0 ? view.decode_splits_window
+                                                                                : view.decode_splits));
   add_row({queries > 1 ? "verify_attention" : "decode_attention", shape, us, 0, double(bytes) / us / 1e3});
   return us;
 }

@@ -31,6 +31,12 @@ int decode_splits_for(int bucket, const PlanOptions& o) {
   return std::clamp(ceil_div(2 * int64_t(o.sm_count), ctas), 1, std::max(1, o.max_decode_splits));
 }
 
+int window_splits_for(int splits, int decode_q, const PlanOptions& o) {
+  if (o.window <= 0) return splits;
+  const int tiles = ceil_div(int64_t(o.window) + decode_q - 1, 64) + 1;  // + 1: the range need not align
+  return std::clamp(tiles / 2, 1, std::max(1, splits));
+}
+
 size_t decode_workspace_bound(int max_slots, const PlanOptions& o) {
   size_t most = 0;
   for (int b = 1; b <= max_slots; ++b)
@@ -115,6 +121,9 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   sizes_.decode_bucket = bucket;
   sizes_.decode_q = decode_q;
   sizes_.decode_splits = splits;
+  sizes_.decode_splits_window = o.decode_splits_window > 0 ? std::min(o.decode_splits_window, splits)
+                                : o.decode_splits > 0      ? splits
+                                                           : window_splits_for(splits, decode_q, o);
   sizes_.num_q_heads = o.num_q_heads;
   sizes_.num_kv_heads = o.num_kv_heads;
 

@@ -48,6 +48,7 @@ struct AttentionPlan {
   int32_t decode_bucket = 0;
   int32_t decode_q = 1;       // most query tokens of a decode slot (the workspace's token stride)
   int32_t decode_splits = 1;  // KV splits per decode (sequence, KV head); > 1 needs the merge workspace
+  int32_t decode_splits_window = 1;  // the same for launches with a sliding window (<= decode_splits)
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
 };
@@ -70,11 +71,15 @@ struct PlanSequence {
 struct PlanOptions {
   int num_q_heads = 64;
   int num_kv_heads = 8;
-  int sm_count = 132;          // the device's multiprocessors (kernels::device_info().sm_count)
-  int token_bucket = 0;        // token rows to plan for (>= tokens in the step; 0 = exactly those)
-  int seq_bucket = 0;          // sequence records to plan for (>= sequences; 0 = exactly those)
-  int decode_bucket = 0;       // decode slots (>= decodes in the step; 0 = exactly those)
-  int decode_splits = 0;       // KV splits per decode; 0 = chosen from the batch and the longest context
+  int sm_count = 132;     // the device's multiprocessors (kernels::device_info().sm_count)
+  int token_bucket = 0;   // token rows to plan for (>= tokens in the step; 0 = exactly those)
+  int seq_bucket = 0;     // sequence records to plan for (>= sequences; 0 = exactly those)
+  int decode_bucket = 0;  // decode slots (>= decodes in the step; 0 = exactly those)
+  int decode_splits = 0;  // KV splits per decode; 0 = chosen from the batch and the longest context
+  // KV splits for sliding-window launches; 0 = decode_splits when that is given, else from `window` (a
+  // window's few key tiles need fewer splits than the full layers' long contexts).
+  int decode_splits_window = 0;
+  int window = 0;  // the model's sliding window (keys per query), for decode_splits_window; 0 = none
   int max_decode_splits = 64;  // bound for the automatic choice (and the workspace)
   // Most query tokens a sequence may have and still go to the decode kernel (a speculative verify step has
   // 1 + k; its queries are causal among themselves). 1: only single-token decodes.
@@ -84,6 +89,9 @@ struct PlanOptions {
 // KV splits for a decode grid of `bucket` slots when the context is not known (CUDA graphs) or long:
 // enough CTAs for two per multiprocessor, within [1, max_decode_splits].
 int decode_splits_for(int bucket, const PlanOptions& options);
+// KV splits for sliding-window launches given the full layers' `splits`: no split shorter than two 64-key
+// tiles of the window's range (gpt-oss's 128 keys: one split, no merge).
+int window_splits_for(int splits, int decode_q, const PlanOptions& options);
 
 class AttentionPlanBuilder {
  public:

@@ -385,7 +385,11 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
                         "sink_attention: decode takes at most 64 query rows (tokens x heads) per KV head");
   ORCHID_KERNEL_REQUIRE(plan.decode_splits >= 1 && plan.decode_splits <= 65535 && plan.decode_bucket <= 65535,
                         "sink_attention: bad decode grid in the plan");
-  ORCHID_KERNEL_REQUIRE(plan.decode_splits == 1 || workspace != nullptr,
+  // Sliding-window launches take the plan's split count for them (a window has few key tiles).
+  const int splits = a.window > 0 ? plan.decode_splits_window : plan.decode_splits;
+  ORCHID_KERNEL_REQUIRE(splits >= 1 && splits <= plan.decode_splits,
+                        "sink_attention: bad window split count");
+  ORCHID_KERNEL_REQUIRE(splits == 1 || workspace != nullptr,
                         "sink_attention: split-KV decode needs the workspace");
   ORCHID_KERNEL_REQUIRE(a.window >= 0, "sink_attention: negative window");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
@@ -399,7 +403,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.page_table = a.page_table;
   p.sinks = a.sinks;
   p.out = a.out;
-  const size_t part_rows = size_t(plan.decode_bucket) * plan.decode_q * plan.num_q_heads * plan.decode_splits;
+  const size_t part_rows = size_t(plan.decode_bucket) * plan.decode_q * plan.num_q_heads * splits;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = workspace != nullptr ? p.part_o + part_rows * kHeadDim : nullptr;
   p.seqs = plan.seqs;
@@ -409,7 +413,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.num_kv_heads = plan.num_kv_heads;
   p.group = group;
   p.decode_q = plan.decode_q;
-  p.splits = plan.decode_splits;
+  p.splits = splits;
   p.page_size_log2 = log2_page;
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
@@ -420,7 +424,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
     launch_decode<2>(p, plan.decode_bucket, stream);
   else
     launch_decode<4>(p, plan.decode_bucket, stream);
-  if (plan.decode_splits > 1) {
+  if (splits > 1) {
     const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket),
                     unsigned(plan.decode_q));
     launch_pdl(decode_merge_kernel, dim3(grid), dim3(kThreads), 0, stream, p);

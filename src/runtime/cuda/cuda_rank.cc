@@ -312,6 +312,8 @@ kernels::attention::PlanOptions CudaRank::plan_options() const {
   po.sm_count = kernels::device_info().sm_count;
   // A verify step's 1 + k queries a sequence go to the decode kernel (split KV, one read of K/V for all).
   po.max_decode_queries = 1 + opts_.max_draft_tokens;
+  for (int64_t l = 0; l < local_.num_layers; ++l)  // the sliding layers' decodes take fewer KV splits
+    if (local_.is_sliding(l)) po.window = int(local_.sliding_window);
   return po;
 }
 
@@ -645,6 +647,7 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
   po.token_bucket = int(T);
   po.seq_bucket = po.decode_bucket = bucket;
   po.decode_splits = attn::decode_splits_for(bucket, po);
+  po.decode_splits_window = attn::window_splits_for(po.decode_splits, q, po);
   const StepMeta m = upload_step(tokens, b, rows, po);
   ORCHID_CHECK(m.plan.decode_bucket == bucket && m.plan.decode_q == q && m.plan.num_prefill_tiles == 0,
                "a graphed step must be all decode slots of {} tokens", q);

@@ -179,6 +179,31 @@ TEST(AttentionPlan, AutomaticSplitsFillTheGpuButStayLong) {
   EXPECT_EQ(b.sizes().decode_splits, 1);  // 512 CTAs already
 }
 
+// Sliding-window launches get their own split count: a 128-key window spans at most 3 key tiles, so one
+// split (no merge) where the full layers split a long context over the GPU; explicit counts are kept.
+TEST(AttentionPlan, WindowLaunchesTakeFewerSplits) {
+  PlanOptions o;  // 64/8 heads, 132 SMs
+  o.window = 128;
+  AttentionPlanBuilder b;
+  b.build({{0, 1, 32767, 0, 0}}, 1, o);
+  EXPECT_EQ(b.sizes().decode_splits, 33);
+  EXPECT_EQ(b.sizes().decode_splits_window, 1);
+  o.window = 1024;  // 17 tiles: 8 splits of two or three
+  b.build({{0, 1, 32767, 0, 0}}, 1, o);
+  EXPECT_EQ(b.sizes().decode_splits_window, 8);
+  o.window = 0;  // no sliding layers: the full layers' count
+  b.build({{0, 1, 32767, 0, 0}}, 1, o);
+  EXPECT_EQ(b.sizes().decode_splits_window, 33);
+  o.window = 128;
+  o.decode_splits = 8;  // explicit: both kinds (the kernel tests rely on it)
+  b.build({{0, 1, 32767, 0, 0}}, 1, o);
+  EXPECT_EQ(b.sizes().decode_splits_window, 8);
+  o.decode_splits_window = 3;
+  b.build({{0, 1, 32767, 0, 0}}, 1, o);
+  EXPECT_EQ(b.sizes().decode_splits_window, 3);
+  EXPECT_EQ(window_splits_for(33, 5, o), 2);  // a verify step of 1 + 4 queries: 132 keys, up to 4 tiles
+}
+
 TEST(AttentionPlan, RejectsInconsistentSteps) {
   AttentionPlanBuilder b;
   PlanOptions o;

@@ -180,6 +180,7 @@ PlanOptions plan_options(const Scenario& sc) {
   o.decode_bucket = sc.decode_bucket;
   o.decode_splits = sc.decode_splits;
   o.max_decode_queries = sc.max_decode_queries;
+  o.window = sc.window;  // automatic splits: window launches take their own (smaller) count
   return o;
 }
 
@@ -312,8 +313,9 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
     names.push_back(name);
   }
   EXPECT_FALSE(outs.empty()) << "ORCHID_TEST_PREFILL must be mma.sync or wgmma";
-  std::printf("  %s: %d prefill tiles, %d decode slots (<= %d queries) x %d splits\n", sc.describe().c_str(),
-              view.num_prefill_tiles, view.decode_bucket, view.decode_q, view.decode_splits);
+  std::printf("  %s: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",
+              sc.describe().c_str(), view.num_prefill_tiles, view.decode_bucket, view.decode_q,
+              view.decode_splits, view.decode_splits_window);
   const std::vector<double> ref = reference_output(pr);
   for (size_t v = 0; v < outs.size(); ++v) {
     SCOPED_TRACE(std::string("prefill kernel ") + names[v]);
