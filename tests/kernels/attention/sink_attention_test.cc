@@ -408,19 +408,25 @@ TEST_F(SinkAttention, PrefillLargeLogits) {
   run_scenario(sc, seed_);
 }
 
-TEST_F(SinkAttention, SmallDecode) {
-  SEED_TRACE();
-  uint64_t k = 0;
+// The sequences under every split choice (one, automatic, a few, more than there are tiles) and both table
+// kinds (full, 128-key window).
+void run_split_grid(const std::vector<SeqSpec>& seqs, int max_decode_queries, uint64_t seed) {
   for (int splits : {1, 0, 3, 64}) {
     for (int window : {0, 128}) {
       Scenario sc;
       sc.window = window;
       sc.kind = window > 0 ? kSlidingTable : kFullTable;
       sc.decode_splits = splits;
-      sc.seqs = {{1, 0}, {1, 1}, {1, 62}, {1, 63}, {1, 64}, {1, 128}, {1, 999}};
-      run_scenario(sc, seed_ + ++k);
+      sc.max_decode_queries = max_decode_queries;
+      sc.seqs = seqs;
+      run_scenario(sc, ++seed);
     }
   }
+}
+
+TEST_F(SinkAttention, SmallDecode) {
+  SEED_TRACE();
+  run_split_grid({{1, 0}, {1, 1}, {1, 62}, {1, 63}, {1, 64}, {1, 128}, {1, 999}}, 1, seed_);
 }
 
 TEST_F(SinkAttention, DecodeLongContext) {
@@ -456,18 +462,8 @@ TEST_F(SinkAttention, DecodeGqaRatios) {
 // window) range, around the tile, window and split boundaries.
 TEST_F(SinkAttention, SmallVerifyDecode) {
   SEED_TRACE();
-  uint64_t k = 0;
-  for (int splits : {1, 0, 3, 64}) {
-    for (int window : {0, 128}) {
-      Scenario sc;
-      sc.window = window;
-      sc.kind = window > 0 ? kSlidingTable : kFullTable;
-      sc.decode_splits = splits;
-      sc.max_decode_queries = 8;
-      sc.seqs = {{2, 0}, {8, 0}, {5, 60}, {3, 62}, {4, 63}, {7, 121}, {6, 126}, {8, 250}, {2, 999}, {1, 5}};
-      run_scenario(sc, seed_ + ++k);
-    }
-  }
+  run_split_grid({{2, 0}, {8, 0}, {5, 60}, {3, 62}, {4, 63}, {7, 121}, {6, 126}, {8, 250}, {2, 999}, {1, 5}},
+                 8, seed_);
 }
 
 TEST_F(SinkAttention, VerifyDecodeGqaRatiosAndOddWindows) {
