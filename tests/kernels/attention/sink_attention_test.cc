@@ -429,15 +429,27 @@ TEST_F(SinkAttention, SmallDecode) {
   run_split_grid({{1, 0}, {1, 1}, {1, 62}, {1, 63}, {1, 64}, {1, 128}, {1, 999}}, 1, seed_);
 }
 
-TEST_F(SinkAttention, DecodeLongContext) {
-  SEED_TRACE();
+// Long contexts (64-token pages) under automatic, one and 13 splits; with `window_too` a 128-key sliding
+// window over the same positions as well.
+void run_long_contexts(const std::vector<SeqSpec>& seqs, int max_decode_queries, bool window_too,
+                       uint64_t seed) {
   for (int splits : {0, 1, 13}) {
     Scenario sc;
     sc.page_size = 64;
     sc.decode_splits = splits;
-    sc.seqs = {{1, 20000}, {1, 70001}, {1, 4095}};
-    run_scenario(sc, seed_ + uint64_t(splits));
+    sc.max_decode_queries = max_decode_queries;
+    sc.seqs = seqs;
+    run_scenario(sc, seed + uint64_t(splits));
+    if (!window_too) continue;
+    sc.window = 128;
+    sc.kind = kSlidingTable;
+    run_scenario(sc, seed + 100 + uint64_t(splits));
   }
+}
+
+TEST_F(SinkAttention, DecodeLongContext) {
+  SEED_TRACE();
+  run_long_contexts({{1, 20000}, {1, 70001}, {1, 4095}}, 1, false, seed_);
 }
 
 TEST_F(SinkAttention, DecodeGqaRatios) {
@@ -490,17 +502,7 @@ TEST_F(SinkAttention, VerifyDecodeGqaRatiosAndOddWindows) {
 
 TEST_F(SinkAttention, VerifyDecodeLongContext) {
   SEED_TRACE();
-  for (int splits : {0, 1, 13}) {
-    Scenario sc;
-    sc.page_size = 64;
-    sc.decode_splits = splits;
-    sc.max_decode_queries = 5;
-    sc.seqs = {{5, 20000}, {2, 70001}, {4, 4095}};
-    run_scenario(sc, seed_ + uint64_t(splits));
-    sc.window = 128;
-    sc.kind = kSlidingTable;
-    run_scenario(sc, seed_ + 100 + uint64_t(splits));
-  }
+  run_long_contexts({{5, 20000}, {2, 70001}, {4, 4095}}, 5, true, seed_);
 }
 
 TEST_F(SinkAttention, SmallMixedStepWithPadding) {
