@@ -19,9 +19,10 @@ int32_t ceil_div(int64_t a, int64_t b) {
   return int32_t((a + b - 1) / b);
 }
 
+// Most query tokens a decode slot may take (0 when a group alone is more rows than a decode CTA has).
 int max_decode_q(const PlanOptions& o) {
-  const int group = o.num_q_heads / std::max(1, o.num_kv_heads);
-  return std::max(1, std::min(o.max_decode_queries, kMaxDecodeRows / std::max(1, group)));
+  const int group = std::max(1, o.num_q_heads / std::max(1, o.num_kv_heads));
+  return std::max(0, std::min(o.max_decode_queries, kMaxDecodeRows / group));
 }
 
 }  // namespace
@@ -67,7 +68,7 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   };
   std::vector<TileWork> tiles;
   const int tokens_per_tile = kPrefillBlockM / group;
-  const int decode_q_limit = group <= kMaxDecodeRows ? max_decode_q(o) : 0;
+  const int decode_q_limit = max_decode_q(o);
   int32_t max_decode_ctx = 0, decode_q = 1;
 
   for (size_t i = 0; i < seqs.size(); ++i) {

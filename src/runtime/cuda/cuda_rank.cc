@@ -47,6 +47,7 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
   local_.num_heads = shard_.num_q_heads();
   local_.num_kv_heads = shard_.num_kv_heads();
+  plan_options_ = make_plan_options();
   graphs_ok_ = opts_.cuda_graphs && tp_->capturable() && ep_->capturable();
   ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
@@ -94,7 +95,7 @@ void CudaRank::plan_workspace() {
   // Sampled rows: one per sequence, and one more per draft.
   sampled_rows_cap_ = S * (1 + int64_t(opts_.max_draft_tokens));
   logits_rows_cap_ = std::max<int64_t>(sampled_rows_cap_, kLogitsRowsPerPass);
-  const size_t decode_ws = attn::decode_workspace_bound(int(S), plan_options());
+  const size_t decode_ws = attn::decode_workspace_bound(int(S), plan_options_);
   const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
   // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
   cap_tokens_ = size_t(T) * 4;
@@ -305,7 +306,7 @@ void CudaRank::compute_logits(const int32_t* d_rows, int64_t rows) {
                                         cudaMemcpyDeviceToDevice, stream_));
 }
 
-kernels::attention::PlanOptions CudaRank::plan_options() const {
+kernels::attention::PlanOptions CudaRank::make_plan_options() const {
   attn::PlanOptions po;
   po.num_q_heads = int(local_.num_heads);
   po.num_kv_heads = int(local_.num_kv_heads);
@@ -544,7 +545,7 @@ std::vector<float> CudaRank::run_layer(int64_t l, const std::vector<float>& x, i
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
   const auto& c = config_;
   const StepBatch b = single_sequence_batch(spec_, int32_t(n));
-  const StepMeta m = upload_step(b.tokens, b, {}, plan_options());
+  const StepMeta m = upload_step(b.tokens, b, {}, plan_options_);
   ORCHID_CUDA_CHECK(cudaMemcpyAsync(x_, x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream_));
   layer(l, m, n);
   std::vector<float> y(x.size());
@@ -643,7 +644,7 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
   tokens.resize(size_t(T), 0);
   for (int64_t i = 0; i < B; ++i)
     for (int32_t j = 0; j < q; ++j) rows[size_t(i * q + j)] = b.seqs[size_t(i)].token_begin + j;
-  attn::PlanOptions po = plan_options();
+  attn::PlanOptions po = plan_options_;
   po.token_bucket = int(T);
   po.seq_bucket = po.decode_bucket = bucket;
   po.decode_splits = attn::decode_splits_for(bucket, po);
@@ -717,7 +718,7 @@ StepOutput CudaRank::forward(const StepBatch& b) {
   if (b.logits == LogitsMode::kAll)
     for (int32_t t = 0; t < T; ++t) rows.push_back(t);
   if (graphable(b)) return forward_graph(b);
-  const StepMeta m = upload_step(b.tokens, b, rows, plan_options());
+  const StepMeta m = upload_step(b.tokens, b, rows, plan_options_);
   const int32_t* d_rows = m.rows;
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l) layer(l, m, T);

@@ -105,7 +105,7 @@ class CudaRank {
   // the last step go over the bus (the host buffer mirrors the device's).
   StepMeta upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
                        const std::vector<int32_t>& rows, const kernels::attention::PlanOptions& po);
-  kernels::attention::PlanOptions plan_options() const;
+  kernels::attention::PlanOptions make_plan_options() const;  // once, at construction
   void layer(int64_t l, const StepMeta& m, int64_t T);
   void precise_layer(int64_t l, const StepMeta& m, int64_t T);
   void moe(int64_t l, int64_t T, bool split_input);
@@ -120,8 +120,9 @@ class CudaRank {
   StepOutput forward_graph(const StepBatch& b);
 
   CudaBackendOptions opts_;
-  model::ModelConfig config_;  // the whole model
-  model::ModelConfig local_;   // this rank's attention: its query and KV heads
+  model::ModelConfig config_;                     // the whole model
+  model::ModelConfig local_;                      // this rank's attention: its query and KV heads
+  kernels::attention::PlanOptions plan_options_;  // every step's plan starts from these
   model::RankShard shard_;
   int device_ = 0;
   size_t budget_ = 0;
