@@ -1,4 +1,4 @@
-// The CUDA backend's sampling path end to end on synthetic:tiny: a prefill step of three sequences with
+// The CUDA backend's sampling path end to end on synthetic:tiny (graph replay on the trained tiny model): a prefill step of three sequences with
 // temperature/top-p/top-k, penalties, banned tokens and logprobs, whose raw logits come back (kSampled) and
 // are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's. And
 // sampled decode steps replayed from a CUDA graph draw what the same steps draw eagerly. Allowed-token masks
@@ -7,7 +7,13 @@
 // the run up to the first differing draw.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "../kernels/gpu_test_util.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -141,18 +147,43 @@ void advance_one_token(StepBatch& b, const std::vector<SampledToken>& sampled, i
   }
 }
 
+// The first n held-out prompts of the trained tiny model (its reference, made by transformers' side of
+// tools/train/make_reference.py).
+std::vector<std::vector<int32_t>> trained_prompts(size_t n) {
+  std::ifstream f(std::string(ORCHID_SOURCE_DIR) + "/tests/golden/orchid_tiny/reference.json");
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& g : j.at("greedy")) {
+    if (out.size() == n) break;
+    out.push_back(g.at("prompt").get<std::vector<int32_t>>());
+  }
+  return out;
+}
+
+// On the trained tiny model, whose next-token distributions are peaked: a random-weight model's are nearly
+// uniform over 201k tokens, where the last-bit differences between two valid kernel schedules (a graph's
+// fixed KV split count, an eager step's own) move an inverse-CDF draw by a few token ids, so equality of
+// draws there says nothing about the graph. Here a draw moves only if its uniform lands within about the
+// logits' error of a CDF step; logprobs are compared at bf16 accuracy.
 TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  CudaBackend graphed("synthetic:tiny", small_options(true));
-  CudaBackend eager("synthetic:tiny", small_options(false));
-  const int32_t V = int32_t(graphed.model_config().vocab_size);
+  const std::string model = std::string(ORCHID_SOURCE_DIR) + "/models/orchid-tiny";
+  CudaBackendOptions graphed_options = small_options(true), eager_options = small_options(false);
+  graphed_options.max_step_tokens = eager_options.max_step_tokens = 512;  // three held-out prompts in one step
+  CudaBackend graphed(model, graphed_options);
+  CudaBackend eager(model, eager_options);
   const KvCacheSpec spec = graphed.kv_spec();
-  constexpr int kSeqs = 3, kPrompt = 6, kSteps = 10;
-  const int32_t pages = (kPrompt + kSteps + spec.page_size - 1) / spec.page_size;
+  constexpr int kSeqs = 3, kSteps = 10;
+  const std::vector<std::vector<int32_t>> prompts = trained_prompts(kSeqs);
+  ASSERT_EQ(prompts.size(), size_t(kSeqs));
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int32_t pages = int32_t((longest + kSteps + size_t(spec.page_size) - 1) / size_t(spec.page_size));
   StepBatch b;
   for (int i = 0; i < kSeqs; ++i) {
-    const StepSequence s =
-        add_prompt(b, spec, i, kPrompt, pages, [V](int i, int t) { return (i * 389 + t * 17 + 5) % V; });
+    const auto& prompt = prompts[size_t(i)];
+    const StepSequence s = add_prompt(b, spec, i, int(prompt.size()), pages,
+                                      [&prompt](int, int t) { return prompt[size_t(t)]; });
     SamplingParams p;
     p.seed = 77 + uint64_t(i);
     if (i == 0) {
@@ -176,15 +207,19 @@ TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
     ASSERT_EQ(e.samples.size(), size_t(kSeqs));
     for (int i = 0; i < kSeqs; ++i) {
       SCOPED_TRACE(::testing::Message() << "step " << step << " sequence " << i);
-      EXPECT_EQ(g.samples[size_t(i)].token, e.samples[size_t(i)].token);
-      EXPECT_NEAR(g.samples[size_t(i)].logprob, e.samples[size_t(i)].logprob, 1e-3);
-      EXPECT_EQ(g.samples[size_t(i)].top.size(), e.samples[size_t(i)].top.size());
+      const SampledToken &gs = g.samples[size_t(i)], &es = e.samples[size_t(i)];
+      EXPECT_EQ(gs.token, es.token);
+      EXPECT_NEAR(gs.logprob, es.logprob, 1e-2 * std::max(1.0f, std::fabs(es.logprob)));
+      ASSERT_EQ(gs.top.size(), es.top.size());
+      for (size_t j = 0; j < gs.top.size(); ++j)
+        EXPECT_NEAR(gs.top[j].second, es.top[j].second, 1e-2 * std::max(1.0f, std::fabs(es.top[j].second)));
       ++compared;
     }
     if (::testing::Test::HasFailure()) return;
     advance_one_token(b, g.samples, step + 1);  // the next step decodes the sampled tokens
   }
-  std::printf("CUDA graphs: %d sampled decode tokens equal to eager execution\n", compared);
+  std::printf("CUDA graphs: %d sampled decode tokens of the trained tiny model equal to eager execution\n",
+              compared);
 }
 
 // A few allowed tokens per sequence, different every step; bit t of word t / 32.
