@@ -1,10 +1,10 @@
-// The CUDA backend's sampling path end to end on synthetic:tiny (graph replay on the trained tiny model): a prefill step of three sequences with
-// temperature/top-p/top-k, penalties, banned tokens and logprobs, whose raw logits come back (kSampled) and
-// are sampled again by the host sampler; the backend's tokens, logprobs and top-N must be the host's. And
-// sampled decode steps replayed from a CUDA graph draw what the same steps draw eagerly. Allowed-token masks
-// (structured outputs), filled only when the backend asks for them, limit every draw in both. Drafted steps
-// (speculative decoding) draw at every verified position what the host draws from the same logits, and keep
-// the run up to the first differing draw.
+// The CUDA backend's sampling path end to end on synthetic:tiny (graph replay on the trained tiny model): a
+// prefill step of three sequences with temperature/top-p/top-k, penalties, banned tokens and logprobs, whose
+// raw logits come back (kSampled) and are sampled again by the host sampler; the backend's tokens, logprobs
+// and top-N must be the host's. And sampled decode steps replayed from a CUDA graph draw what the same steps
+// draw eagerly. Allowed-token masks (structured outputs), filled only when the backend asks for them, limit
+// every draw in both. Drafted steps (speculative decoding) draw at every verified position what the host
+// draws from the same logits, and keep the run up to the first differing draw.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -169,7 +169,8 @@ TEST(CudaSampling, GraphReplayDrawsWhatEagerDraws) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const std::string model = std::string(ORCHID_SOURCE_DIR) + "/models/orchid-tiny";
   CudaBackendOptions graphed_options = small_options(true), eager_options = small_options(false);
-  graphed_options.max_step_tokens = eager_options.max_step_tokens = 512;  // three held-out prompts in one step
+  graphed_options.max_step_tokens = eager_options.max_step_tokens =
+      512;  // three held-out prompts in one step
   CudaBackend graphed(model, graphed_options);
   CudaBackend eager(model, eager_options);
   const KvCacheSpec spec = graphed.kv_spec();
