@@ -49,9 +49,11 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       "--bf16-routing", bf16_routing,
       "route from BF16 activations (default: router inputs at fp32 accuracy and layer 0's attention "
       "in fp32, so near-tie experts match an fp32 model; docs/design.md)");
-  cmd->add_option("--speculative-config", speculative_config,
-                  "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}");
+  cmd->add_option(
+      "--speculative-config", speculative_config,
+      "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+      "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; {\"method\": \"draft_model\", \"model\": DIR, "
+      "...}; {\"method\": \"eagle3\", \"model\": HEAD_DIR | \"synthetic[@seed]\", ...} (CPU backend)");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -134,6 +136,10 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.max_step_tokens = max_num_batched_tokens;
     o.max_step_seqs = max_num_seqs;
     const engine::SpeculativeConfig spec = speculative();
+    if (spec.method == "eagle3")
+      fail(
+          "speculative decoding: eagle3 heads run on the CPU backend so far (--backend cpu); on the GPU use "
+          "ngram or draft_model");
     o.max_draft_tokens = spec.enabled() ? spec.num_speculative_tokens : 0;
     o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
     // A draft model on the same GPUs gets its share of the fraction (draft_proposer creates it after this
@@ -158,6 +164,8 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   o.num_full_pages = o.num_sliding_pages = kv_pages;
   o.parallel = pc;
   o.process_group = process_group(*this);
+  if (const engine::SpeculativeConfig spec = speculative(); spec.method == "eagle3")
+    o.eagle3_head = spec.model;
   return runtime::cpu::CpuBackend::create(model, o);
 }
 
@@ -189,8 +197,10 @@ engine::SpeculativeConfig BackendOptions::speculative() const {
       fail("--speculative-config: \"model\" must be a model directory or synthetic:NAME");
     c.model = j["model"].get<std::string>();
   }
-  if (c.method == "draft_model") {
-    if (c.model.empty()) fail("--speculative-config: method draft_model needs \"model\"");
+  if (c.method == "draft_model" || c.method == "eagle3") {
+    if (c.model.empty())
+      fail("--speculative-config: method {} needs \"model\" ({})", c.method,
+           c.method == "eagle3" ? "the head's directory, or synthetic[@seed]" : "the draft checkpoint");
     if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
       fail("--speculative-config: num_speculative_tokens {} (must be 1..16)", c.num_speculative_tokens);
   } else {

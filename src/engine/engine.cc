@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "engine/backend_proposer.h"
+
 #include <algorithm>
 #include <limits>
 #include <random>
@@ -33,6 +35,15 @@ const runtime::KvCacheSpec& checked_spec(const runtime::KvCacheSpec& spec) {
 std::shared_ptr<Proposer> checked_proposer(const EngineConfig& c, const runtime::Backend& backend) {
   if (c.proposer ? c.speculative.num_speculative_tokens <= 0 : !c.speculative.enabled()) return nullptr;
   std::shared_ptr<Proposer> proposer = c.proposer;
+  if (!proposer && c.speculative.method == "eagle3") {
+    // The head is the backend's: it must have one that proposes enough.
+    if (backend.max_proposals() < c.speculative.num_speculative_tokens)
+      fail("speculative decoding: eagle3: the {} backend {} ({} drafts asked)", backend.name(),
+           backend.max_proposals() == 0 ? std::string("has no EAGLE-3 head loaded")
+                                        : fmt::format("proposes at most {}", backend.max_proposals()),
+           c.speculative.num_speculative_tokens);
+    proposer = std::make_shared<BackendProposer>(c.speculative.num_speculative_tokens);
+  }
   if (!proposer) proposer = make_proposer(c.speculative);
   if (c.speculative.num_speculative_tokens > backend.max_draft_tokens())
     fail("speculative decoding: the {} backend verifies at most {} drafts per sequence ({} asked)",
@@ -84,6 +95,7 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
       max_model_len_(
           resolved_max_model_len(config, backend_->model_config(), checked_spec(backend_->kv_spec()))),
       proposer_(checked_proposer(config, *backend_)),
+      backend_proposer_(dynamic_cast<BackendProposer*>(proposer_.get())),
       blocks_(backend_->kv_spec(), config.enable_prefix_caching),
       scheduler_(scheduler_config(config, blocks_.spec(), max_model_len_, proposer_.get()), &blocks_) {
   const auto& model = backend_->model_config();
@@ -267,6 +279,8 @@ bool Engine::step_once() {
   for (const ScheduledSeq& entry : plan_)
     if (entry.import_kv) import_kv(entry.seq);
   runtime::StepBatch& batch = scheduler_.batch();
+  if (backend_proposer_)  // the head proposes for every sampled sequence; the scheduler decides what is used
+    for (auto& s : batch.seqs) s.num_propose = s.sample ? backend_proposer_->num_propose() : 0;
   // Waits for the mask worker however this scope is left: its jobs point into sequences and the batch.
   struct MaskScope {
     Engine* engine;
@@ -336,7 +350,7 @@ void Engine::end_masks() {
 
 void Engine::process_outputs(const runtime::StepOutput& out) {
   const auto now = Sequence::Clock::now();
-  size_t next_sample = 0, next_sampled_seq = 0;
+  size_t next_sample = 0, next_sampled_seq = 0, next_proposal = 0;
   for (const ScheduledSeq& entry : plan_) {
     Sequence* s = entry.seq;
     const int32_t start = s->num_computed;
@@ -363,6 +377,14 @@ void Engine::process_outputs(const runtime::StepOutput& out) {
       const int32_t token = out.samples[next_sample + i].token;
       ORCHID_CHECK(token >= 0 && token < vocab_size_, "backend sampled token {}", token);
       s->tokens.push_back(token);
+    }
+    if (backend_proposer_ && next_sampled_seq - 1 < out.num_proposals.size()) {
+      const int32_t n = out.num_proposals[next_sampled_seq - 1];
+      ORCHID_CHECK(n >= 0 && next_proposal + size_t(n) <= out.proposals.size(),
+                   "backend returned {} proposals, more were counted", out.proposals.size());
+      backend_proposer_->store(s->id, int32_t(s->tokens.size()),
+                               std::span<const int32_t>(out.proposals.data() + next_proposal, size_t(n)));
+      next_proposal += size_t(n);
     }
     scheduler_.complete(entry, accepted);
     for (size_t i = 0; i < drawn; ++i)

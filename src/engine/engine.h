@@ -24,6 +24,8 @@
 
 namespace orchid::engine {
 
+class BackendProposer;
+
 struct EngineConfig {
   int32_t max_num_seqs = 256;             // --max-num-seqs
   int32_t max_num_batched_tokens = 8192;  // --max-num-batched-tokens
@@ -106,7 +108,8 @@ class Engine final : public ServingEngine {
   int32_t max_model_len_ = 0;
   int32_t vocab_size_ = 0;
   std::vector<int32_t> eos_ids_;
-  std::shared_ptr<Proposer> proposer_;  // speculative decoding; null: off
+  std::shared_ptr<Proposer> proposer_;           // speculative decoding; null: off
+  BackendProposer* backend_proposer_ = nullptr;  // proposer_ when the backend's head proposes
   BlockManager blocks_;
   Scheduler scheduler_;
 

@@ -10,7 +10,9 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c) {
     fail("speculative decoding: num_speculative_tokens {} (must be 1..16)", c.num_speculative_tokens);
   if (c.method == "ngram") return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
   if (c.method == "draft_model") fail("speculative decoding: draft_model: the draft model was not loaded");
-  fail("speculative decoding: unknown method '{}' (available: ngram, draft_model)", c.method);
+  if (c.method == "eagle3")
+    fail("speculative decoding: eagle3: the head is the backend's (Engine makes its proposer)");
+  fail("speculative decoding: unknown method '{}' (available: ngram, draft_model, eagle3)", c.method);
 }
 
 }  // namespace orchid::engine

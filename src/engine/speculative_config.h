@@ -11,9 +11,11 @@
 namespace orchid::engine {
 
 struct SpeculativeConfig {
-  std::string method;                  // "" (off), "ngram" or "draft_model"
-  std::string model;                   // draft_model: the draft checkpoint (same vocabulary as the target)
-  int32_t num_speculative_tokens = 0;  // drafts per sequence and step, at most
+  std::string method;  // "" (off), "ngram", "draft_model" or "eagle3"
+  // draft_model: the draft checkpoint (same vocabulary as the target); eagle3: the head (a directory in the
+  // published layout, or synthetic[@seed]), which the backend loads next to the target.
+  std::string model;
+  int32_t num_speculative_tokens = 0;                    // drafts per sequence and step, at most
   int32_t prompt_lookup_min = 2, prompt_lookup_max = 4;  // ngram: match lengths tried, longest first
 
   bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }

@@ -92,6 +92,10 @@ RopeConfig parse_rope(const json& j, std::string_view src) {
 
 }  // namespace
 
+RopeConfig parse_rope_config(const json& j, std::string_view source) {
+  return parse_rope(j, source);
+}
+
 int64_t ModelConfig::num_full_layers() const {
   return int64_t(std::count(layer_types.begin(), layer_types.end(), LayerType::kFull));
 }

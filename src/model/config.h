@@ -24,6 +24,10 @@ struct RopeConfig {
   bool truncate = false;  // gpt-oss: false (non-integer correction range)
 };
 
+// RoPE settings of a config.json (rope_parameters, or rope_scaling with a top-level rope_theta): plain RoPE
+// or YaRN; throws orchid::Error naming `source`.
+RopeConfig parse_rope_config(const nlohmann::json& j, std::string_view source);
+
 // Which transformers version's config.json layout to write (both are read).
 enum class ConfigStyle { kTransformers4, kTransformers5 };
 

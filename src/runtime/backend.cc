@@ -59,6 +59,8 @@ void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCach
     ORCHID_CHECK(!s.sample || (s.params_index >= 0 && size_t(s.params_index) < b.params.size()));
     ORCHID_CHECK(s.num_draft >= 0 && (s.num_draft == 0 || (s.sample && s.num_draft < s.num_tokens)),
                  "{} drafts in a sequence of {} new tokens", s.num_draft, s.num_tokens);
+    ORCHID_CHECK(s.num_propose >= 0 && (s.num_propose == 0 || s.sample),
+                 "{} proposals asked of a sequence that samples nothing", s.num_propose);
   }
   ORCHID_CHECK(covered == int64_t(b.tokens.size()), "tokens not covered by sequences");
   for (int32_t p : b.full_page_table)

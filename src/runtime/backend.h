@@ -47,6 +47,10 @@ struct StepSequence {
   // are the ones decoding without drafts would make, so the output is the same token for token.
   // Requires sample; the penalty history then ends with the drafts (see output_history_len).
   int32_t num_draft = 0;
+  // Speculative decoding with the backend's own draft head (EAGLE-3, Backend::max_proposals): after
+  // sampling, propose this many tokens to follow the sequence's last sampled one (StepOutput::proposals).
+  // Requires sample.
+  int32_t num_propose = 0;
   int32_t params_index = 0;  // into StepBatch::params
   // Token history for penalties (only filled when params.uses_penalties()): ranges of history_tokens. The
   // output range holds the outputs before the first sampled position; the num_draft drafts follow it.
@@ -96,6 +100,10 @@ struct StepOutput {
   std::vector<SampledToken> samples;
   // Per sequence with sample=true: how many of its drafts were accepted. Empty when no sequence had any.
   std::vector<int32_t> num_accepted;
+  // A backend with a draft head: per sequence with sample=true, how many tokens it proposes to follow its
+  // last sample (up to StepSequence::num_propose), and those tokens back to back. Empty without a head.
+  std::vector<int32_t> num_proposals;
+  std::vector<int32_t> proposals;
   // kSampled: one row per sampled sequence; kAll: one row per token of StepBatch::tokens.
   std::vector<float> logits;
   int64_t logits_rows = 0;
@@ -134,6 +142,9 @@ class Backend {
   virtual int32_t max_step_seqs() const { return 1 << 30; }
   // Most drafts (StepSequence::num_draft) one sequence may carry; 0: no speculative decoding.
   virtual int32_t max_draft_tokens() const { return 0; }
+  // Most tokens the backend's own draft head (EAGLE-3) proposes per sequence and step
+  // (StepSequence::num_propose); 0: it has none.
+  virtual int32_t max_proposals() const { return 0; }
   // Whether forward() samples within StepBatch::token_masks (structured outputs). The engine refuses
   // constrained requests on a backend that does not.
   virtual bool applies_token_masks() const { return false; }

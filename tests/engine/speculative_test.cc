@@ -410,18 +410,19 @@ TEST(SpeculativeDraftModel, AnotherModelAsDraftChangesNoOutputAndSurvivesAFullPo
 // ---- The CPU backend: a real model's logits, verified over k + 1 query tokens ----
 
 std::shared_ptr<runtime::Backend> cpu_backend(const std::string& model, int32_t full_pages,
-                                              int32_t sliding_pages) {
+                                              int32_t sliding_pages, const std::string& eagle3_head = "") {
   runtime::cpu::CpuBackendOptions o;
   o.page_size = 4;
   o.num_full_pages = full_pages;
   o.num_sliding_pages = sliding_pages;
+  o.eagle3_head = eagle3_head;
   return runtime::cpu::CpuBackend::create(model, o);
 }
 
 std::vector<RequestEvent> run_cpu(const std::string& model, const std::vector<Req>& reqs, EngineConfig c,
-                                  EngineMetrics* metrics = nullptr) {
+                                  EngineMetrics* metrics = nullptr, const std::string& eagle3_head = "") {
   c.max_model_len = 128;
-  Engine e(cpu_backend(model, 96, 64), c);
+  Engine e(cpu_backend(model, 96, 64, eagle3_head), c);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const Req& r : reqs) streams.push_back(e.submit(r.spec()));
   while (e.step()) e.check_invariants();
@@ -466,6 +467,13 @@ void expect_cpu_speculation_exact(const std::string& model, const std::string& o
     const std::vector<RequestEvent> ng = run_cpu(model, reqs, c);
     for (size_t i = 0; i < reqs.size(); ++i)
       expect_same(ng[i], base[i], model + " ngram k=" + std::to_string(k));
+    // An EAGLE-3 head next to the target (random weights: it proposes, verification keeps the target's).
+    c.speculative = {.method = "eagle3", .model = "synthetic@3", .num_speculative_tokens = k};
+    EngineMetrics m;
+    const std::vector<RequestEvent> eagle = run_cpu(model, reqs, c, &m, "synthetic@3");
+    for (size_t i = 0; i < reqs.size(); ++i)
+      expect_same(eagle[i], base[i], model + " eagle3 k=" + std::to_string(k));
+    EXPECT_GT(m.spec_draft_tokens, 0) << "eagle3 k=" << k;
   }
   // The model itself as draft (a second backend of it): accepted every time; another as draft: same outputs.
   for (const std::string& draft_model : {model, other_model}) {

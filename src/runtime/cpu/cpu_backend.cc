@@ -1,5 +1,6 @@
 #include "runtime/cpu/cpu_backend.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -33,9 +34,12 @@ struct CpuBackend::Rank {
   float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
   void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
                      std::vector<float>& x, std::vector<int32_t>* topk);
-  // Every layer, then the logits of `rows` (all ranks end with the whole vocabulary in `logits`).
+  // Every layer, then the logits of `rows` (all ranks end with the whole vocabulary in `logits`). With
+  // `aux_layers`, `aux` receives each token's hidden state at those layers' inputs (id num_layers: the last
+  // layer's output), [tokens][ids][hidden].
   void forward(const StepBatch& b, const std::vector<int32_t>& positions, const std::vector<int64_t>& rows,
-               std::vector<float>& logits);
+               std::vector<float>& logits, const std::vector<int64_t>* aux_layers = nullptr,
+               std::vector<float>* aux = nullptr);
 };
 
 namespace {
@@ -129,6 +133,12 @@ CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
       rank->ep = rank->ep_local;
     }
     ranks_.push_back(std::move(rank));
+  }
+  if (!opts.eagle3_head.empty()) {
+    head_ =
+        std::make_unique<CpuEagle3Head>(model::load_eagle3_head(opts.eagle3_head, c), w_.embedding, spec_);
+    spdlog::info("cpu backend: EAGLE-3 head {} (aux layers {}, draft vocabulary {})", opts.eagle3_head,
+                 fmt::join(head_->config().aux_layers, ", "), head_->config().draft_vocab_size);
   }
   if (world > 1)
     spdlog::info("cpu backend: {}{}", plan_.describe(c),
@@ -344,6 +354,10 @@ void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {
 
 void CpuBackend::validate(const StepBatch& b) const {
   validate_step(b, model_.config, spec_, model_.config.max_position_embeddings);
+  for (const auto& s : b.seqs)
+    if (s.num_propose > max_proposals())
+      fail("{} proposals asked of a backend whose draft head proposes at most {}", s.num_propose,
+           max_proposals());
 }
 
 namespace {
@@ -414,12 +428,25 @@ void CpuBackend::Rank::layer_forward(int64_t l, const StepBatch& b, const std::v
 }
 
 void CpuBackend::Rank::forward(const StepBatch& b, const std::vector<int32_t>& positions,
-                               const std::vector<int64_t>& rows, std::vector<float>& logits) {
+                               const std::vector<int64_t>& rows, std::vector<float>& logits,
+                               const std::vector<int64_t>* aux_layers, std::vector<float>* aux) {
   const int64_t n = b.num_tokens(), H = full->hidden_size, V = full->vocab_size;
   std::vector<float> x(size_t(n * H));
   for (int64_t t = 0; t < n; ++t)
     w.embedding.rows_f32(b.tokens[size_t(t)], b.tokens[size_t(t)] + 1, x.data() + t * H);
-  for (int64_t l = 0; l < full->num_layers; ++l) layer_forward(l, b, positions, x, nullptr);
+  const size_t num_aux = aux_layers ? aux_layers->size() : 0;
+  if (aux) aux->assign(size_t(n) * num_aux * size_t(H), 0.0f);
+  auto capture = [&](int64_t l) {
+    for (size_t i = 0; aux && i < num_aux; ++i)
+      if ((*aux_layers)[i] == l)
+        for (int64_t t = 0; t < n; ++t)
+          std::copy_n(x.data() + t * H, H, aux->data() + (size_t(t) * num_aux + i) * size_t(H));
+  };
+  for (int64_t l = 0; l < full->num_layers; ++l) {
+    capture(l);
+    layer_forward(l, b, positions, x, nullptr);
+  }
+  capture(full->num_layers);
 
   // Final norm and lm_head only on the rows that need logits; lm_head is vocab-parallel.
   const size_t R = rows.size();
@@ -497,17 +524,21 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
   std::vector<int64_t> rows;
   step_layout(b, positions, rows);
   if (process_group_) send_to_workers(*process_group_, encode_batch(WorkerOp::kForward, b));
-  std::vector<float> logits;
+  std::vector<float> logits, aux;
   on_ranks([&](Rank& r) {
     std::vector<float> mine;
-    r.forward(b, positions, rows, mine);
+    // Every rank's hidden states are the whole model's after each all-reduce: rank 0's serve the head.
+    const bool head = head_ && r.shard.rank == 0;
+    r.forward(b, positions, rows, mine, head ? &head_->config().aux_layers : nullptr, head ? &aux : nullptr);
     if (r.shard.rank == 0) logits = std::move(mine);
   });
 
   b.wait_token_masks();
   const bool drafted =
       std::any_of(b.seqs.begin(), b.seqs.end(), [](const StepSequence& s) { return s.num_draft > 0; });
-  for (const auto& s : b.seqs) {
+  std::vector<int32_t> accepted_of(b.seqs.size(), 0), last_sampled(b.seqs.size(), -1);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const StepSequence& s = b.seqs[i];
     if (!s.sample) continue;
     ORCHID_CHECK(s.num_tokens > 0, "cannot sample a sequence with no new tokens");
     // The sampled positions' rows are consecutive in `rows` (step_layout).
@@ -516,7 +547,10 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     const std::span<const float> span(logits.data() + r * size_t(V), size_t(V) * size_t(s.num_draft + 1));
     const int32_t accepted = sample_sequence(b, s, span, out.samples);
     if (drafted) out.num_accepted.push_back(accepted);
+    accepted_of[i] = accepted;
+    last_sampled[i] = out.samples.back().token;
   }
+  if (head_) run_head(b, aux, accepted_of, last_sampled, out);
   if (b.logits == LogitsMode::kAll) {
     out.logits = std::move(logits);
     out.logits_rows = n;
@@ -525,6 +559,60 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     out.logits_rows = int64_t(rows.size());
   }
   return out;
+}
+
+void CpuBackend::run_head(const StepBatch& b, const std::vector<float>& aux,
+                          const std::vector<int32_t>& accepted, const std::vector<int32_t>& last_sampled,
+                          StepOutput& out) {
+  ++head_steps_;
+  const int64_t W = head_->aux_width(), H = head_->config().hidden_size;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const StepSequence& s = b.seqs[i];
+    if (s.num_tokens == 0) {
+      if (s.sample) out.num_proposals.push_back(0);
+      continue;
+    }
+    // The step's tokens that are now the sequence's (drafts past the first rejection are not); each row
+    // pairs a token's combined target state with its successor, which the last row knows only if sampled.
+    const int32_t valid = s.sample ? s.num_tokens - s.num_draft + accepted[i] : s.num_tokens;
+    const int32_t rows = s.sample ? valid : valid - 1;
+    std::vector<float> g;
+    std::vector<int32_t> next;
+    int32_t first = s.start_pos;
+    if (auto it = pending_rows_.find(s.seq_id); it != pending_rows_.end()) {
+      if (it->second.pos == s.start_pos - 1) {  // the previous chunk's last row, whose successor is here
+        first = it->second.pos;
+        g = std::move(it->second.g);
+        next.push_back(b.tokens[size_t(s.token_begin)]);
+      }
+      pending_rows_.erase(it);
+    }
+    const float* mine = aux.data() + size_t(s.token_begin) * size_t(W);
+    if (rows > 0) {
+      const std::vector<float> combined = head_->combine(mine, rows);
+      g.insert(g.end(), combined.begin(), combined.end());
+      for (int32_t r = 0; r < rows; ++r)
+        next.push_back(r + 1 < valid ? b.tokens[size_t(s.token_begin + r + 1)] : last_sampled[i]);
+    }
+    if (!s.sample)
+      pending_rows_[s.seq_id] = {s.start_pos + valid - 1,
+                                 head_->combine(mine + size_t(valid - 1) * size_t(W), 1), head_steps_};
+    const std::span<const int32_t> table(b.full_page_table.data() + s.full_table_begin,
+                                         size_t(s.num_full_pages));
+    std::vector<float> pre;
+    if (!next.empty()) pre = head_->catch_up(g, next, first, table);
+    if (!s.sample) continue;
+    std::vector<int32_t> drafts;
+    if (s.num_propose > 0 && !next.empty()) {
+      const int32_t last_pos = first + int32_t(next.size()) - 1;
+      drafts = head_->draft(std::vector<float>(pre.end() - H, pre.end()), last_pos, s.num_propose, table);
+    }
+    out.num_proposals.push_back(int32_t(drafts.size()));
+    out.proposals.insert(out.proposals.end(), drafts.begin(), drafts.end());
+  }
+  // Rows of sequences that never came back (aborted between chunks): dropped once they are old.
+  if (pending_rows_.size() > 1024)
+    std::erase_if(pending_rows_, [&](const auto& kv) { return kv.second.step + 64 < head_steps_; });
 }
 
 }  // namespace orchid::runtime::cpu

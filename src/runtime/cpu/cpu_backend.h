@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/loader.h"
@@ -18,6 +19,7 @@
 #include "model/rope.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
+#include "runtime/cpu/cpu_eagle3.h"
 #include "runtime/cpu/cpu_weights.h"
 
 namespace orchid::runtime::cpu {
@@ -31,6 +33,8 @@ struct CpuBackendOptions {
   // Ranks in separate processes, one each (runtime/tcp_communicator.h): the group of all of them. Rank 0's
   // backend is the engine's; the others run serve_worker(). Null: every rank is a thread of this process.
   std::shared_ptr<Communicator> process_group;
+  // An EAGLE-3 draft head (model/eagle3.h: a directory or `synthetic[@seed]`); empty: none.
+  std::string eagle3_head;
 };
 
 class CpuBackend final : public Backend {
@@ -42,6 +46,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   bool applies_token_masks() const override { return true; }
   int32_t max_draft_tokens() const override { return 64; }
+  int32_t max_proposals() const override { return head_ ? 16 : 0; }
   const model::ModelConfig& model_config() const override { return model_.config; }
   KvCacheSpec kv_spec() const override { return spec_; }
   StepOutput forward(const StepBatch& batch) override;
@@ -66,6 +71,11 @@ class CpuBackend final : public Backend {
   // Runs fn on every rank (rank 0 on this thread, the others on their own), rethrowing the first failure;
   // a failing rank aborts the collectives so the others return too.
   void on_ranks(const std::function<void(Rank&)>& fn);
+  // The draft head after a step: catches up on every sequence's tokens whose successor is now known (K/V of
+  // the head at their positions) and proposes what sequences asked for. `accepted` and `last_sampled` are
+  // per sequence of b (unused where it samples nothing).
+  void run_head(const StepBatch& b, const std::vector<float>& aux, const std::vector<int32_t>& accepted,
+                const std::vector<int32_t>& last_sampled, StepOutput& out);
 
   model::LoadedModel model_;
   CpuWeights w_;
@@ -76,6 +86,17 @@ class CpuBackend final : public Backend {
   SoloCommunicator solo_;
   std::vector<std::unique_ptr<LocalCommunicator>> comms_;  // each rank's TP and EP communicators
   std::vector<std::unique_ptr<Rank>> ranks_;
+
+  std::unique_ptr<CpuEagle3Head> head_;
+  // A prefill chunk's last row waits for its successor (the next chunk's first token): its combined target
+  // state, by sequence, for the step that continues at pos + 1.
+  struct PendingRow {
+    int32_t pos = 0;
+    std::vector<float> g;
+    int64_t step = 0;
+  };
+  std::unordered_map<int64_t, PendingRow> pending_rows_;
+  int64_t head_steps_ = 0;
 };
 
 }  // namespace orchid::runtime::cpu
