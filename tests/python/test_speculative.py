@@ -14,6 +14,8 @@ MODEL = ("synthetic:tiny", "--max-model-len", "1024", "--served-model-name", "ti
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 # The model itself as draft: every draft is accepted (coupled draws), so the counters can be checked exactly.
 SELF_DRAFT = {"method": "draft_model", "model": "synthetic:tiny", "num_speculative_tokens": 3}
+# An EAGLE-3 head (random weights) next to the target: it proposes, verification keeps the target's tokens.
+EAGLE3 = {"method": "eagle3", "model": "synthetic@1", "num_speculative_tokens": 3}
 # A repeated phrase in every prompt, something for prompt lookup to find.
 PHRASE = "the quick brown fox jumps over the lazy dog; "
 
@@ -22,8 +24,9 @@ PHRASE = "the quick brown fox jumps over the lazy dog; "
 def servers():
     with OrchidServer(*MODEL) as plain, \
             OrchidServer(*MODEL, "--speculative-config", json.dumps(NGRAM)) as ngram, \
-            OrchidServer(*MODEL, "--speculative-config", json.dumps(SELF_DRAFT)) as draft:
-        yield {"plain": plain, "ngram": ngram, "draft": draft}
+            OrchidServer(*MODEL, "--speculative-config", json.dumps(SELF_DRAFT)) as draft, \
+            OrchidServer(*MODEL, "--backend", "cpu", "--speculative-config", json.dumps(EAGLE3)) as eagle3:
+        yield {"plain": plain, "ngram": ngram, "draft": draft, "eagle3": eagle3}
 
 
 def requests():
@@ -88,13 +91,13 @@ def test_outputs_equal_those_without_speculation(servers):
     for kind, kw in requests():
         want = run(clients["plain"], kind, kw)
         assert want[1] and want[1] > 0
-        for name in ("ngram", "draft"):
+        for name in ("ngram", "draft", "eagle3"):
             assert run(clients[name], kind, kw) == want, (name, kind, kw)
 
 
 def test_metrics_count_drafts_and_acceptance(servers):
     clients = {name: openai_client(s) for name, s in servers.items()}
-    for name in ("ngram", "draft"):
+    for name in ("ngram", "draft", "eagle3"):
         run(clients[name], "completion", dict(prompt=PHRASE * 4, max_tokens=24, temperature=0,
                                               extra_body={"ignore_eos": True}))
     plain = servers["plain"].wait_idle()
@@ -107,7 +110,10 @@ def test_metrics_count_drafts_and_acceptance(servers):
     # The target as its own draft: all accepted, 3 per drafted step but where max_tokens cut a run short.
     assert draft["orchid_spec_decode_accepted_tokens_total"] == draft["orchid_spec_decode_draft_tokens_total"]
     assert draft["orchid_spec_decode_draft_tokens_total"] <= 3 * draft["orchid_spec_decode_drafts_total"]
-    for m in (ngram, draft):
+    eagle3 = servers["eagle3"].wait_idle()
+    assert eagle3["orchid_spec_decode_draft_tokens_total"] > 0
+    assert 0 <= eagle3["orchid_spec_decode_accepted_tokens_total"] <= eagle3["orchid_spec_decode_draft_tokens_total"]
+    for m in (ngram, draft, eagle3):
         assert m["orchid_kv_full_pages_used"] == 0
     # Fewer steps than tokens generated after the first: several tokens per step.
     assert draft["orchid_engine_steps_total"] < draft["orchid_generation_tokens_total"]
@@ -120,6 +126,8 @@ def test_metrics_count_drafts_and_acceptance(servers):
     ('{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}',
      "prompt_lookup_min 3"),
     ('{"method": "draft_model", "num_speculative_tokens": 2}', "needs \"model\""),
+    ('{"method": "eagle3", "num_speculative_tokens": 2}', "needs \"model\""),
+    ('{"method": "eagle3", "model": "/nonexistent", "num_speculative_tokens": 2}', "not a directory"),
     ('{"method": "ngram", "num_speculative_tokens": 2, "typo": 1}', "unknown key 'typo'"),
     ("[1, 2]", "expected a JSON object"),
 ])
