@@ -137,6 +137,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--eval", type=int, default=200, help="held-out samples for the accuracy report")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--max-seconds", type=float, default=0, help="stop training after this long (0: no limit)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -201,6 +202,10 @@ def main():
     rng = random.Random(a.seed)
     t0 = time.time()
     for step in range(a.steps):
+        if a.max_seconds and time.time() - t0 > a.max_seconds:
+            print(f"stopped at step {step}: --max-seconds {a.max_seconds:g}", flush=True)
+            a.steps = step
+            break
         aux, emb, labels = batch_of(rng.sample(train, a.batch))
         loss = sum(F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=-100) * 0.8 ** j
                    for j, (lg, lb) in enumerate(losses(aux, emb, labels, a.depth)))
