@@ -605,7 +605,9 @@ void CpuBackend::run_head(const StepBatch& b, const std::vector<float>& aux,
     std::vector<int32_t> drafts;
     if (s.num_propose > 0 && !next.empty()) {
       const int32_t last_pos = first + int32_t(next.size()) - 1;
-      drafts = head_->draft(std::vector<float>(pre.end() - H, pre.end()), last_pos, s.num_propose, table);
+      // Draft j is the token at output index sample_index + 1 + accepted + j of the request.
+      drafts = head_->draft(std::vector<float>(pre.end() - H, pre.end()), last_pos, s.num_propose, table,
+                            b.params[size_t(s.params_index)], s.sample_index + 1 + accepted[i]);
     }
     out.num_proposals.push_back(int32_t(drafts.size()));
     out.proposals.insert(out.proposals.end(), drafts.begin(), drafts.end());

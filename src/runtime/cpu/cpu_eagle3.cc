@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "runtime/cpu/cpu_blocks.h"
+#include "runtime/sampler.h"
 
 namespace orchid::runtime::cpu {
 
@@ -145,21 +146,28 @@ std::vector<float> CpuEagle3Head::catch_up(const std::vector<float>& g, std::spa
   return layer(g, next_tokens, first_pos, table, end);
 }
 
-int32_t CpuEagle3Head::arg_max_token(const float* pre) const {
+int32_t CpuEagle3Head::draw(const float* pre, const SamplingParams& params, int32_t sample_index) const {
   const auto& c = head_.config;
   std::vector<float> normed(size_t(c.hidden_size)), logits(size_t(c.draft_vocab_size));
   rms_norm(pre, 1, c.hidden_size, final_norm_.data(), float(c.rms_norm_eps), normed.data());
   linear(normed.data(), 1, lm_head_, nullptr, logits.data());
-  const size_t best = size_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  return int32_t(head_.draft_to_target[best]);
+  // The head's distribution over the target's vocabulary: tokens outside the draft vocabulary are -inf.
+  std::vector<float> row(size_t(c.vocab_size), -std::numeric_limits<float>::infinity());
+  for (size_t j = 0; j < logits.size(); ++j) row[size_t(head_.draft_to_target[j])] = logits[j];
+  SampleInput in;
+  in.logits = row;
+  in.params = &params;
+  in.sample_index = sample_index;
+  return sample_token(in).token;
 }
 
 std::vector<int32_t> CpuEagle3Head::draft(std::vector<float> pre, int32_t pos, int32_t k,
-                                          std::span<const int32_t> table) {
+                                          std::span<const int32_t> table, const SamplingParams& params,
+                                          int32_t sample_index) {
   const auto& c = head_.config;
   std::vector<int32_t> out;
   if (k <= 0) return out;
-  out.push_back(arg_max_token(pre.data()));
+  out.push_back(draw(pre.data(), params, sample_index));
   // Steps 2..k at positions pos + 1.. (no page reserved there yet: scratch K/V).
   scratch_begin_ = pos + 1;
   scratch_k_.assign(size_t(std::max(0, k - 1)) * size_t(c.kv_dim()), 0.0f);
@@ -167,7 +175,7 @@ std::vector<int32_t> CpuEagle3Head::draft(std::vector<float> pre, int32_t pos, i
   for (int32_t j = 1; j < k && pos + j < c.max_position_embeddings; ++j) {
     const int32_t token = out.back();
     pre = layer(pre, std::span<const int32_t>(&token, 1), pos + j, table, scratch_begin_);
-    out.push_back(arg_max_token(pre.data()));
+    out.push_back(draw(pre.data(), params, sample_index + j));
   }
   return out;
 }

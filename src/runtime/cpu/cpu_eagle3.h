@@ -12,6 +12,7 @@
 #include "model/rope.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_linear.h"
+#include "runtime/sampling_params.h"
 
 namespace orchid::runtime::cpu {
 
@@ -34,15 +35,19 @@ class CpuEagle3Head {
                               int32_t first_pos, std::span<const int32_t> table);
 
   // Up to k drafts following a caught-up row: `pre` is that row's output at position `pos`; each draft
-  // step feeds the drafted token and its own pre back, one position on (scratch K/V).
-  std::vector<int32_t> draft(std::vector<float> pre, int32_t pos, int32_t k, std::span<const int32_t> table);
+  // step feeds the drafted token and its own pre back, one position on (scratch K/V). Draft j is drawn
+  // from the head's distribution with the request's parameters and the very Philox draw the target makes
+  // at output index sample_index + j (coupled: where the two distributions agree, the target's draw is
+  // the draft); greedy requests take the arg-max.
+  std::vector<int32_t> draft(std::vector<float> pre, int32_t pos, int32_t k, std::span<const int32_t> table,
+                             const SamplingParams& params, int32_t sample_index);
 
  private:
   // The layer on n rows at positions first_pos.. with K/V written to `table` pages (positions < paged_end)
   // or the scratch buffer (from paged_end on).
   std::vector<float> layer(const std::vector<float>& g, std::span<const int32_t> tokens, int32_t first_pos,
                            std::span<const int32_t> table, int32_t paged_end);
-  int32_t arg_max_token(const float* pre) const;
+  int32_t draw(const float* pre, const SamplingParams& params, int32_t sample_index) const;
   float* kv_row(bool key, int32_t page, int32_t slot);
 
   model::Eagle3Head head_;
