@@ -118,12 +118,13 @@ def generate_ids(prompt, *extra):
 
 
 @pytest.mark.parametrize("sampling,ks,methods", [
-    (("--temperature", "0"), (1, 5), ("draft_model", "ngram")),
-    (("--temperature", "0.8", "--seed", "11"), (3,), ("draft_model",)),
+    (("--temperature", "0"), (1, 5), ("draft_model", "ngram", "eagle3")),
+    (("--temperature", "0.8", "--seed", "11"), (3,), ("draft_model", "eagle3")),
 ], ids=["greedy", "seeded"])
 def test_speculation_on_the_trained_pair_changes_no_token(sampling, ks, methods):
-    """The default model with its trained draft and with prompt lookup, on a held-out prompt (every k and the
-    other prompts: tests/engine/speculative_test.cc on the golden and synthetic models, and the GPU check)."""
+    """The default model with its trained draft, with prompt lookup and with an EAGLE-3 head (synthetic until
+    a trained one ships), on a held-out prompt (every k and the other prompts: tests/engine/speculative_test.cc
+    on the golden and synthetic models, and the GPU check)."""
     ref = json.loads((ROOT / "tests" / "golden" / "orchid_tiny" / "reference.json").read_text())
     prompt = ref["greedy"][0]["prompt"]
     plain = generate_ids(prompt, *sampling)
@@ -132,7 +133,11 @@ def test_speculation_on_the_trained_pair_changes_no_token(sampling, ks, methods)
             spec = {"method": method, "num_speculative_tokens": k}
             if method == "draft_model":
                 spec["model"] = str(ROOT / "models" / "orchid-tiny-draft")
-            got = generate_ids(prompt, *sampling, "--speculative-config", json.dumps(spec))
+            backend = ()
+            if method == "eagle3":
+                spec["model"] = "synthetic@2"
+                backend = ("--backend", "cpu")
+            got = generate_ids(prompt, *sampling, *backend, "--speculative-config", json.dumps(spec))
             assert got == plain, (spec, got, plain)
 
 
