@@ -393,6 +393,8 @@ void Engine::process_outputs(const runtime::StepOutput& out) {
   }
   ORCHID_CHECK(next_sample == out.samples.size(), "backend returned {} samples for {} requested",
                out.samples.size(), next_sample);
+  ORCHID_CHECK(next_proposal == out.proposals.size(), "backend returned {} proposals, {} were counted",
+               out.proposals.size(), next_proposal);
   ORCHID_CHECK(out.num_accepted.empty() || next_sampled_seq == out.num_accepted.size(),
                "backend returned {} acceptance counts for {} sampled sequences", out.num_accepted.size(),
                next_sampled_seq);

@@ -360,14 +360,6 @@ void CpuBackend::validate(const StepBatch& b) const {
            max_proposals());
 }
 
-namespace {
-struct PagedKv final : KvReader {
-  std::vector<const float*> k, v;  // per position
-  const float* key(int64_t t) const override { return k[size_t(t)]; }
-  const float* value(int64_t t) const override { return v[size_t(t)]; }
-};
-}  // namespace
-
 void CpuBackend::Rank::layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
                                      std::vector<float>& x, std::vector<int32_t>* topk) {
   const auto& L = w.layers[size_t(l)];
@@ -404,7 +396,7 @@ void CpuBackend::Rank::layer_forward(int64_t l, const StepBatch& b, const std::v
     const int64_t window = sliding ? full->sliding_window : 0;
     const int64_t last = s.start_pos + s.num_tokens - 1;
     const int64_t first = window > 0 ? std::max<int64_t>(0, s.start_pos - window + 1) : 0;
-    PagedKv kv;
+    GatheredKv kv;
     kv.k.assign(size_t(last + 1), nullptr);
     kv.v.assign(size_t(last + 1), nullptr);
     for (int64_t pos = first; pos <= last; ++pos) {

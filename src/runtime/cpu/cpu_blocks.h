@@ -25,6 +25,12 @@ struct KvReader {
   virtual const float* key(int64_t t) const = 0;
   virtual const float* value(int64_t t) const = 0;
 };
+// The rows gathered by position beforehand (paged pools, a draft head's scratch rows).
+struct GatheredKv final : KvReader {
+  std::vector<const float*> k, v;  // per position
+  const float* key(int64_t t) const override { return k[size_t(t)]; }
+  const float* value(int64_t t) const override { return v[size_t(t)]; }
+};
 
 // Sink attention for one sequence's new tokens (queries at positions start_pos..start_pos+n-1); q is
 // [n, Hq, d], out is [n, Hq, d]. Keys 0..p (or the last `window` of them) come from `kv`.

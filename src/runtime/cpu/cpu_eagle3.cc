@@ -10,14 +10,6 @@
 
 namespace orchid::runtime::cpu {
 
-namespace {
-struct HeadKv final : KvReader {
-  std::vector<const float*> k, v;  // per position
-  const float* key(int64_t t) const override { return k[size_t(t)]; }
-  const float* value(int64_t t) const override { return v[size_t(t)]; }
-};
-}  // namespace
-
 CpuEagle3Head::CpuEagle3Head(model::Eagle3Head head, const MatrixRef& target_embedding,
                              const KvCacheSpec& spec)
     : head_(std::move(head)), spec_(spec) {
@@ -116,7 +108,7 @@ std::vector<float> CpuEagle3Head::layer(const std::vector<float>& g, std::span<c
     std::copy_n(v.data() + t * kvd, kvd, row(false, first_pos + t));
   }
   const int64_t last = first_pos + n - 1;
-  HeadKv kv;
+  GatheredKv kv;
   kv.k.resize(size_t(last + 1));
   kv.v.resize(size_t(last + 1));
   for (int64_t pos = 0; pos <= last; ++pos) {
