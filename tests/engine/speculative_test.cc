@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/backend_proposer.h"
 #include "engine/draft_model_proposer.h"
 #include "engine/engine.h"
 #include "engine/ngram_proposer.h"
@@ -27,6 +28,33 @@ std::vector<int32_t> ngram(const std::vector<int32_t>& tokens, int32_t max_token
   std::vector<int32_t> draft;
   NgramProposer(lo, hi).propose_one(tokens, max_tokens, draft);
   return draft;
+}
+
+// What the backend's head proposed after a step, handed back only to the sequence it was made for, as it
+// still is, and at most max_tokens of it.
+TEST(BackendProposer, HandsBackWhatWasMadeForTheSequenceAsItIs) {
+  BackendProposer p(4);
+  EXPECT_EQ(p.num_propose(), 4);
+  const std::vector<int32_t> seq = {5, 6, 7}, longer = {5, 6, 7, 8};
+  p.store(1, 3, std::vector<int32_t>{10, 11, 12, 13});
+  p.store(2, 4, std::vector<int32_t>{20, 21});
+  auto propose = [&](int64_t id, const std::vector<int32_t>& tokens, int32_t most) {
+    std::vector<int32_t> draft;
+    const DraftRequest r{id, tokens, 1, most, nullptr, &draft};
+    p.propose(std::span<const DraftRequest>(&r, 1));
+    return draft;
+  };
+  EXPECT_EQ(propose(1, seq, 4), (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(propose(1, seq, 2), (std::vector<int32_t>{10, 11}));  // max_tokens
+  EXPECT_TRUE(propose(1, longer, 4).empty());                     // made for another length: stale
+  EXPECT_EQ(propose(2, longer, 4), (std::vector<int32_t>{20, 21}));
+  EXPECT_TRUE(propose(3, seq, 4).empty());  // nothing stored
+  p.store(1, 4, std::vector<int32_t>{30});  // the next step's replaces it
+  EXPECT_EQ(propose(1, longer, 4), (std::vector<int32_t>{30}));
+  p.forget(1);
+  p.forget(2);
+  EXPECT_EQ(p.num_tracked(), 0u);
+  EXPECT_TRUE(propose(1, longer, 4).empty());
 }
 
 TEST(NgramProposer, CopiesWhatFollowedTheLatestEarlierOccurrence) {
@@ -334,6 +362,13 @@ TEST(Speculative, RefusedWhereTheBackendCannotVerify) {
   EXPECT_THROW(test::Harness(small_vocab_fake(64, 64), c), Error);  // the fake verifies 16
   c.speculative = {.method = "eagle", .num_speculative_tokens = 2};
   EXPECT_THROW(test::Harness(small_vocab_fake(64, 64), c), Error);
+  c.speculative = {.method = "eagle3", .model = "synthetic", .num_speculative_tokens = 2};
+  try {  // the fake has no draft head
+    test::Harness h(small_vocab_fake(64, 64), c);
+    ADD_FAILURE() << "eagle3 accepted on a backend without a head";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no EAGLE-3 head"), std::string::npos) << e.what();
+  }
   testing::FakeBackendOptions instant = small_vocab_fake(64, 64);
   instant.simulate = false;
   c.speculative = {.method = "ngram", .num_speculative_tokens = 2};
