@@ -122,8 +122,7 @@ def generate_ids(prompt, *extra):
     (("--temperature", "0.8", "--seed", "11"), (3,), ("draft_model", "eagle3")),
 ], ids=["greedy", "seeded"])
 def test_speculation_on_the_trained_pair_changes_no_token(sampling, ks, methods):
-    """The default model with its trained draft, with prompt lookup and with an EAGLE-3 head (synthetic until
-    a trained one ships), on a held-out prompt (every k and the other prompts: tests/engine/speculative_test.cc
+    """The default model with its trained draft, with prompt lookup and with its trained EAGLE-3 head, on a held-out prompt (every k and the other prompts: tests/engine/speculative_test.cc
     on the golden and synthetic models, and the GPU check)."""
     ref = json.loads((ROOT / "tests" / "golden" / "orchid_tiny" / "reference.json").read_text())
     prompt = ref["greedy"][0]["prompt"]
@@ -135,7 +134,7 @@ def test_speculation_on_the_trained_pair_changes_no_token(sampling, ks, methods)
                 spec["model"] = str(ROOT / "models" / "orchid-tiny-draft")
             backend = ()
             if method == "eagle3":
-                spec["model"] = "synthetic@2"
+                spec["model"] = str(ROOT / "models" / "orchid-tiny-eagle3")
                 backend = ("--backend", "cpu")
             got = generate_ids(prompt, *sampling, *backend, "--speculative-config", json.dumps(spec))
             assert got == plain, (spec, got, plain)

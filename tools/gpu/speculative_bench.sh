@@ -3,7 +3,8 @@
 # model's data (real questions, outputs stop at <|return|> / <|call|>) at 1 and 32 users, without speculation,
 # with prompt lookup and with the trained draft model, k drafts each; prints output tok/s, TPOT, the acceptance
 # rate and mean accepted length, and the speed-up over the same server without speculation. Requests per run:
-# $ORCHID_SPEC_PROMPTS_1 (48) at 1 user, $ORCHID_SPEC_PROMPTS_32 (320) at 32.
+# $ORCHID_SPEC_PROMPTS_1 (48) at 1 user, $ORCHID_SPEC_PROMPTS_32 (320) at 32. With $ORCHID_SPEC_EAGLE3 (an EAGLE-3
+# head's directory) also an eagle3 run (the CPU backend's, so far).
 # Usage: tools/gpu/speculative_bench.sh ORCHID_BINARY MODEL_DIR DRAFT_DIR DATA_DIR [K] [BACKEND]
 #   DATA_DIR: make_data.py's output (its test.jsonl), or tests/golden/orchid_tiny (the held-out prompts of its
 #   reference.json) where openai-harmony is not installed to make the data.
@@ -23,11 +24,15 @@ else:
 PY
 port=8021
 status=0
-for method in none ngram draft_model; do
+methods=(none ngram draft_model)
+eagle3=${ORCHID_SPEC_EAGLE3:-}
+[ -n "$eagle3" ] && eagle3=$(realpath "$eagle3") && methods+=(eagle3)
+for method in "${methods[@]}"; do
   case $method in
     none) spec=() ;;
     ngram) spec=(--speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $k}") ;;
     draft_model) spec=(--speculative-config "{\"method\": \"draft_model\", \"model\": \"$draft\", \"num_speculative_tokens\": $k}") ;;
+    eagle3) spec=(--speculative-config "{\"method\": \"eagle3\", \"model\": \"$eagle3\", \"num_speculative_tokens\": $k}") ;;
   esac
   $bin serve "$model" --backend "$backend" --port $port --max-connections-per-client 0 "${spec[@]}" \
     >serve.out 2>serve_$method.log &
@@ -41,12 +46,13 @@ for method in none ngram draft_model; do
   done
   kill $pid; wait $pid 2>/dev/null
 done
-python3 - "$k" <<'PY' || status=1
+python3 - "$k" "${methods[@]}" <<'PY' || status=1
 import json, sys
 k = int(sys.argv[1])
+methods = sys.argv[2:]
 for users in (1, 32):
     base = json.load(open(f"none_{users}.json"))
-    for m in ("none", "ngram", "draft_model"):
+    for m in methods:
         r = json.load(open(f"{m}_{users}.json"))
         s = r.get("spec_decode") or {}
         acc, mean_len = s.get("acceptance_rate"), s.get("mean_accepted_length")

@@ -200,11 +200,12 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
     rng = random.Random(a.seed)
+    steps_run = a.steps
     t0 = time.time()
     for step in range(a.steps):
         if a.max_seconds and time.time() - t0 > a.max_seconds:
             print(f"stopped at step {step}: --max-seconds {a.max_seconds:g}", flush=True)
-            a.steps = step
+            steps_run = step
             break
         aux, emb, labels = batch_of(rng.sample(train, a.batch))
         loss = sum(F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=-100) * 0.8 ** j
@@ -250,7 +251,8 @@ def main():
            "torch_dtype": "bfloat16", "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_ids}}
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     (out / "train_report.json").write_text(json.dumps(
-        {"steps": a.steps, "batch": a.batch, "lr": a.lr, "depth": a.depth, "seed": a.seed, "aux_layers": aux_ids,
+        {"steps": a.steps, "steps_run": steps_run, "batch": a.batch, "lr": a.lr, "depth": a.depth, "seed": a.seed,
+         "aux_layers": aux_ids,
          "draft_vocab": len(used), "held_out_top1_by_depth": acc, "seconds": time.time() - t0}, indent=1))
     print(f"wrote {out}")
 
