@@ -51,13 +51,13 @@ float* CpuEagle3Head::kv_row(bool key, int32_t page, int32_t slot) {
 std::vector<float> CpuEagle3Head::combine(const float* aux, int64_t n) const {
   const auto& c = head_.config;
   const int64_t W = aux_width();
-  std::vector<float> in(aux, aux + n * W), g(size_t(n * c.hidden_size));
+  std::vector<float> g(size_t(n * c.hidden_size)), normed;
   if (c.norm_before_fc) {
-    std::vector<float> normed(in.size());
-    rms_norm(in.data(), n, W, input_norm_fc_.data(), float(c.rms_norm_eps), normed.data());
-    in.swap(normed);
+    normed.resize(size_t(n * W));
+    rms_norm(aux, n, W, input_norm_fc_.data(), float(c.rms_norm_eps), normed.data());
+    aux = normed.data();
   }
-  linear(in.data(), n, fc_, nullptr, g.data());
+  linear(aux, n, fc_, nullptr, g.data());
   return g;
 }
 
