@@ -53,7 +53,7 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       "--speculative-config", speculative_config,
       "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
       "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; {\"method\": \"draft_model\", \"model\": DIR, "
-      "...}; {\"method\": \"eagle3\", \"model\": HEAD_DIR | \"synthetic[@seed]\", ...} (CPU backend)");
+      "...}; {\"method\": \"eagle3\", \"model\": HEAD_DIR | \"synthetic[@seed]\", ...}");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -136,10 +136,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.max_step_tokens = max_num_batched_tokens;
     o.max_step_seqs = max_num_seqs;
     const engine::SpeculativeConfig spec = speculative();
-    if (spec.method == "eagle3")
-      fail(
-          "speculative decoding: eagle3 heads run on the CPU backend so far (--backend cpu); on the GPU use "
-          "ngram or draft_model");
+    if (spec.method == "eagle3") o.eagle3_head = spec.model;
     o.max_draft_tokens = spec.enabled() ? spec.num_speculative_tokens : 0;
     o.max_model_len = max_model_len > 0 ? max_model_len : 131072;
     // A draft model on the same GPUs gets its share of the fraction (draft_proposer creates it after this

@@ -129,7 +129,15 @@ void run_decode(const BenchArgs& a) {
     if (k < 0 || k > 16) fail("--draft-tokens: {} is not in 0..16", k);
   const int64_t max_k = *std::max_element(drafts.begin(), drafts.end());
   BackendOptions bo = a.backend;
-  if (max_k > 0)  // buffers for the drafts' logits and draws; one backend times every K
+  // Buffers for the drafts' logits and draws; one backend times every K. With an EAGLE-3 head
+  // (--speculative-config) every step also runs the head: its catch-up and K drafts a sequence.
+  const bool head = a.backend.speculative().method == "eagle3";
+  if (head)
+    bo.speculative_config = nlohmann::json{{"method", "eagle3"},
+                                           {"model", a.backend.speculative().model},
+                                           {"num_speculative_tokens", std::max<int64_t>(1, max_k)}}
+                                .dump();
+  else if (max_k > 0)
     bo.speculative_config = fmt::format(R"({{"method": "ngram", "num_speculative_tokens": {}}})", max_k);
   const int64_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end()) + max_k;
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
@@ -166,6 +174,7 @@ void run_decode(const BenchArgs& a) {
           q.token_begin = int32_t(s * (1 + K));
           q.num_tokens = int32_t(1 + K);
           q.num_draft = int32_t(K);
+          q.num_propose = head ? int32_t(K) : 0;
           q.start_pos = int32_t(L - 1);
           q.sample = true;
           q.sample_index = int32_t(s);

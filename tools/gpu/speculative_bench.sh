@@ -4,13 +4,15 @@
 # with prompt lookup and with the trained draft model, k drafts each; prints output tok/s, TPOT, the acceptance
 # rate and mean accepted length, and the speed-up over the same server without speculation. Requests per run:
 # $ORCHID_SPEC_PROMPTS_1 (48) at 1 user, $ORCHID_SPEC_PROMPTS_32 (320) at 32. With $ORCHID_SPEC_EAGLE3 (an EAGLE-3
-# head's directory) also an eagle3 run (the CPU backend's, so far).
+# head's directory) also an eagle3 run.
 # Usage: tools/gpu/speculative_bench.sh ORCHID_BINARY MODEL_DIR DRAFT_DIR DATA_DIR [K] [BACKEND]
 #   DATA_DIR: make_data.py's output (its test.jsonl), or tests/golden/orchid_tiny (the held-out prompts of its
 #   reference.json) where openai-harmony is not installed to make the data.
 set -u
 bin=$(realpath "${1:?usage: speculative_bench.sh ORCHID MODEL DRAFT DATA [K] [BACKEND]}")
 model=$(realpath "$2") draft=$(realpath "$3") data=$(realpath "$4") k=${5:-3} backend=${6:-cuda}
+eagle3=${ORCHID_SPEC_EAGLE3:-}
+[ -n "$eagle3" ] && eagle3=$(realpath "$eagle3")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; cd "$work"
 python3 - "$data" > prompts.jsonl <<'PY'
 import json, os, sys
@@ -25,8 +27,7 @@ PY
 port=8021
 status=0
 methods=(none ngram draft_model)
-eagle3=${ORCHID_SPEC_EAGLE3:-}
-[ -n "$eagle3" ] && eagle3=$(realpath "$eagle3") && methods+=(eagle3)
+[ -n "$eagle3" ] && methods+=(eagle3)
 for method in "${methods[@]}"; do
   case $method in
     none) spec=() ;;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Speculative decoding on the CUDA backend against plain decoding, greedy: prompt lookup (k = 4) and the model
-as its own draft (k = 3) on the golden tiny checkpoint and synthetic:tiny. GPU logits are not batch-invariant (a
+"""Speculative decoding on the CUDA backend against plain decoding, greedy: prompt lookup (k = 4), the model
+as its own draft (k = 3) and an EAGLE-3 head (k = 3: the golden head, a synthetic one, the trained tiny model's
+trained head) on the golden tiny checkpoint, synthetic:tiny and the trained tiny model. GPU logits are not batch-invariant (a
 chunk of k + 1 queries is not computed as k + 1 one-token steps), so the outputs must be equal up to the first
 position where the plain run's top-2 logit margin is within BF16 noise; the check reports where each run first
 differs and that margin (from `orchid forward` on the plain run's tokens, decode path).
@@ -17,10 +18,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = [str(ROOT / "tests" / "golden" / "tiny" / "checkpoint"), "synthetic:tiny"]
+MODELS = [str(ROOT / "tests" / "golden" / "tiny" / "checkpoint"), "synthetic:tiny", str(ROOT / "models" / "orchid-tiny")]
+HEADS = {MODELS[0]: str(ROOT / "tests" / "golden" / "eagle3_tiny" / "head"), MODELS[1]: "synthetic",
+         MODELS[2]: str(ROOT / "models" / "orchid-tiny-eagle3")}
 CONFIGS = {
     "ngram k=4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
     "self-draft k=3": {"method": "draft_model", "model": None, "num_speculative_tokens": 3},
+    "eagle3 k=3": {"method": "eagle3", "model": "HEAD", "num_speculative_tokens": 3},
 }
 
 
@@ -67,7 +71,10 @@ def main():
         prompt = [(31 * i + 7) % vocab for i in range(5)] + phrase * 3
         plain = generate(a.orchid, model, prompt, a.tokens)
         for name, spec in CONFIGS.items():
-            spec = dict(spec, model=model) if spec.get("model", 0) is None else spec
+            if spec.get("model", 0) is None:
+                spec = dict(spec, model=model)
+            elif spec.get("model") == "HEAD":
+                spec = dict(spec, model=HEADS[model])
             got = generate(a.orchid, model, prompt, a.tokens, spec)
             first = next((i for i, (x, y) in enumerate(zip(plain, got)) if x != y), None)
             if first is None and len(got) == len(plain):

@@ -163,9 +163,17 @@ void CudaBackend::validate(const StepBatch& b) const {
   if (int64_t(b.seqs.size()) > opts_.max_step_seqs)
     fail("step of {} sequences exceeds --max-num-seqs {}", b.seqs.size(), opts_.max_step_seqs);
   validate_step(b, config_, spec_, std::min<int64_t>(config_.max_position_embeddings, opts_.max_model_len));
-  for (const StepSequence& s : b.seqs)
+  for (const StepSequence& s : b.seqs) {
     if (s.num_draft > opts_.max_draft_tokens)
       fail("{} drafts in a sequence; the backend was sized for {}", s.num_draft, opts_.max_draft_tokens);
+    if (s.num_propose > max_proposals())
+      fail("{} proposals asked of a sequence; the backend's head makes up to {}", s.num_propose,
+           max_proposals());
+  }
+}
+
+int32_t CudaBackend::max_proposals() const {
+  return ranks_[0]->max_proposals();
 }
 
 std::string CudaBackend::kv_layout() const {

@@ -16,6 +16,9 @@ struct CudaBackendOptions {
   // Speculative decoding: drafts per sequence the logits and sampler buffers are sized for (0: none; each
   // one costs max_step_seqs rows of vocabulary-wide fp32 logits).
   int32_t max_draft_tokens = 0;
+  // An EAGLE-3 head (a directory or synthetic[@seed], model/eagle3.h) proposing up to max_draft_tokens a
+  // step on rank 0 (cuda_eagle3.h); empty: none.
+  std::string eagle3_head;
   int64_t max_model_len = 131072;  // page-table capacity per sequence
   double gpu_memory_utilization = 0.90;
   int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)

@@ -1,5 +1,6 @@
 #include "runtime/cuda/cuda_rank.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "kernels/attention/yarn.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
+#include "kernels/eagle3/eagle3_ops.h"
 #include "kernels/norm/rmsnorm.h"
 #include "kernels/ops/ops.h"
 #include "runtime/kv_memory_plan.h"
@@ -74,6 +76,27 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
   plan_workspace();
+  if (!opts_.eagle3_head.empty() && samples_) {
+    model::Eagle3Head head = model::load_eagle3_head(opts_.eagle3_head, config_);
+    CudaEagle3Head::check_supported(head.config);
+    CudaEagle3Sizes hs;
+    hs.max_step_tokens = opts_.max_step_tokens;
+    hs.max_step_seqs = opts_.max_step_seqs;
+    hs.max_proposals = std::max(1, opts_.max_draft_tokens);
+    hs.page_size = opts_.page_size;
+    hs.max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
+    const size_t bytes = CudaEagle3Head::bytes_needed(head.config, hs);
+    if (weights_.arena.used() + ws_.capacity() + bytes > budget_)
+      fail(
+          "the EAGLE-3 head needs {:.2f} GiB next to {:.2f} GiB of weights and workspace in a {:.2f} GiB "
+          "rank",
+          double(bytes) / (1 << 30), double(weights_.arena.used() + ws_.capacity()) / (1 << 30),
+          double(budget_) / (1 << 30));
+    spdlog::info("cuda backend: EAGLE-3 head {} (aux layers {}, draft vocabulary {}), {:.2f} GiB",
+                 opts_.eagle3_head, fmt::join(head.config.aux_layers, ", "), head.config.draft_vocab_size,
+                 double(bytes) / (1 << 30));
+    head_ = std::make_unique<CudaEagle3Head>(std::move(head), weights_.embedding, hs, stream_);
+  }
 }
 
 CudaRank::~CudaRank() {
@@ -173,6 +196,12 @@ KvCacheSpec CudaRank::kv_capacity() const {
   in.budget = budget_;
   in.allocated = weights_.arena.capacity() + ws_.capacity();
   in.full_layers = full;
+  if (head_) {  // the head's K/V: one more full layer (or the layers its page takes)
+    const size_t layer_page = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * 2;
+    const size_t head_page = CudaEagle3Head::page_bytes(head_->config(), opts_.page_size);
+    in.allocated += head_->device_bytes();
+    in.full_layers += int64_t((head_page + layer_page - 1) / layer_page);
+  }
   in.sliding_units = sliding + (precise_layer_ >= 0 ? 1 : 0);  // a precise layer's pools hold fp32
   in.page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * 2;
   in.page_size = opts_.page_size;
@@ -201,6 +230,7 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
   for (int64_t l = 0; l < c.num_layers; ++l)
     total += 2 * (c.is_sliding(l) ? pool_sliding : pool_full) * (l == precise_layer_ ? 2 : 1);
   kv_ = DeviceBuffer(total, "KV cache");
+  if (head_) head_->allocate_kv(spec_.num_full_pages);
   uint8_t* p = kv_.data();
   k_pool_.clear();
   v_pool_.clear();
@@ -380,6 +410,22 @@ CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, con
   m.rows = reinterpret_cast<const int32_t*>(d_meta_ + off_rows_);
   m.plan = plan_.device_view(d_meta_ + off_blob_);
   return m;
+}
+
+void CudaRank::run_layers(const StepMeta& m, int64_t T) {
+  const int64_t H = config_.hidden_size, L = config_.num_layers;
+  auto capture = [&](int64_t at) {
+    if (!head_) return;
+    const auto& ids = head_->config().aux_layers;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == at)
+        kernels::eagle3::f32_to_bf16_cols(x_, T, H, head_->aux(), 3 * H, int64_t(i) * H, stream_);
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    capture(l);
+    layer(l, m, T);
+  }
+  capture(L);
 }
 
 void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
@@ -562,7 +608,7 @@ std::vector<float> CudaRank::run_layer(int64_t l, const std::vector<float>& x, i
 
 void CudaRank::decode_body(const StepMeta& m, int64_t T, DecodePick pick) {
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, config_.hidden_size, stream_);
-  for (int64_t l = 0; l < config_.num_layers; ++l) layer(l, m, T);
+  run_layers(m, T);
   compute_logits(m.rows, T);
   if (!samples_) return;
   if (pick == DecodePick::kSampler)
@@ -695,6 +741,7 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
     }
   }
   if (q > 1) keep_accepted(b, out);
+  if (head_) head_->run(b, m.full, *gemm_, out);
   return out;
 }
 
@@ -721,7 +768,7 @@ StepOutput CudaRank::forward(const StepBatch& b) {
   const StepMeta m = upload_step(b.tokens, b, rows, plan_options_);
   const int32_t* d_rows = m.rows;
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
-  for (int64_t l = 0; l < c.num_layers; ++l) layer(l, m, T);
+  run_layers(m, T);
 
   // Sampled rows: a plain greedy step takes the arg-max kernel; anything else (temperature, top-k/p, min-p,
   // penalties, banned tokens, logprobs) the GPU sampler. Raw logits, when asked for, are copied out first
@@ -776,6 +823,7 @@ StepOutput CudaRank::forward(const StepBatch& b) {
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (samples_) out.logits_rows = T;
   }
+  if (head_) head_->run(b, m.full, *gemm_, out);
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return out;
 }

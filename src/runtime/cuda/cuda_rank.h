@@ -43,6 +43,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_backend_options.h"
+#include "runtime/cuda/cuda_eagle3.h"
 #include "runtime/cuda/device_communicator.h"
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/device_weights.h"
@@ -86,6 +87,8 @@ class CudaRank {
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk);
   int device() const { return device_; }
+  // Tokens the EAGLE-3 head proposes a sequence and step (0: no head on this rank).
+  int32_t max_proposals() const { return head_ ? opts_.max_draft_tokens : 0; }
   size_t weight_bytes() const { return weights_.arena.used(); }
 
  private:
@@ -106,6 +109,8 @@ class CudaRank {
   StepMeta upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
                        const std::vector<int32_t>& rows, const kernels::attention::PlanOptions& po);
   kernels::attention::PlanOptions make_plan_options() const;  // once, at construction
+  // Every layer on the step's T rows; with a head, the residual stream at its aux layers goes to its aux().
+  void run_layers(const StepMeta& m, int64_t T);
   void layer(int64_t l, const StepMeta& m, int64_t T);
   void precise_layer(int64_t l, const StepMeta& m, int64_t T);
   void moe(int64_t l, int64_t T, bool split_input);
@@ -160,6 +165,7 @@ class CudaRank {
   int64_t sampled_rows_cap_ = 0;  // max_step_seqs * (1 + max_draft_tokens)
   std::unique_ptr<kernels::DenseGemm> gemm_;
   std::unique_ptr<GpuSampler> sampler_;
+  std::unique_ptr<CudaEagle3Head> head_;  // rank 0, with --speculative-config eagle3
 
   // Step metadata: one host (pinned) and one device buffer of the same layout, regions at fixed offsets.
   size_t meta_cap_ = 0;
