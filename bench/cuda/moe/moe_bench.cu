@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/common/cuda_check.h"
@@ -347,10 +348,24 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
   for (int E : {32, 128}) {
     for (int T : {1, 2, 4, 8, 16, 32, 64}) {
       for (int proj = 0; proj < 2; ++proj) {
-        for (auto [warps, stages] : {std::pair{8, 4}, {4, 4}, {4, 8}, {8, 8}}) {
+        for (auto [warps, stages, ks] : {std::tuple{0, 0, 0},
+                                         {8, 4, 1},
+                                         {8, 4, 2},
+                                         {8, 4, 4},
+                                         {8, 4, 8},
+                                         {4, 4, 1},
+                                         {4, 4, 2},
+                                         {4, 8, 1},
+                                         {8, 8, 1},
+                                         {8, 8, 2}}) {
           const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;
-          const std::string name = std::string("mxfp4 stream w") + std::to_string(warps) + "s" +
-                                   std::to_string(stages) + " " + (proj == 0 ? "gate_up" : "down") + " E" +
+          // warps 0: the kernel's own choice (mxfp4_stream_shape), named with what it chose.
+          const Mxfp4StreamShape chosen = mxfp4_stream_shape(n, std::min(E, T * K));
+          const std::string shape =
+              warps ? "w" + std::to_string(warps) + "s" + std::to_string(stages) + "k" + std::to_string(ks)
+                    : "auto(w" + std::to_string(chosen.cta_warps) + "s4k" + std::to_string(chosen.k_split) +
+                          ")";
+          const std::string name = "mxfp4 stream " + shape + " " + (proj == 0 ? "gate_up" : "down") + " E" +
                                    std::to_string(E) + " T" + std::to_string(T);
           if (!want(o, name) || (o.quick && E == 128 && T > 1)) continue;
           const Mxfp4Experts ex(T, E, K, n, k);
@@ -375,6 +390,7 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
             a.y = y.p;
             a.cta_warps = warps;
             a.stages = stages;
+            a.k_split = ks;
             mxfp4_moe_gemm(a, s);
           });
           report(name, std::to_string(active) + " experts n" + std::to_string(n) + " k" + std::to_string(k),

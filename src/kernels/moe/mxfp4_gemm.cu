@@ -8,14 +8,19 @@
 // up with 4.17 TB/s -- so the dequant is kept to shifts and LOP3s, and the MX scale is applied once per
 // 32-column block to the fp32 partial sums rather than to every weight.
 //
-// Structure: CTA = 8 warps = 128 weight rows of one expert; each warp owns 16 rows (one m16 MMA tile) and
-// streams them through its own cp.async ring (kStages x 16 rows x 4 MX blocks), so warps never wait on
-// each other after the activation tile is in shared memory. Tokens form the MMA's n8 dimension
-// (m16n8k16, f16 x f16 -> f32), 8 * kNT tokens per pass.
+// Structure: CTA = kWarps warps in groups of k_split; a group owns 16 weight rows of one expert (one m16
+// MMA tile), each warp of it a 1/k_split slice of k, streamed through its own cp.async ring (kStages x 16
+// rows x 4 MX blocks), so warps never wait on each other inside the k loop. Tokens form the MMA's n8
+// dimension (m16n8k16, f16 x f16 -> f32), 8 * kNT tokens per pass; a group's slices meet in shared memory
+// (in slice order) before the epilogue. Why k slices: a warp keeps only kStages - 1 chunks (3 KB at 4
+// stages) in flight, so one warp streaming a whole 2880-wide row block needs ~11 us at decode whatever the
+// SM count; at batch 1 the grid is a few hundred warps, and splitting k gives each one a shorter stream.
 //
 // NOTES: the MMA fragments and the activations' "MX order" are described in mxfp4_mma.cuh.
 #include <cuda_bf16.h>
+
 #include <cuda_fp16.h>
+#include <algorithm>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
@@ -38,30 +43,38 @@ __host__ __device__ constexpr int x_row_bytes(int k) {
   return (k * 2 + 127) / 128 * 128 + 64;  // == 64 mod 128: the 8 lanes of a 16-byte phase hit distinct banks
 }
 
+// Activation tile, then per warp its ring and its group's scales (used in the group's first warp), then the
+// slices' partial sums for the group reduction.
 __host__ __device__ constexpr int smem_bytes(int nt, int warps, int stages, int k) {
-  return 8 * nt * x_row_bytes(k) + warps * (stages * kStageBytes + kRowsPerWarp * (k / 32));
+  return 8 * nt * x_row_bytes(k) + warps * (stages * kStageBytes + kRowsPerWarp * (k / 32)) +
+         warps * nt * 4 * 32 * 4;
 }
 
 // kWarps warps of 16 rows per CTA, each with a ring of kStages chunks in flight.
 template <int kNT, int kWarps, int kStages>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.y;
   if (slot >= *p.num_active) return;
   const int e = p.active[slot];
   const int row0 = p.offsets[e];
   const int m = p.offsets[e + 1] - row0;
-  const int k = p.k, n = p.n, kmx = k / 32, nchunks = (kmx + 3) / 4;
+  const int k = p.k, n = p.n, kmx = k / 32;
   const int xstride = x_row_bytes(k);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int wrow0 = blockIdx.x * kRowsPerCta + warp * kRowsPerWarp;  // this warp's first weight row
+  const int ks = p.k_split, groups = kWarps / ks, group = warp / ks, slice = warp % ks;
+  const int wrow0 = (blockIdx.x * groups + group) * kRowsPerWarp;  // this group's first weight row
   const bool warp_active = wrow0 < n;
+  // This warp's MX blocks [mx_begin, mx_end), in chunks of 4.
+  const int mx_begin = kmx * slice / ks, mx_end = kmx * (slice + 1) / ks;
+  const int nchunks = (mx_end - mx_begin + 3) / 4;
 
   uint8_t* xs = smem;
-  uint8_t* ws = smem + 8 * kNT * xstride + warp * (kStages * kStageBytes + kRowsPerWarp * kmx);
-  uint8_t* ss = ws + kStages * kStageBytes;  // this warp's scales [16][kmx]
+  const int warp_bytes = kStages * kStageBytes + kRowsPerWarp * kmx;
+  uint8_t* ws = smem + 8 * kNT * xstride + warp * warp_bytes;
+  uint8_t* ss = smem + 8 * kNT * xstride + group * ks * warp_bytes + kStages * kStageBytes;  // [16][kmx]
+  float* red = reinterpret_cast<float*>(smem + 8 * kNT * xstride + kWarps * warp_bytes);  // [warp][nt*4][32]
 
   const uint8_t* wbase = p.blocks + (int64_t(e) * n + wrow0) * kmx * 16;
   const uint8_t* sbase = p.scales + (int64_t(e) * n + wrow0) * kmx;
@@ -69,8 +82,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
     uint8_t* st = ws + (c % kStages) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int seg = lane + 32 * i, row = seg / 4, j = seg % 4, mx = 4 * c + j;
-      const bool valid = c < nchunks && mx < kmx;
+      const int seg = lane + 32 * i, row = seg / 4, j = seg % 4, mx = mx_begin + 4 * c + j;
+      const bool valid = c < nchunks && mx < mx_end;
       cp_async_16(st + row * kStageRowBytes + j * 16,
                   valid ? wbase + (int64_t(row) * kmx + mx) * 16 : p.blocks, valid);
     }
@@ -84,28 +97,30 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   for (int tok0 = 0; tok0 < m; tok0 += 8 * kNT) {
     // The weight stream does not depend on the activations: start it before filling the activation tile,
     // so its latency overlaps the fill (this warp's ring is idle here: the previous pass drained it).
+    const bool first_pass = !scales_loaded;
     if (warp_active) {
-      if (!scales_loaded) {
-        for (int s = lane; s < kmx; s += 32)
-          cp_async_16(ss + s * 16, sbase + s * 16, true);  // 16 rows * kmx bytes, lands with chunk 0
-        scales_loaded = true;
+      if (first_pass) {  // the group's 16 rows * kmx bytes, loaded by its warps together: one commit group
+        for (int u = slice * 32 + lane; u < kmx; u += 32 * ks) cp_async_16(ss + u * 16, sbase + u * 16, true);
+        cp_async_commit();
       }
 #pragma unroll
       for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
     }
-    // Activation tile: tokens tok0.. as fp16 in MX order (saturated); missing tokens = 0.
+    scales_loaded = true;
+    // Activation tile: tokens tok0.. as fp16 in MX order (saturated). Rows past the expert's tokens are left
+    // as they are: each token is its own MMA column, and those columns are never stored.
     __syncthreads();
-    const int groups = k / 8;
-    for (int idx = threadIdx.x; idx < 8 * kNT * groups; idx += kWarps * 32) {
-      const int i = idx / groups, grp = idx % groups;
-      uint4 out = make_uint4(0, 0, 0, 0);
-      if (tok0 + i < m) {
-        const int64_t r = row0 + tok0 + i;
-        const int64_t src = p.x_rows ? p.x_rows[r] : r;
-        out = bf16x8_to_f16_mx_order(*reinterpret_cast<const uint4*>(xg + src * k + grp * 8));
-      }
-      *reinterpret_cast<uint4*>(xs + i * xstride + grp * 16) = out;
+    const int groups8 = k / 8;
+    const int valid_rows = min(8 * kNT, m - tok0);
+    for (int idx = threadIdx.x; idx < valid_rows * groups8; idx += kWarps * 32) {
+      const int i = idx / groups8, grp = idx % groups8;
+      const int64_t r = row0 + tok0 + i;
+      const int64_t src = p.x_rows ? p.x_rows[r] : r;
+      *reinterpret_cast<uint4*>(xs + i * xstride + grp * 16) =
+          bf16x8_to_f16_mx_order(*reinterpret_cast<const uint4*>(xg + src * k + grp * 8));
     }
+    // The scales (the oldest commit group) have landed for every warp before anyone reads them.
+    if (first_pass && warp_active) cp_async_wait<kStages - 1>();
     __syncthreads();
     if (!warp_active) continue;
 
@@ -115,13 +130,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
 
     for (int c = 0; c < nchunks; ++c) {
       issue_chunk(c + kStages - 1);  // into the stage consumed at c - 1
-      cp_async_wait<kStages - 1>();  // this lane's copies of chunk c (and the scales) have landed
+      cp_async_wait<kStages - 1>();  // this lane's copies of chunk c have landed
       __syncwarp();                  // ... and every other lane's
       const uint8_t* st = ws + (c % kStages) * kStageBytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int mx = 4 * c + j;
-        if (mx >= kmx) break;
+        const int mx = mx_begin + 4 * c + j;
+        if (mx >= mx_end) break;
         const uint32_t wa = *reinterpret_cast<const uint32_t*>(st + g * kStageRowBytes + j * 16 + 4 * t);
         const uint32_t wb =
             *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
@@ -145,6 +160,26 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
         }
       }
       __syncwarp();  // the stage is free for the copy issued at the next iteration
+    }
+    if (ks > 1) {  // the group's slices meet in its first warp, summed in slice order
+      float* mine = red + warp * (kNT * 4 * 32);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mine[(nt * 4 + q) * 32 + lane] = acc[nt][q];
+      asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(ks * 32));  // the group's warps only
+      if (slice != 0) {
+        cp_async_wait<0>();
+        continue;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          float v = 0.0f;
+          for (int s2 = 0; s2 < ks; ++s2) v += red[(warp + s2) * (kNT * 4 * 32) + (nt * 4 + q) * 32 + lane];
+          acc[nt][q] = v;
+        }
     }
     cp_async_wait<0>();
     pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
@@ -192,15 +227,19 @@ void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
   ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages>>(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>,
                                                                 device_info().max_smem_per_block_optin);
-  const int rows_per_cta = kWarps * kRowsPerWarp;
+  Mxfp4GemmArgs q = p;
+  q.k_split = p.k_split ? p.k_split : (p.cta_warps ? 1 : mxfp4_stream_shape(p.n, p.max_active).k_split);
+  ORCHID_KERNEL_REQUIRE(q.k_split >= 1 && kWarps % q.k_split == 0,
+                        "mxfp4_moe_gemm: k_split must divide the CTA's warps");
+  const int rows_per_cta = kWarps / q.k_split * kRowsPerWarp;
   const dim3 grid((p.n + rows_per_cta - 1) / rows_per_cta, p.max_active);
-  launch_pdl(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>, dim3(grid), dim3(kWarps * 32), bytes, stream, p);
+  launch_pdl(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>, dim3(grid), dim3(kWarps * 32), bytes, stream, q);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
 template <int kNT>
 void launch_config(const Mxfp4GemmArgs& p, cudaStream_t stream) {
-  const int warps = p.cta_warps ? p.cta_warps : kMxfp4StreamDefaultWarps;
+  const int warps = p.cta_warps ? p.cta_warps : mxfp4_stream_shape(p.n, p.max_active).cta_warps;
   const int stages = p.stages ? p.stages : kMxfp4StreamDefaultStages;
   if (warps == 4 && stages == 4) return launch<kNT, 4, 4>(p, stream);
   if (warps == 4 && stages == 8) return launch<kNT, 4, 8>(p, stream);
@@ -210,6 +249,19 @@ void launch_config(const Mxfp4GemmArgs& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+Mxfp4StreamShape mxfp4_stream_shape(int n, int max_active) {
+  // From moe_bench's sweep (bench/RESULTS.md, 2026-12-02 third run: 1-8 tokens an expert, gate_up and down
+  // of gpt-oss): 8-warp CTAs once they fill three per multiprocessor, else 4-warp CTAs (twice the CTAs), and
+  // those split k in two while they fill fewer than two per multiprocessor.
+  const int sms = device_info().sm_count;
+  const int64_t active = std::max(1, max_active);
+  const int64_t ctas8 = (n + 127) / 128 * active, ctas4 = (n + 63) / 64 * active;
+  Mxfp4StreamShape s;
+  s.cta_warps = ctas8 >= 3 * sms ? 8 : 4;
+  s.k_split = s.cta_warps == 4 && ctas4 < 2 * sms ? 2 : 1;
+  return s;
+}
 
 void mxfp4_moe_gemm(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(p.n > 0 && p.n % 16 == 0, "mxfp4_moe_gemm: n must be a positive multiple of 16");

@@ -35,12 +35,18 @@ struct Mxfp4GemmArgs {
   // y[r, i] = swiglu(acc[2i] + b[e, 2i], acc[2i+1] + b[e, 2i+1]) as in moe_swiglu_bf16, from the fp32 sums.
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
-  // Shape of a CTA: warps of 16 weight rows (4 or 8) and cp.async stages per warp (4 or 8); 0: the defaults
-  // below (moe_bench times every combination).
-  int cta_warps = 0, stages = 0;
+  // Shape of a CTA: warps (4 or 8), cp.async stages per warp (4 or 8), and warps sharing a 16-row block,
+  // each a slice of k (1, 2, 4 or 8, dividing the warps); 0: mxfp4_stream_shape's warps and split, 4
+  // stages (moe_bench times the combinations).
+  int cta_warps = 0, stages = 0, k_split = 0;
 };
 
-constexpr int kMxfp4StreamDefaultWarps = 8;
+// The CTA shape the streaming kernel takes by default for a grid of max_active experts x n rows.
+struct Mxfp4StreamShape {
+  int cta_warps = 8, k_split = 1;
+};
+Mxfp4StreamShape mxfp4_stream_shape(int n, int max_active);
+
 constexpr int kMxfp4StreamDefaultStages = 4;
 
 void mxfp4_moe_gemm(const Mxfp4GemmArgs& args, cudaStream_t stream);

@@ -1,6 +1,8 @@
 // MXFP4 streaming expert GEMM vs an fp64 reference on the exactly dequantized weights: gpt-oss shapes
 // (gate_up 5760x2880, down 2880x2880 with a partial 128-row CTA tile), 0/1/odd/9..64 rows per expert (one
-// and two MMA n-tiles, several token passes), a k that is not a multiple of 128, and gathered input rows.
+// and two MMA n-tiles, several token passes), a k that is not a multiple of 128, gathered input rows, and k
+// split over 2/4/8 warps (with slices left empty). The default shape (mxfp4_stream_shape) takes 4-warp CTAs
+// on these small grids, with k split in two where they are fewest.
 #include "kernels/moe/mxfp4_gemm.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +24,7 @@ struct Case {
   std::vector<int> sizes;  // rows per expert
   bool gather;             // read x through a row map
   bool swiglu = false;     // fused bias + SwiGLU epilogue (output n/2 columns)
+  int k_split = 0;         // warps sharing 16 rows, each a slice of k (0: the kernel's choice)
 };
 
 class Mxfp4GemmTest : public ::testing::TestWithParam<Case> {};
@@ -67,6 +70,8 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   a.x_rows = c.gather ? dmap.get() : nullptr;
   a.y = dy.get();
   a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
+  a.k_split = c.k_split;
+  a.cta_warps = c.k_split ? 8 : 0;  // an explicit split on 8-warp CTAs; else the kernel's own shape
   mxfp4_moe_gemm(a, nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   auto got = orchid::testing::bf16_to_floats(dy.download());
@@ -76,14 +81,24 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Mxfp4GemmTest,
-    ::testing::Values(Case{"gate_up_decode_t1", 5760, 2880, {0, 1, 0, 1, 1, 0, 0, 1}, true},
-                      Case{"gate_up_odd_rows", 5760, 2880, {0, 3, 0, 5, 1, 0, 7, 2}, true},
-                      Case{"down_partial_cta_tile", 2880, 2880, {1, 0, 2, 5}, false},
-                      Case{"two_ntiles_and_passes", 2880, 2880, {9, 17, 0, 64, 33, 0, 1, 16}, false},
-                      Case{"k96_partial_chunk", 64, 96, {2, 0, 11}, true},
-                      Case{"all_empty_but_one", 256, 2880, {0, 0, 0, 0, 0, 0, 0, 4}, false},
-                      Case{"gate_up_swiglu_fused", 5760, 2880, {2, 0, 1, 0, 3, 0, 0, 1}, true, true},
-                      Case{"swiglu_fused_two_ntiles", 512, 2880, {12, 0, 1, 20}, false, true}),
+    ::testing::Values(
+        Case{"gate_up_decode_t1", 5760, 2880, {0, 1, 0, 1, 1, 0, 0, 1}, true},
+        Case{"gate_up_odd_rows", 5760, 2880, {0, 3, 0, 5, 1, 0, 7, 2}, true},
+        Case{"down_partial_cta_tile", 2880, 2880, {1, 0, 2, 5}, false},
+        Case{"two_ntiles_and_passes", 2880, 2880, {9, 17, 0, 64, 33, 0, 1, 16}, false},
+        Case{"k96_partial_chunk", 64, 96, {2, 0, 11}, true},
+        Case{"all_empty_but_one", 256, 2880, {0, 0, 0, 0, 0, 0, 0, 4}, false},
+        Case{"gate_up_swiglu_fused", 5760, 2880, {2, 0, 1, 0, 3, 0, 0, 1}, true, true},
+        Case{"swiglu_fused_two_ntiles", 512, 2880, {12, 0, 1, 20}, false, true},
+        // k split over 2, 4 or 8 warps of a 16-row block (slices of 45 / 22-23 / 11-12 MX
+        // blocks; with k = 96 slices of one block and empty ones), every epilogue
+        Case{"gate_up_decode_t1_ks2", 5760, 2880, {0, 1, 0, 1, 1, 0, 0, 1}, true, false, 2},
+        Case{"down_partial_cta_tile_ks4", 2880, 2880, {1, 0, 2, 5}, false, false, 4},
+        Case{"two_ntiles_and_passes_ks8", 2880, 2880, {9, 17, 0, 64, 33, 0, 1, 16}, false, false, 8},
+        Case{"swiglu_fused_ks4", 5760, 2880, {2, 0, 1, 0, 3, 0, 0, 1}, true, true, 4},
+        Case{"swiglu_two_ntiles_ks2", 512, 2880, {12, 0, 1, 20}, false, true, 2},
+        Case{"k96_ks2", 64, 96, {2, 0, 11}, true, false, 2},
+        Case{"k96_ks8_empty_slices", 64, 96, {2, 0, 11}, true, false, 8}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace
