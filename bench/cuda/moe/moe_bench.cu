@@ -355,6 +355,7 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
                                          {8, 4, 8},
                                          {4, 4, 1},
                                          {4, 4, 2},
+                                         {4, 4, 4},
                                          {4, 8, 1},
                                          {8, 8, 1},
                                          {8, 8, 2}}) {

@@ -21,6 +21,8 @@
 
 #include <cuda_fp16.h>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
@@ -250,7 +252,23 @@ void launch_config(const Mxfp4GemmArgs& p, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+// ORCHID_MXFP4_STREAM=wWkK (e.g. w4k2) fixes the default shape for a whole process (benchmarks).
+Mxfp4StreamShape forced_stream_shape() {
+  static const Mxfp4StreamShape forced = [] {
+    Mxfp4StreamShape s{0, 0};
+    const char* e = std::getenv("ORCHID_MXFP4_STREAM");
+    int w = 0, k = 0;
+    if (e != nullptr && std::sscanf(e, "w%dk%d", &w, &k) == 2 && (w == 4 || w == 8) && k >= 1 && w % k == 0)
+      s = {w, k};
+    return s;
+  }();
+  return forced;
+}
+}  // namespace
+
 Mxfp4StreamShape mxfp4_stream_shape(int n, int max_active) {
+  if (const Mxfp4StreamShape f = forced_stream_shape(); f.cta_warps != 0) return f;
   // From moe_bench's sweep (bench/RESULTS.md, 2026-12-02 third run: 1-8 tokens an expert, gate_up and down
   // of gpt-oss): 8-warp CTAs once they fill three per multiprocessor, else 4-warp CTAs (twice the CTAs), and
   // those split k in two while they fill fewer than two per multiprocessor.
