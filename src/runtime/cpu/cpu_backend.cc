@@ -528,7 +528,6 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
   b.wait_token_masks();
   const bool drafted =
       std::any_of(b.seqs.begin(), b.seqs.end(), [](const StepSequence& s) { return s.num_draft > 0; });
-  std::vector<int32_t> accepted_of(b.seqs.size(), 0), last_sampled(b.seqs.size(), -1);
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const StepSequence& s = b.seqs[i];
     if (!s.sample) continue;
@@ -539,10 +538,8 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
     const std::span<const float> span(logits.data() + r * size_t(V), size_t(V) * size_t(s.num_draft + 1));
     const int32_t accepted = sample_sequence(b, s, span, out.samples);
     if (drafted) out.num_accepted.push_back(accepted);
-    accepted_of[i] = accepted;
-    last_sampled[i] = out.samples.back().token;
   }
-  if (head_) run_head(b, aux, accepted_of, last_sampled, out);
+  if (head_) run_head(b, aux, out);
   if (b.logits == LogitsMode::kAll) {
     out.logits = std::move(logits);
     out.logits_rows = n;
@@ -553,60 +550,30 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
   return out;
 }
 
-void CpuBackend::run_head(const StepBatch& b, const std::vector<float>& aux,
-                          const std::vector<int32_t>& accepted, const std::vector<int32_t>& last_sampled,
-                          StepOutput& out) {
-  ++head_steps_;
+void CpuBackend::run_head(const StepBatch& b, const std::vector<float>& aux, StepOutput& out) {
   const int64_t W = head_->aux_width(), H = head_->config().hidden_size;
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    const StepSequence& s = b.seqs[i];
-    if (s.num_tokens == 0) {
-      if (s.sample) out.num_proposals.push_back(0);
-      continue;
-    }
-    // The step's tokens that are now the sequence's (drafts past the first rejection are not); each row
-    // pairs a token's combined target state with its successor, which the last row knows only if sampled.
-    const int32_t valid = s.sample ? s.num_tokens - s.num_draft + accepted[i] : s.num_tokens;
-    const int32_t rows = s.sample ? valid : valid - 1;
-    std::vector<float> g;
-    std::vector<int32_t> next;
-    int32_t first = s.start_pos;
-    if (auto it = pending_rows_.find(s.seq_id); it != pending_rows_.end()) {
-      if (it->second.pos == s.start_pos - 1) {  // the previous chunk's last row, whose successor is here
-        first = it->second.pos;
-        g = std::move(it->second.g);
-        next.push_back(b.tokens[size_t(s.token_begin)]);
-      }
-      pending_rows_.erase(it);
-    }
-    const float* mine = aux.data() + size_t(s.token_begin) * size_t(W);
-    if (rows > 0) {
-      const std::vector<float> combined = head_->combine(mine, rows);
+  for (Eagle3SeqRows& r : pending_rows_.plan(b, out)) {
+    const StepSequence& s = b.seqs[r.seq];
+    std::vector<float> g = r.pending_g ? std::move(*r.pending_g) : std::vector<float>();
+    if (r.step_rows > 0) {
+      const std::vector<float> combined =
+          head_->combine(aux.data() + size_t(r.step_row_begin) * size_t(W), r.step_rows);
       g.insert(g.end(), combined.begin(), combined.end());
-      for (int32_t r = 0; r < rows; ++r)
-        next.push_back(r + 1 < valid ? b.tokens[size_t(s.token_begin + r + 1)] : last_sampled[i]);
     }
-    if (!s.sample)
-      pending_rows_[s.seq_id] = {s.start_pos + valid - 1,
-                                 head_->combine(mine + size_t(valid - 1) * size_t(W), 1), head_steps_};
+    if (r.keep_row >= 0)
+      pending_rows_.keep(b, r, head_->combine(aux.data() + size_t(r.keep_row) * size_t(W), 1));
     const std::span<const int32_t> table(b.full_page_table.data() + s.full_table_begin,
                                          size_t(s.num_full_pages));
     std::vector<float> pre;
-    if (!next.empty()) pre = head_->catch_up(g, next, first, table);
+    if (r.rows() > 0) pre = head_->catch_up(g, r.next, r.first_pos, table);
     if (!s.sample) continue;
     std::vector<int32_t> drafts;
-    if (s.num_propose > 0 && !next.empty()) {
-      const int32_t last_pos = first + int32_t(next.size()) - 1;
-      // Draft j is the token at output index sample_index + 1 + accepted + j of the request.
-      drafts = head_->draft(std::vector<float>(pre.end() - H, pre.end()), last_pos, s.num_propose, table,
-                            b.params[size_t(s.params_index)], s.sample_index + 1 + accepted[i]);
-    }
+    if (r.propose > 0)  // draft j is the token at output index sample_index + 1 + accepted + j of the request
+      drafts = head_->draft(std::vector<float>(pre.end() - H, pre.end()), r.last_pos(), r.propose, table,
+                            b.params[size_t(s.params_index)], s.sample_index + 1 + r.accepted);
     out.num_proposals.push_back(int32_t(drafts.size()));
     out.proposals.insert(out.proposals.end(), drafts.begin(), drafts.end());
   }
-  // Rows of sequences that never came back (aborted between chunks): dropped once they are old.
-  if (pending_rows_.size() > 1024)
-    std::erase_if(pending_rows_, [&](const auto& kv) { return kv.second.step + 64 < head_steps_; });
 }
 
 }  // namespace orchid::runtime::cpu

@@ -21,6 +21,7 @@
 #include "runtime/communicator.h"
 #include "runtime/cpu/cpu_eagle3.h"
 #include "runtime/cpu/cpu_weights.h"
+#include "runtime/eagle3_rows.h"
 
 namespace orchid::runtime::cpu {
 
@@ -71,11 +72,9 @@ class CpuBackend final : public Backend {
   // Runs fn on every rank (rank 0 on this thread, the others on their own), rethrowing the first failure;
   // a failing rank aborts the collectives so the others return too.
   void on_ranks(const std::function<void(Rank&)>& fn);
-  // The draft head after a step: catches up on every sequence's tokens whose successor is now known (K/V of
-  // the head at their positions) and proposes what sequences asked for. `accepted` and `last_sampled` are
-  // per sequence of b (unused where it samples nothing).
-  void run_head(const StepBatch& b, const std::vector<float>& aux, const std::vector<int32_t>& accepted,
-                const std::vector<int32_t>& last_sampled, StepOutput& out);
+  // The draft head after a step's sampling (`out`): catches up on every sequence's tokens whose successor
+  // is now known (K/V of the head at their positions) and proposes what sequences asked for.
+  void run_head(const StepBatch& b, const std::vector<float>& aux, StepOutput& out);
 
   model::LoadedModel model_;
   CpuWeights w_;
@@ -88,15 +87,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<Rank>> ranks_;
 
   std::unique_ptr<CpuEagle3Head> head_;
-  // A prefill chunk's last row waits for its successor (the next chunk's first token): its combined target
-  // state, by sequence, for the step that continues at pos + 1.
-  struct PendingRow {
-    int32_t pos = 0;
-    std::vector<float> g;
-    int64_t step = 0;
-  };
-  std::unordered_map<int64_t, PendingRow> pending_rows_;
-  int64_t head_steps_ = 0;
+  Eagle3PendingRows pending_rows_;  // the head's rows waiting for the next chunk (eagle3_rows.h)
 };
 
 }  // namespace orchid::runtime::cpu

@@ -332,8 +332,8 @@ void CudaEagle3Head::run(const StepBatch& b, const int32_t* d_full_table, kernel
                          StepOutput& out) {
   const auto& c = head_.config;
   const int64_t H = c.hidden_size, T = b.num_tokens();
-  ++steps_;
   // The rows to catch up on, in order: (source row of g_all_, its next token, its position).
+  std::vector<Eagle3SeqRows> plan = pending_.plan(b, out);
   std::vector<int32_t> src, next;
   std::vector<e3::HeadRow> rows;
   std::vector<std::vector<float>> pending_in;  // g rows uploaded after the step's T rows
@@ -344,50 +344,31 @@ void CudaEagle3Head::run(const StepBatch& b, const int32_t* d_full_table, kernel
     int32_t count = 0;  // drafts it gets
   };
   std::vector<Proposer> proposers;
-  std::vector<std::pair<int64_t, int64_t>> pending_out;  // (seq_id, source row) kept for the next chunk
-  std::vector<int32_t> accepted(b.seqs.size(), 0), last(b.seqs.size(), -1);
-  {
-    size_t at = 0, k = 0;
-    for (size_t i = 0; i < b.seqs.size(); ++i) {
-      const StepSequence& s = b.seqs[i];
-      if (!s.sample || s.num_tokens == 0) continue;
-      accepted[i] = out.num_accepted.empty() ? 0 : out.num_accepted[size_t(k++)];
-      at += size_t(accepted[i]) + 1;
-      last[i] = out.samples[at - 1].token;
+  std::vector<size_t> keeping;  // plan entries whose kept row waits for the next chunk
+  for (size_t p = 0; p < plan.size(); ++p) {
+    Eagle3SeqRows& r = plan[p];
+    const StepSequence& s = b.seqs[r.seq];
+    int32_t k = 0;
+    if (r.pending_g) {
+      src.push_back(int32_t(T + int64_t(pending_in.size())));
+      pending_in.push_back(std::move(*r.pending_g));
+      next.push_back(r.next[size_t(k)]);
+      rows.push_back({r.first_pos + k++, s.full_table_begin});
     }
-  }
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    const StepSequence& s = b.seqs[i];
-    if (s.num_tokens == 0) continue;
-    const int32_t valid = s.sample ? s.num_tokens - s.num_draft + accepted[i] : s.num_tokens;
-    const int32_t own = s.sample ? valid : valid - 1;
-    auto add = [&](int32_t source, int32_t token, int32_t pos) {
-      src.push_back(source);
-      next.push_back(token);
-      rows.push_back({pos, s.full_table_begin});
-    };
-    if (auto it = pending_.find(s.seq_id); it != pending_.end()) {
-      if (it->second.pos == s.start_pos - 1) {  // the previous chunk's last row, whose successor is here
-        add(int32_t(T + int64_t(pending_in.size())), b.tokens[size_t(s.token_begin)], it->second.pos);
-        pending_in.push_back(std::move(it->second.g));
-      }
-      pending_.erase(it);
+    for (int32_t i = 0; i < r.step_rows; ++i) {
+      src.push_back(r.step_row_begin + i);
+      next.push_back(r.next[size_t(k)]);
+      rows.push_back({r.first_pos + k++, s.full_table_begin});
     }
-    for (int32_t r = 0; r < own; ++r)
-      add(s.token_begin + r, r + 1 < valid ? b.tokens[size_t(s.token_begin + r + 1)] : last[i],
-          s.start_pos + r);
-    if (!s.sample) pending_out.emplace_back(s.seq_id, s.token_begin + valid - 1);
-    if (s.sample && s.num_propose > 0 && own > 0) {
-      const int32_t pos = rows.back().pos;
-      const int32_t count = int32_t(
-          std::min<int64_t>({s.num_propose, sizes_.max_proposals, c.max_position_embeddings - int64_t(pos)}));
-      if (count > 0) proposers.push_back({i, int64_t(rows.size()) - 1, pos, count});
-    }
+    if (r.keep_row >= 0) keeping.push_back(p);
+    const int32_t count = int32_t(std::min<int64_t>(
+        {r.propose, sizes_.max_proposals, c.max_position_embeddings - int64_t(r.last_pos())}));
+    if (count > 0) proposers.push_back({r.seq, int64_t(rows.size()) - 1, r.last_pos(), count});
   }
   ORCHID_CHECK(int64_t(pending_in.size()) <= sizes_.max_step_seqs, "{} pending head rows", pending_in.size());
 
   // g_all_ = fc(aux) for the step's rows, then the pending rows.
-  if (!rows.empty() || !pending_out.empty()) {
+  if (!rows.empty() || !keeping.empty()) {
     kernels::DenseGemmArgs a;
     a.m = int(T);
     a.n = int(H);
@@ -468,17 +449,12 @@ void CudaEagle3Head::run(const StepBatch& b, const int32_t* d_full_table, kernel
   if (!props.empty())
     ORCHID_CUDA_CHECK(
         cudaMemcpyAsync(props.data(), d_props_, props.size() * 4, cudaMemcpyDeviceToHost, stream_));
-  std::vector<std::vector<float>> kept(pending_out.size(), std::vector<float>(size_t(H)));
-  for (size_t p = 0; p < pending_out.size(); ++p)
-    ORCHID_CUDA_CHECK(cudaMemcpyAsync(kept[p].data(), g_all_ + pending_out[p].second * H, size_t(H) * 4,
-                                      cudaMemcpyDeviceToHost, stream_));
+  std::vector<std::vector<float>> kept(keeping.size(), std::vector<float>(size_t(H)));
+  for (size_t p = 0; p < keeping.size(); ++p)
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(kept[p].data(), g_all_ + int64_t(plan[keeping[p]].keep_row) * H,
+                                      size_t(H) * 4, cudaMemcpyDeviceToHost, stream_));
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t p = 0; p < pending_out.size(); ++p) {
-    const int64_t seq_id = pending_out[p].first;
-    const auto& s = *std::find_if(b.seqs.begin(), b.seqs.end(),
-                                  [&](const StepSequence& q) { return q.seq_id == seq_id; });
-    pending_[seq_id] = {s.start_pos + s.num_tokens - 1, std::move(kept[p]), steps_};
-  }
+  for (size_t p = 0; p < keeping.size(); ++p) pending_.keep(b, plan[keeping[p]], std::move(kept[p]));
   size_t next_p = 0;
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const StepSequence& s = b.seqs[i];
@@ -492,9 +468,6 @@ void CudaEagle3Head::run(const StepBatch& b, const int32_t* d_full_table, kernel
     }
     out.num_proposals.push_back(count);
   }
-  // Rows of sequences that never came back (aborted between chunks): dropped once they are old.
-  if (pending_.size() > 1024)
-    std::erase_if(pending_, [&](const auto& kv_) { return kv_.second.step + 64 < steps_; });
 }
 
 }  // namespace orchid::runtime::cuda

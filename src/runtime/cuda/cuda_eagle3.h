@@ -21,7 +21,6 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/attention/attention_plan.h"
@@ -30,6 +29,7 @@
 #include "model/eagle3.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/device_memory.h"
+#include "runtime/eagle3_rows.h"
 
 namespace orchid::runtime::cuda {
 
@@ -107,14 +107,7 @@ class CudaEagle3Head {
           *d_props_ = nullptr;
   float* d_logprobs_ = nullptr;
   kernels::eagle3::HeadRow* d_rows_ = nullptr;
-  // A prefill chunk's last row waits for the next chunk's first token: its fc output, by sequence.
-  struct PendingRow {
-    int32_t pos = 0;
-    std::vector<float> g;
-    int64_t step = 0;
-  };
-  std::unordered_map<int64_t, PendingRow> pending_;
-  int64_t steps_ = 0;
+  Eagle3PendingRows pending_;  // rows waiting for the next chunk (eagle3_rows.h)
 };
 
 }  // namespace orchid::runtime::cuda
