@@ -126,7 +126,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"oproj_m8", 8, 2880, 4096, 0, 0, GemmOut::kBf16, true},
                       Case{"router_split_m2_f32", 2, 32, 2880, 0, 0, GemmOut::kF32, false},
                       Case{"n40_k96_m13_f32", 13, 40, 96, 0, 0, GemmOut::kF32, true},
-                      Case{"lmhead_m1_f32", 1, 201088, 2880, 0, 0, GemmOut::kF32, false}),
+                      Case{"lmhead_m1_f32", 1, 201088, 2880, 0, 0, GemmOut::kF32, false},
+                      // a ragged last 16-row block, strided rows with m > 8, m = 16 at k = 4096
+                      Case{"ragged_m3_f32", 3, 1061, 1120, 0, 0, GemmOut::kF32, true},
+                      Case{"strided_m11_k2880", 11, 1100, 2880, 3072, 1104, GemmOut::kBf16, false},
+                      Case{"m16_k4096", 16, 2888, 4096, 0, 0, GemmOut::kBf16, false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // y = x W^T + b with x fp32 (not BF16-representable), computed as hi W^T + b, then += lo W^T where
