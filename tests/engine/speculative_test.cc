@@ -351,6 +351,8 @@ TEST(Speculative, ProposerThatOverreachesIsAnInternalError) {
   Req r;
   r.prompt = {1, 2, 3};
   r.max_tokens = 8;
+  r.ignore_eos = true;  // the fake model's EOS as the first token would end the request before any draft
+  r.seed = 7;
   h.engine.submit(r.spec());
   h.engine.step();  // the prefill: no drafts yet
   EXPECT_THROW(h.engine.step(), InternalError);
