@@ -12,8 +12,8 @@
 
 namespace orchid::kernels {
 
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
-                                               uint32_t layout_type) {
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes,
+                                               uint32_t sbo_bytes, uint32_t layout_type) {
   uint64_t d = 0;
   d |= uint64_t((smem_byte_addr >> 4) & 0x3fff);
   d |= uint64_t((lbo_bytes >> 4) & 0x3fff) << 16;

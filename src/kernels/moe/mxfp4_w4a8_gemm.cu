@@ -54,7 +54,8 @@ constexpr int kRowsPerWarpgroup = 64;
 constexpr int kRowsPerCta = 2 * kRowsPerWarpgroup;
 constexpr int kChunkMx = 4;  // MX blocks (of 32 k) per pipeline stage
 constexpr int kStages = 4;
-constexpr int kWRowBytes = kChunkMx * 16 + 16;  // a weight row of a stage, padded: the lanes' loads hit distinct banks
+constexpr int kWRowBytes =
+    kChunkMx * 16 + 16;  // a weight row of a stage, padded: the lanes' loads hit distinct banks
 constexpr int kWStageBytes = kRowsPerCta * kWRowBytes;
 
 constexpr int stage_bytes(int tokens) {
@@ -134,7 +135,7 @@ template <int kNT, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 2) mxfp4_w4a8_kernel(Mxfp4W4a8Args p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   constexpr int kTokens = 8 * kNT, kStageBytes = stage_bytes(kTokens);
-  constexpr int kTokBlockBytes = kTokens * 32;     // one MX block of the token rows
+  constexpr int kTokBlockBytes = kTokens * 32;      // one MX block of the token rows
   constexpr int kTokSegs = kTokens * kChunkMx * 2;  // 16-byte token segments per stage
   constexpr int kWSegs = kRowsPerCta * kChunkMx;    // 16-byte weight segments per stage
   constexpr int kWPerThread = kWSegs / kThreads;
@@ -151,12 +152,13 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_w4a8_kernel(Mxfp4W4a8Args p
   const int cta_rows = min(kRowsPerCta, n - n0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int wg = warp / 4;
-  const bool wg_active = cta_rows > wg * kRowsPerWarpgroup;  // warpgroup-uniform
+  const bool wg_active = cta_rows > wg * kRowsPerWarpgroup;        // warpgroup-uniform
   const int wrow0 = wg * kRowsPerWarpgroup + (warp % 4) * 16 + g;  // this lane's rows: wrow0, wrow0 + 8
 
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [cta_rows][kmx]
   {
-    const uint8_t* sg = p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 128 == 0, n % 16 == 0
+    const uint8_t* sg =
+        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 128 == 0, n % 16 == 0
     for (int i = tid; i < cta_rows * kmx / 16; i += kThreads) cp_async_16(ss + 16 * i, sg + 16 * i, true);
   }
 
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_w4a8_kernel(Mxfp4W4a8Args p
   const uint32_t tok_base = uint32_t(__cvta_generic_to_shared(smem)) + kWStageBytes;
 
   // Adds part * (its MX block's scale) into the sums; mx clamped into the row (blocks past k are zeros).
-  auto consume = [&](const float (&pr)[4 * kNT], int mx) {
+  auto consume = [&](const float(&pr)[4 * kNT], int mx) {
     mx = min(mx, kmx - 1);
     const float s0 = e8m0_to_float_fast(srow0[mx]), s1 = e8m0_to_float_fast(srow1[mx]);
 #pragma unroll
@@ -278,7 +280,8 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_w4a8_kernel(Mxfp4W4a8Args p
         const int tok = 8 * i + 2 * t + (q & 1);
         const int r = wrow0 + (q >> 1) * 8;
         if (tok < m && r < cta_rows)
-          y[(int64_t(rbase) + tok) * n + n0 + r] = __float2bfloat16_rn(acc[4 * i + q] * tscale[2 * i + (q & 1)]);
+          y[(int64_t(rbase) + tok) * n + n0 + r] =
+              __float2bfloat16_rn(acc[4 * i + q] * tscale[2 * i + (q & 1)]);
       }
   } else {
     // Row g's partner row g^1 lives in lane ^ 4; even-g lanes hold a gate row and write z[r / 2].
@@ -306,9 +309,9 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_w4a8_kernel(Mxfp4W4a8Args p
 
 // One warp per row: the row's amax, then each lane quantizes whole 32-column blocks into W4A8 order
 // (bf16 word i of a block holds columns 2i and 2i+1: the low half goes to slot i, the high half to 16 + i).
-__global__ void __launch_bounds__(256) w4a8_quantize_kernel(const uint4* __restrict__ x,
-                                                            const int* __restrict__ row_map, int rows, int k,
-                                                            uint8_t* __restrict__ q, float* __restrict__ scale) {
+__global__ void __launch_bounds__(256)
+    w4a8_quantize_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map, int rows, int k,
+                         uint8_t* __restrict__ q, float* __restrict__ scale) {
   pdl_wait();
   const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -323,7 +326,8 @@ __global__ void __launch_bounds__(256) w4a8_quantize_kernel(const uint4* __restr
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(w[j] << 16)), fabsf(__uint_as_float(w[j] & 0xffff0000u))));
+        amax = fmaxf(amax,
+                     fmaxf(fabsf(__uint_as_float(w[j] << 16)), fabsf(__uint_as_float(w[j] & 0xffff0000u))));
     }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));

@@ -42,7 +42,8 @@ void quantize_row_ref(const float* v, int k, uint8_t* q, float* scale) {
 }
 
 // Activations as the GEMM sees them: q * scale per row, back in natural column order.
-std::vector<float> dequantize(const std::vector<uint8_t>& q, const std::vector<float>& scale, int rows, int k) {
+std::vector<float> dequantize(const std::vector<uint8_t>& q, const std::vector<float>& scale, int rows,
+                              int k) {
   std::vector<float> out(size_t(rows) * k);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < k; ++c)
@@ -142,8 +143,8 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
 
   // Against the kernel's own e4m3 activations: fp32 sums and the bf16 output are all that differ.
   double rms_q = 0;
-  const auto ref_q = orchid::testing::mxfp4_reference(p, dequantize(dq.download(), dqs.download(), p.x_rows, c.k),
-                                                      c.swiglu, &rms_q);
+  const auto ref_q = orchid::testing::mxfp4_reference(
+      p, dequantize(dq.download(), dqs.download(), p.x_rows, c.k), c.swiglu, &rms_q);
   EXPECT_TRUE(orchid::testing::check_close((std::string(c.name) + " vs e4m3 x").c_str(), got, ref_q,
                                            2e-3 * rms_q, 8e-3, 5e-3));
   // Against the bf16 activations: the e4m3 rounding of x (3 mantissa bits, ~2.5% rms per element) averages
