@@ -23,7 +23,6 @@
 #include "kernels/moe/moe_layer.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
-#include "kernels/moe/mxfp4_w4a8_gemm.h"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/weight_convert.h"
 
@@ -464,54 +463,6 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
   }
 }
 
-// ---------------------------------------------------------------- MXFP4 W4A8 GEMM
-// Each tile size on the gpt-oss projections, as the layer runs them (gate_up with its fused SwiGLU), beside
-// the tiled bf16 kernel's rows above: the table behind mxfp4_path's W4A8 choices.
-void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
-  std::vector<int> token_counts = {16, 32, 64, 128, 256, 512, 1024};
-  if (o.quick) token_counts = {64, 256, 1024};
-  for (int T : token_counts) {
-    for (int proj = 0; proj < 2; ++proj) {
-      for (int tt : kMxfp4W4a8TileTokens) {
-        const int E = 32, n = proj == 0 ? 5760 : 2880, k = 2880, K = 4, M = T * K;
-        const std::string name = std::string("mxfp4 w4a8 t") + std::to_string(tt) + " " +
-                                 (proj == 0 ? "gate_up" : "down") + " E" + std::to_string(E) + " T" +
-                                 std::to_string(T);
-        if (!want(o, name)) continue;
-        const Mxfp4Experts ex(T, E, K, n, k);
-        const MoeRouting& r = ex.rt.r;
-        Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), xq(size_t(M) * k, Fill::kBytes, 0),
-            xs(size_t(M) * 4, Fill::kBytes, 0);
-        Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
-        mxfp4_w4a8_quantize(xb.p, nullptr, M, k, xq.as<uint8_t>(), xs.as<float>(), s);
-        const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
-        Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
-        mxfp4_tiled_plan(r.offsets, E, tt, tiles.as<int>(), max_tiles, s);
-        const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
-          Mxfp4W4a8Args a;
-          a.num_experts = E;
-          a.n = n;
-          a.k = k;
-          a.tile_tokens = tt;
-          a.offsets = r.offsets;
-          a.tiles = tiles.as<int>();
-          a.max_tiles = max_tiles;
-          a.blocks = ex.b(i);
-          a.scales = ex.s(i);
-          a.x = xq.as<uint8_t>();
-          a.x_scale = xs.as<float>();
-          a.x_rows = proj == 0 ? r.row_token : nullptr;
-          a.y = y.p;
-          a.swiglu_bias = proj == 0 ? b1.p : nullptr;
-          mxfp4_w4a8_gemm(a, s);
-        });
-        const double bytes = double(ex.active_bytes + size_t(M) * k + size_t(M) * n * (proj == 0 ? 1 : 2));
-        report(name, std::to_string(ex.active) + " experts n" + std::to_string(n), us, 0, bytes, 0);
-      }
-    }
-  }
-}
-
 // ---------------------------------------------------------------- conversions
 void bench_convert(const Options& o, cudaStream_t s) {
   const int E = 32, n = 5760, k = 2880, kp = round_up_128(k);
@@ -544,14 +495,12 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
     MoeWeights format;
     const char* label;
     int stream_max, tiled_max, max_t;  // forced MXFP4 path bounds (-1: defaults); largest T run
-    int w4a8_max = -1;
   };
   constexpr int kAll = 1 << 20;
   const Variant variants[] = {{MoeWeights::kMxfp4, "mxfp4", -1, -1, kAll},
                               {MoeWeights::kMxfp4, "mxfp4-stream", kAll, kAll, 256},
-                              {MoeWeights::kMxfp4, "mxfp4-tiled", 0, kAll, 8192, 0},
-                              {MoeWeights::kMxfp4, "mxfp4-w4a8", 0, kAll, 8192, kAll},
-                              {MoeWeights::kMxfp4, "mxfp4-via-fp8", 0, 0, kAll, 0},
+                              {MoeWeights::kMxfp4, "mxfp4-tiled", 0, kAll, 8192},
+                              {MoeWeights::kMxfp4, "mxfp4-via-fp8", 0, 0, kAll},
                               {MoeWeights::kFp8, "fp8", -1, -1, kAll},
                               {MoeWeights::kBf16, "bf16", -1, -1, kAll}};
   std::vector<int> token_counts = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 8192};
@@ -568,7 +517,6 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
       cfg.max_tokens = T;
       cfg.mxfp4_stream_max_tokens = v.stream_max;
       cfg.mxfp4_tiled_max_tokens = v.tiled_max;
-      cfg.mxfp4_w4a8_max_tokens = v.w4a8_max;
       const int E = cfg.experts, H = cfg.hidden, I = cfg.inter, Hp = round_up_128(H), Ip = round_up_128(I);
       size_t w1b, w1s, w2b, w2s;
       Fill wf = Fill::kBytes, sf = Fill::kE8m0;
@@ -669,7 +617,6 @@ int main(int argc, char** argv) {
     bench_grouped(o, s);
     bench_mxfp4(o, s);
     bench_mxfp4_tiled(o, s);
-    bench_mxfp4_w4a8(o, s);
     bench_convert(o, s);
     bench_layer(o, s, gemm);
     std::printf(

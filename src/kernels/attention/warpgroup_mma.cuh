@@ -20,19 +20,38 @@
 
 #include <cstdint>
 
-#include "kernels/common/wgmma.cuh"
-
 namespace orchid::kernels::attention::detail {
-
-using orchid::kernels::fence_operands;
-using orchid::kernels::fence_proxy_async_smem;
-using orchid::kernels::wgmma_commit;
-using orchid::kernels::wgmma_fence;
-using orchid::kernels::wgmma_wait;
 
 __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr, uint32_t lbo_bytes,
                                                     uint32_t sbo_bytes) {
-  return wgmma_desc(smem_byte_addr, lbo_bytes, sbo_bytes, 1);  // 128-byte swizzle
+  uint64_t d = 0;
+  d |= uint64_t((smem_byte_addr >> 4) & 0x3fff);
+  d |= uint64_t((lbo_bytes >> 4) & 0x3fff) << 16;
+  d |= uint64_t((sbo_bytes >> 4) & 0x3fff) << 32;
+  d |= uint64_t(1) << 62;  // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Orders ordinary shared-memory writes (cp.async, st.shared) before reads by the async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accesses of wgmma operand registers across the asynchronous MMA.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
 // d (+)= a * B, m64n64k16, a: bf16 A fragment in registers, B through `desc_b`.

@@ -1,14 +1,12 @@
 #include "kernels/moe/moe_layer.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/grouped_gemm.h"
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
-#include "kernels/moe/mxfp4_w4a8_gemm.h"
 #include "kernels/moe/weight_convert.h"
 
 namespace orchid::kernels {
@@ -33,22 +31,6 @@ constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows128, 16},
                                      {24, Mxfp4TiledShape::kRows256, 32},
                                      {1 << 30, Mxfp4TiledShape::kRows128, 48}};
 
-// W4A8: off until measured (bench/RESULTS.md); tile of token rows by the average rows per expert.
-constexpr int kW4a8MaxTokens = 0;
-struct W4a8TileChoice {
-  int max_avg_rows;
-  int tile_tokens;
-};
-constexpr W4a8TileChoice kW4a8TileTable[] = {{6, 8}, {12, 16}, {1 << 30, 32}};
-
-int w4a8_max(const MoeConfig& c) {
-  if (c.mxfp4_w4a8_max_tokens >= 0) return c.mxfp4_w4a8_max_tokens;
-  static const int from_env = [] {
-    const char* v = std::getenv("ORCHID_MXFP4_W4A8_MAX_TOKENS");
-    return v && *v ? std::atoi(v) : -1;
-  }();
-  return from_env >= 0 ? from_env : kW4a8MaxTokens;
-}
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
 }
@@ -59,11 +41,7 @@ bool needs_fp8_path(const MoeConfig& c) {
   return c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && c.max_tokens > tiled_max(c));
 }
 bool needs_tiled(const MoeConfig& c) {
-  return c.weights == MoeWeights::kMxfp4 && c.max_tokens > std::max(stream_max(c), w4a8_max(c)) &&
-         tiled_max(c) > std::max(stream_max(c), w4a8_max(c));
-}
-bool needs_w4a8(const MoeConfig& c) {
-  return c.weights == MoeWeights::kMxfp4 && c.max_tokens > stream_max(c) && w4a8_max(c) > stream_max(c);
+  return c.weights == MoeWeights::kMxfp4 && c.max_tokens > stream_max(c) && tiled_max(c) > stream_max(c);
 }
 bool needs_bf16_z(const MoeConfig& c) {
   return c.weights == MoeWeights::kBf16 || c.weights == MoeWeights::kMxfp4;
@@ -100,16 +78,10 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
     b.z_scale = static_cast<float*>(take(M * (Ip / 128) * 4));
   }
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
-  if (needs_tiled(c)) b.x_mx = take(T * H * 2);
-  if (needs_tiled(c) || needs_w4a8(c)) {
-    const int smallest = std::min(kMxfp4TileTokens[0], kMxfp4W4a8TileTokens[0]);
-    b.tiles = static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), smallest)) * 8));
-  }
-  if (needs_w4a8(c)) {
-    b.x_w4a8 = static_cast<uint8_t*>(take(T * H));
-    b.x_w4a8_scale = static_cast<float*>(take(T * 4));
-    b.z_w4a8 = static_cast<uint8_t*>(take(M * I));
-    b.z_w4a8_scale = static_cast<float*>(take(M * 4));
+  if (needs_tiled(c)) {
+    b.x_mx = take(T * H * 2);
+    b.tiles =
+        static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), kMxfp4TileTokens[0])) * 8));
   }
   if (needs_bf16_z(c)) b.z_bf16 = take(M * I * 2);
   b.u = take(M * 2 * I * 2);
@@ -138,17 +110,8 @@ Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
     p.kind = Mxfp4Path::kConvertFp8;
     return p;
   }
-  const int avg_rows = num_tokens * c.top_k / std::max(1, c.experts);
-  if (num_tokens <= w4a8_max(c)) {
-    p.kind = Mxfp4Path::kW4a8;
-    for (const W4a8TileChoice& t : kW4a8TileTable)
-      if (avg_rows <= t.max_avg_rows) {
-        p.tile_tokens = t.tile_tokens;
-        break;
-      }
-    return p;
-  }
   p.kind = Mxfp4Path::kTiled;
+  const int avg_rows = num_tokens * c.top_k / std::max(1, c.experts);
   for (const TileChoice& t : kTileTable)
     if (avg_rows <= t.max_avg_rows) {
       p.shape = t.shape;
@@ -257,39 +220,6 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.x_rows = nullptr;
     g.y = b.y;
     mxfp4_tiled_gemm(g, stream);
-  } else if (c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kW4a8) {
-    ORCHID_KERNEL_REQUIRE(b.tiles != nullptr && b.x_w4a8 != nullptr,
-                          "moe_forward: workspace sized without the MXFP4 W4A8 path");
-    Mxfp4W4a8Args g;
-    g.num_experts = E;
-    g.tile_tokens = path.tile_tokens;
-    g.offsets = b.routing.offsets;
-    g.tiles = b.tiles;
-    g.max_tiles = mxfp4_tiled_max_tiles(M, E, path.tile_tokens);
-    mxfp4_tiled_plan(b.routing.offsets, E, g.tile_tokens, b.tiles, g.max_tiles, stream);  // both GEMMs
-    mxfp4_w4a8_quantize(h, nullptr, T, H, b.x_w4a8, b.x_w4a8_scale, stream);  // the hi rows of a split input
-    g.n = 2 * I;
-    g.k = H;
-    g.blocks = static_cast<const uint8_t*>(w.w1);
-    g.scales = static_cast<const uint8_t*>(w.w1_scale);
-    g.x = b.x_w4a8;
-    g.x_scale = b.x_w4a8_scale;
-    g.x_rows = b.routing.row_token;
-    g.y = b.z_bf16;
-    g.swiglu_bias = w.b1;
-    g.swiglu = sp;
-    mxfp4_w4a8_gemm(g, stream);
-    mxfp4_w4a8_quantize(b.z_bf16, nullptr, M, I, b.z_w4a8, b.z_w4a8_scale, stream);
-    g.swiglu_bias = nullptr;
-    g.n = H;
-    g.k = I;
-    g.blocks = static_cast<const uint8_t*>(w.w2);
-    g.scales = static_cast<const uint8_t*>(w.w2_scale);
-    g.x = b.z_w4a8;
-    g.x_scale = b.z_w4a8_scale;
-    g.x_rows = nullptr;
-    g.y = b.y;
-    mxfp4_w4a8_gemm(g, stream);
   } else if (mxfp4_stream) {
     Mxfp4GemmArgs g;
     g.num_experts = E;

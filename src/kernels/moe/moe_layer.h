@@ -42,10 +42,6 @@ struct MoeConfig {
   // defaults (moe_layer.cu).
   int mxfp4_stream_max_tokens = -1;
   int mxfp4_tiled_max_tokens = -1;
-  // MXFP4 only: above the streaming kernel and up to this many tokens, the W4A8 kernel (mxfp4_w4a8_gemm.h:
-  // e4m3 activations on FP8 wgmma) instead of the tiled bf16 one. -1: the measured default (moe_layer.cu;
-  // the environment variable ORCHID_MXFP4_W4A8_MAX_TOKENS overrides it, for A/B measurements), 0: never.
-  int mxfp4_w4a8_max_tokens = -1;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
   // Expert parallelism: the experts this rank holds and computes (routing.h); the layer weights' expert
   // tensors and biases then hold just these. Default: every expert.
@@ -59,8 +55,8 @@ enum class MoeOutput : uint8_t { kAddToResidual, kStorePart };
 
 // Which MXFP4 kernel a step of num_tokens tokens takes.
 struct Mxfp4Path {
-  enum Kind : uint8_t { kStream, kW4a8, kTiled, kConvertFp8 } kind = kStream;
-  Mxfp4TiledShape shape = Mxfp4TiledShape::kRows128;  // kTiled: CTA shape; kTiled, kW4a8: token rows per tile
+  enum Kind : uint8_t { kStream, kTiled, kConvertFp8 } kind = kStream;
+  Mxfp4TiledShape shape = Mxfp4TiledShape::kRows128;  // kTiled: CTA shape and token rows per tile
   int tile_tokens = 0;
 };
 Mxfp4Path mxfp4_path(const MoeConfig& cfg, int num_tokens);
@@ -85,14 +81,10 @@ struct MoeBuffers {
   void* permute_scratch = nullptr;
   uint8_t* a_q = nullptr;  // FP8 expert input [M, Hp] + scales [M, Hp/128]
   float* a_scale = nullptr;
-  void* a_bf16 = nullptr;     // BF16 expert input [M, H]
-  void* u = nullptr;          // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 paths)
-  void* x_mx = nullptr;       // MXFP4 tiled: the expert input in MX order, bf16 [T, H]
-  int* tiles = nullptr;       // MXFP4 tiled and W4A8: the work list (int2 per tile)
-  uint8_t* x_w4a8 = nullptr;  // MXFP4 W4A8: the expert input, e4m3 [T, H] + one scale per token
-  float* x_w4a8_scale = nullptr;
-  uint8_t* z_w4a8 = nullptr;  // MXFP4 W4A8: the SwiGLU output, e4m3 [M, I] + one scale per row
-  float* z_w4a8_scale = nullptr;
+  void* a_bf16 = nullptr;  // BF16 expert input [M, H]
+  void* u = nullptr;       // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 paths)
+  void* x_mx = nullptr;    // MXFP4 tiled: the expert input in MX order, bf16 [T, H]
+  int* tiles = nullptr;    // MXFP4 tiled: the work list (int2 per tile)
   uint8_t* z_q = nullptr;  // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
   float* z_scale = nullptr;
   void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I] (MXFP4 tiled: in MX order)

@@ -25,44 +25,6 @@ struct Mxfp4Problem {
   double ref_rms = 0;
 };
 
-// The fp64 reference of problem p on activations xf [x_rows, k] (rows gathered through p.map): y = x W^T, or
-// with swiglu z = SwiGLU(u + b1) on the interleaved gate/up rows. Also its rms.
-inline std::vector<double> mxfp4_reference(const Mxfp4Problem& p, const std::vector<float>& xf, bool swiglu,
-                                           double* rms) {
-  const int E = p.experts, n = p.n, k = p.k, kb = k / 32;
-  std::vector<double> u(size_t(p.rows) * n);
-  std::vector<float> wf(size_t(n) * k), xe;
-  for (int e = 0; e < E; ++e) {
-    const int m = p.offsets[size_t(e) + 1] - p.offsets[size_t(e)];
-    if (m == 0) continue;
-    orchid::ref::mxfp4_to_float(&p.blocks[size_t(e) * n * kb * 16], &p.scales[size_t(e) * n * kb], n, k,
-                                wf.data());
-    xe.assign(size_t(m) * k, 0);
-    for (int i = 0; i < m; ++i)
-      std::copy_n(&xf[size_t(p.map[size_t(p.offsets[size_t(e)] + i)]) * k], k, &xe[size_t(i) * k]);
-    orchid::ref::gemm(m, n, k, xe.data(), k, wf.data(), nullptr, &u[size_t(p.offsets[size_t(e)]) * n]);
-  }
-  std::vector<double> ref;
-  if (swiglu) {
-    const int cols = n / 2;
-    const auto bias_f = bf16_to_floats(p.bias);
-    const kernels::SwigluParams sp;
-    ref.resize(size_t(p.rows) * cols);
-    for (int e = 0; e < E; ++e)
-      for (int r = p.offsets[size_t(e)]; r < p.offsets[size_t(e) + 1]; ++r)
-        for (int i = 0; i < cols; ++i)
-          ref[size_t(r) * cols + i] = orchid::ref::swiglu(
-              float(u[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
-              float(u[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]), sp.limit, sp.alpha);
-  } else {
-    ref = std::move(u);
-  }
-  double ss = 0;
-  for (double v : ref) ss += v * v;
-  *rms = std::sqrt(ss / double(std::max<size_t>(1, ref.size())));
-  return ref;
-}
-
 inline Mxfp4Problem make_mxfp4_problem(std::mt19937_64& rng, int n, int k, const std::vector<int>& sizes,
                                        bool gather, bool swiglu, int scale_lo = 118, int scale_hi = 124) {
   Mxfp4Problem p;
@@ -84,9 +46,37 @@ inline Mxfp4Problem make_mxfp4_problem(std::mt19937_64& rng, int n, int k, const
     if (std::fabs(bf16_to_float(v)) < std::ldexp(1.0f, -14)) v = 0;
   p.map.assign(size_t(std::max(p.rows, 1)), 0);
   for (int r = 0; r < p.rows; ++r) p.map[size_t(r)] = gather ? (r * 7 + 3) % p.x_rows : r;
+  const auto xf = bf16_to_floats(p.x);
+
+  std::vector<double> u(size_t(p.rows) * n);
+  std::vector<float> wf(size_t(n) * k), xe;
+  for (int e = 0; e < E; ++e) {
+    const int m = sizes[size_t(e)];
+    if (m == 0) continue;
+    orchid::ref::mxfp4_to_float(&p.blocks[size_t(e) * n * kb * 16], &p.scales[size_t(e) * n * kb], n, k,
+                                wf.data());
+    xe.assign(size_t(m) * k, 0);
+    for (int i = 0; i < m; ++i)
+      std::copy_n(&xf[size_t(p.map[size_t(p.offsets[size_t(e)] + i)]) * k], k, &xe[size_t(i) * k]);
+    orchid::ref::gemm(m, n, k, xe.data(), k, wf.data(), nullptr, &u[size_t(p.offsets[size_t(e)]) * n]);
+  }
   p.bias = random_bf16(rng, size_t(E) * n, 1.0f);
   p.out_cols = swiglu ? n / 2 : n;
-  p.ref = mxfp4_reference(p, bf16_to_floats(p.x), swiglu, &p.ref_rms);
+  if (swiglu) {
+    const auto bias_f = bf16_to_floats(p.bias);
+    const kernels::SwigluParams sp;
+    p.ref.resize(size_t(p.rows) * p.out_cols);
+    for (int e = 0; e < E; ++e)
+      for (int r = p.offsets[size_t(e)]; r < p.offsets[size_t(e) + 1]; ++r)
+        for (int i = 0; i < p.out_cols; ++i)
+          p.ref[size_t(r) * p.out_cols + i] = orchid::ref::swiglu(
+              float(u[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
+              float(u[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]), sp.limit, sp.alpha);
+  } else {
+    p.ref = std::move(u);
+  }
+  for (double v : p.ref) p.ref_rms += v * v;
+  p.ref_rms = std::sqrt(p.ref_rms / double(std::max<size_t>(1, p.ref.size())));
   return p;
 }
 
