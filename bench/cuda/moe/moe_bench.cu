@@ -503,7 +503,7 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
                               {MoeWeights::kMxfp4, "mxfp4-via-fp8", 0, 0, kAll},
                               {MoeWeights::kFp8, "fp8", -1, -1, kAll},
                               {MoeWeights::kBf16, "bf16", -1, -1, kAll}};
-  std::vector<int> token_counts = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 8192};
+  std::vector<int> token_counts = {1, 2, 4, 8, 32, 64, 128, 256, 512, 1024, 2048, 8192};
   if (o.quick) token_counts = {1, 64, 256, 1024, 8192};
   if (!o.quick) token_counts.push_back(32768);
   for (const Variant& v : variants) {

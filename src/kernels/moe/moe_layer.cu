@@ -27,9 +27,9 @@ struct TileChoice {
   Mxfp4TiledShape shape;
   int tile_tokens;
 };
-constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows128, 16},
+constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows256, 16},
                                      {24, Mxfp4TiledShape::kRows256, 32},
-                                     {1 << 30, Mxfp4TiledShape::kRows128, 48}};
+                                     {1 << 30, Mxfp4TiledShape::kRows256, 48}};
 
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;

@@ -5,30 +5,39 @@
 // FLOPs: 2 * 1024 * (5760 + 2880) * 2880 = 51 GFLOP per layer -> 0.10 ms at ~500 TFLOP/s (mma.sync f16).
 // Weights are read once per (row tile, token tile): with one token tile per expert (decode) exactly once.
 //
-// What bounds it is instruction issue (ncu, earlier version: 5.9 cycles between a warp's instructions, DRAM
-// at 19%), so the inner loop spends as few instructions per weight as it can. Per MX block and m16 tile a
-// warp issues 2 shared loads, 4 ops per bf16x2 register to place the e2m1 bits into bf16 (mxfp4_mma.cuh)
-// and 1 multiply by the block's scale, 2 scale loads and 2 IMADs; then per 8 tokens one 16-byte load and 2
-// MMAs straight into the fp32 accumulators. bf16 holds e2m1 * 2^(s-127) exactly for every scale the CTA
-// meets (the CTA's largest scale sets an exponent bias folded back in the epilogue), and the activations
-// are the model's bf16 as they are. No branch inside a chunk: the k tail is zero-filled (its scale index
-// clamped into the row), rows past n compute on zeros (the epilogue skips them), the number of token
-// n-tiles in use is a template parameter of the loop, and shared addresses are per-lane bases + constants.
+// What bounds it is instruction issue (ncu at 64 tokens, the version with all threads copying through
+// cp.async: 91 M warp instructions for one gate_up call, 0.67 issued per scheduler and cycle, DRAM at 38%;
+// the same kernel with the weight copies left out was only 15% faster, so the copies were not the wall but
+// their ~70 instructions per thread and stage were a quarter of the issue). So the copies belong to one
+// producer warp and the consumers spend as few instructions per weight as they can. Per MX block and m16
+// tile a consumer warp issues 2 shared loads, 4 ops per bf16x2 register to place the e2m1 bits into bf16
+// (mxfp4_mma.cuh) and 1 multiply by the block's scale, 2 scale loads and 2 IMADs; then per 8 tokens one
+// 16-byte load and 2 MMAs straight into the fp32 accumulators. bf16 holds e2m1 * 2^(s-127) exactly for
+// every scale the warp meets (its largest scale sets an exponent bias folded back in the epilogue), and the
+// activations are the model's bf16 as they are. The number of token n-tiles in use is a template parameter
+// of the loop and shared addresses are per-lane bases + constants.
 //
-// Structure: CTA = 8 warps = 128 or 256 weight rows of one expert x tile_tokens token rows. Each warp owns 16
-// or 32 weight rows (one or two m16 MMA tiles), dequantizes each weight once and runs it against every token
-// n-tile; each activation fragment is loaded once per warp and used by its m-tiles. A cp.async pipeline of
-// 3-4 stages holds 4 MX blocks (k 128) of the weight rows and of the token rows each; the MX scales of the
-// CTA's rows are loaded once, with the first stage.
+// Structure: CTA = 8 consumer warps = 128 or 256 weight rows of one expert x tile_tokens token rows, plus a
+// producer warp. Each consumer warp owns 16 or 32 weight rows (one or two m16 MMA tiles), dequantizes each
+// weight once and runs it against every token n-tile; each activation fragment is loaded once per warp and
+// used by its m-tiles. The producer fills a ring of 2-8 stages (as deep as two CTAs per SM allow) of 4 MX
+// blocks (k 128) of the weight rows and of the token rows, with one bulk copy per row and stage completed on
+// the stage's mbarrier; the consumers release a stage on a second mbarrier. The MX scales of the CTA's rows
+// come once, by one bulk copy. Nothing is zero-filled: token rows past the tile's rows and rows past n
+// compute on whatever the stage holds and the epilogue drops them (an MMA's output columns and rows are
+// independent), and the k tail of the last stage is skipped.
 //
 // NOTES: shared rows are padded so that the fragment loads of a quarter warp hit distinct banks: weight rows
 // 16 per MX block + 16 B (rows g = 0..7 at 80- or 144-byte steps cover distinct 16-byte windows of the 128),
 // token rows 64 per MX block + 64 B.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
 #include "kernels/common/pdl.cuh"
@@ -43,25 +52,55 @@ namespace {
 
 using namespace mxfp4_detail;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kConsumerWarps = 8;                    // dequantize and multiply
+constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + one producer warp issuing the bulk copies
+constexpr int kMaxStages = 8;
+// Shared memory one CTA may take so that two fit on an SM (228 KB less the per-CTA reserve).
+constexpr int kSmemBudget = 112 * 1024;
+// Scale bytes the stage count is planned for (k = 2880, the gpt-oss experts); a larger k gets fewer CTAs
+// per SM, not a failure.
+constexpr int kPlannedKmx = 90;
 
-// A CTA shape: kMTiles m16 tiles of weight rows per warp, kChunkMx MX blocks (of 32 k) per pipeline stage,
-// kStages stages. Rows per CTA = 8 warps x 16 x kMTiles. kMinBlocks: CTAs per SM the registers are capped
-// for (2: at most 128 per thread).
-template <int kMTiles_, int kChunkMx_, int kStages_, int kMinBlocks_>
+// A CTA shape: kMTiles m16 tiles of weight rows per consumer warp, kChunkMx MX blocks (of 32 k) per ring
+// stage. Rows per CTA = 8 warps x 16 x kMTiles. kMinBlocks: CTAs per SM the registers are capped for. The
+// ring is as deep as two CTAs per SM allow for the token tile (2..8 stages).
+template <int kMTiles_, int kChunkMx_, int kMinBlocks_>
 struct Shape {
-  static constexpr int kMTiles = kMTiles_, kChunkMx = kChunkMx_, kStages = kStages_;
+  static constexpr int kMTiles = kMTiles_, kChunkMx = kChunkMx_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kRowsPerWarp = 16 * kMTiles;
-  static constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
-  static constexpr int kWRowBytes = kChunkMx * 16 + 16;      // one weight row of a stage, padded
+  static constexpr int kRowsPerCta = kConsumerWarps * kRowsPerWarp;
+  static_assert(kChunkMx * 16 == 64, "a weight row of a stage is one 64-byte swizzle span");
+  static constexpr int kWRowBytes = kChunkMx * 16;           // one weight row of a stage (swizzled)
   static constexpr int kARowBytes = kChunkMx * 32 * 2 + 64;  // one token row of a stage (bf16), padded
   static constexpr int kWStageBytes = kRowsPerCta * kWRowBytes;
-  static constexpr int stage_bytes(int nt) { return kWStageBytes + 8 * nt * kARowBytes; }
+  // Stages start 1 KB-aligned: the tensor copy's 64-byte swizzle is a function of the shared address.
+  static constexpr int stage_bytes(int nt) {
+    return (kWStageBytes + 8 * nt * kARowBytes + 1023) / 1024 * 1024;
+  }
   static constexpr int scale_bytes(int k) { return (kRowsPerCta * (k / 32) + 15) / 16 * 16; }
-  static constexpr int smem_bytes(int nt, int k) { return kStages * stage_bytes(nt) + scale_bytes(k); }
+  static constexpr int stages(int nt) {
+    const int fit = (kSmemBudget - 1024 - kRowsPerCta * kPlannedKmx - 256) / stage_bytes(nt);
+    return fit < 2 ? 2 : fit > kMaxStages ? kMaxStages : fit;
+  }
+  // The ring, the scales, then the mbarriers (dynamic too: a static part would lower the opt-in limit
+  // the launch raises the dynamic size to).
+  static constexpr int barrier_offset(int nt, int k) { return stages(nt) * stage_bytes(nt) + scale_bytes(k); }
+  // + up to 1 KB to align the ring
+  static constexpr int smem_bytes(int nt, int k) {
+    return 1024 + barrier_offset(nt, k) + (2 * stages(nt) + 1) * 8;
+  }
 };
+
+// One 2-D box of the weight tensor map (x: byte column, y: row) into shared memory, counted on `bar`.
+__device__ __forceinline__ void tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y,
+                                               uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
@@ -88,85 +127,86 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
 }
 
 template <class Sh, int kNT, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(Mxfp4TiledArgs p) {
+__global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
+    mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::kStages;
+  constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::stages(kNT);
   constexpr int kRowsPerWarp = Sh::kRowsPerWarp, kRowsPerCta = Sh::kRowsPerCta;
   constexpr int kWRowBytes = Sh::kWRowBytes, kARowBytes = Sh::kARowBytes, kWStageBytes = Sh::kWStageBytes;
   constexpr int kTokens = 8 * kNT, kStageBytes = Sh::stage_bytes(kNT);
-  constexpr int kSegsPerTok = kChunkMx * 4;  // 16-byte segments of a token row per stage
-  constexpr int kTokPerThread = (kTokens * kSegsPerTok + kThreads - 1) / kThreads;
-  constexpr int kWSegs = kRowsPerCta * kChunkMx;  // 16-byte weight segments per stage
-  constexpr int kWPerThread = kWSegs / kThreads;
-  static_assert(kWSegs % kThreads == 0, "weight segments divide over the threads");
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
   const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.x];
   const int e = tile.x;
   if (e < 0) return;
   const int rbase = p.offsets[e] + tile.y;  // first permuted row of this tile
   const int m = min(p.offsets[e + 1] - rbase, kTokens);
-  const int n = p.n, k = p.k, kmx = k / 32, nchunks = (kmx + kChunkMx - 1) / kChunkMx;
+  const int n = p.n, k = p.k, kmx = k / 32;
+  const int nfull = kmx / kChunkMx, tail = kmx % kChunkMx, nchunks = nfull + (tail > 0);
   const int n0 = blockIdx.y * kRowsPerCta;
-  const int cta_rows = min(kRowsPerCta, n - n0);
+  const int cta_rows = min(kRowsPerCta, n - n0);  // a multiple of 16
+  const int busy_warps = (cta_rows + kRowsPerWarp - 1) / kRowsPerWarp;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int warp_rows = min(kRowsPerWarp, cta_rows - warp * kRowsPerWarp);  // <= 0: idle warp
-
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [cta_rows][kmx]
-  {
-    const uint8_t* sg =
-        p.scales + (int64_t(e) * n + n0) * kmx;  // 16-byte aligned: n0 % 128 == 0, n % 16 == 0
-    for (int i = tid; i < cta_rows * kmx / 16; i += kThreads) cp_async_16(ss + 16 * i, sg + 16 * i, true);
-  }
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Sh::barrier_offset(kNT, k));
+  uint64_t* empty = full + kStages;
+  uint64_t& scales_ready = empty[kStages];
 
-  // Copy assignments, fixed for the whole loop: weight segment (row, block) pairs and token rows.
-  const uint8_t* wsrc[kWPerThread];
-  int wdst[kWPerThread], wmx[kWPerThread];
-  bool wvalid[kWPerThread];
-#pragma unroll
-  for (int q = 0; q < kWPerThread; ++q) {
-    const int seg = tid + kThreads * q, r = seg / kChunkMx, j = seg % kChunkMx;
-    wvalid[q] = r < cta_rows;
-    wmx[q] = j;
-    wdst[q] = r * kWRowBytes + j * 16;
-    wsrc[q] = p.blocks + ((int64_t(e) * n + n0 + r) * kmx + j) * 16;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], busy_warps);
+    }
+    mbar_init(&scales_ready, 1);
+    mbar_init_fence();
   }
-  const int xseg = tid % kSegsPerTok;
-  const __nv_bfloat16* xsrc[kTokPerThread];
-  bool xvalid[kTokPerThread];
-#pragma unroll
-  for (int q = 0; q < kTokPerThread; ++q) {
-    const int i = tid / kSegsPerTok + (kThreads / kSegsPerTok) * q;
-    xvalid[q] = i < kTokens && i < m;
-    int64_t src = 0;
-    if (xvalid[q]) src = p.x_rows ? p.x_rows[rbase + i] : rbase + i;
-    xsrc[q] = static_cast<const __nv_bfloat16*>(p.x) + src * k + xseg * 8;
-  }
+  __syncthreads();
 
-  auto issue = [&](int c) {
-    if (c < nchunks) {
-      uint8_t* st = smem + (c % kStages) * kStageBytes;
+  if (warp == kConsumerWarps) {
+    // Producer: the CTA's scales once, then per stage one bulk copy per weight row (the stage's MX blocks
+    // of that row, contiguous in the checkpoint layout) and one per token row (gathered through x_rows).
+    // Token rows past m and the k tail of the last stage are not copied: the consumers never read them
+    // into a result (rows past m are dropped by the epilogue, the k tail is skipped).
+    if (lane == 0) {
+      const uint32_t bytes = uint32_t(cta_rows * kmx);  // 16 * kmx * (cta_rows / 16)
+      mbar_arrive_expect_tx(&scales_ready, bytes);
+      bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
+    }
+    const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
+    constexpr int kTokPerLane = (kTokens + 31) / 32;
+    const __nv_bfloat16* xsrc[kTokPerLane];
 #pragma unroll
-      for (int q = 0; q < kWPerThread; ++q) {
-        const bool v = wvalid[q] && kChunkMx * c + wmx[q] < kmx;
-        cp_async_16(st + wdst[q], v ? wsrc[q] + c * (kChunkMx * 16) : p.blocks, v);
+    for (int q = 0; q < kTokPerLane; ++q) {
+      const int i = lane + 32 * q;
+      int64_t src = 0;
+      if (i < m) src = p.x_rows ? p.x_rows[rbase + i] : rbase + i;
+      xsrc[q] = static_cast<const __nv_bfloat16*>(p.x) + src * k;
+    }
+    for (int c = 0; c < nchunks; ++c) {
+      const int st = c % kStages;
+      if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
+      const int blocks = c < nfull ? kChunkMx : tail;
+      const uint32_t abytes = 64 * blocks;
+      uint8_t* stage = smem + st * kStageBytes;
+      if (lane == 0) {
+        // The whole box counts, the zero fill past k or past the last expert's rows included.
+        mbar_arrive_expect_tx(&full[st], kWStageBytes + m * abytes);
+        tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
       }
-      uint8_t* at = st + kWStageBytes;
-      const bool col_ok = c * (kChunkMx * 32) + xseg * 8 < k;
+      __syncwarp();
 #pragma unroll
-      for (int q = 0; q < kTokPerThread; ++q) {
-        const int i = tid / kSegsPerTok + (kThreads / kSegsPerTok) * q;
-        if (i < kTokens) {
-          const bool v = xvalid[q] && col_ok;
-          cp_async_16(at + i * kARowBytes + xseg * 16, v ? xsrc[q] + c * (kChunkMx * 32) : p.x, v);
-        }
+      for (int q = 0; q < kTokPerLane; ++q) {
+        const int i = lane + 32 * q;
+        if (i < m)
+          bulk_copy_g2s(stage + kWStageBytes + i * kARowBytes, xsrc[q] + c * (kChunkMx * 32), abytes,
+                        &full[st]);
       }
     }
-    cp_async_commit();  // empty groups too: the wait below counts groups
-  };
-
-#pragma unroll
-  for (int c = 0; c < kStages - 1; ++c) issue(c);
+    return;  // an exited thread counts as having let the next kernel start (pdl.cuh)
+  }
+  if (warp >= busy_warps) return;
+  const int warp_rows = min(kRowsPerWarp, cta_rows - warp * kRowsPerWarp);  // whole m16 tiles
 
   float acc[kMTiles][kNT][4];
 #pragma unroll
@@ -174,79 +214,84 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks) mxfp4_tiled_kernel(M
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
   const int wr0 = warp * kRowsPerWarp + g;  // this lane's row in m-tile mt: wr0 + 16 mt (+ 8)
-  // Rows past n hold zeros in shared memory (their copies are zero-filled); their scale rows are clamped
-  // into the CTA's, so their factors stay finite.
+  // A warp's last m-tile may lie past the CTA's rows (its shared rows are never written): its scale rows
+  // are clamped into the CTA's, so the factors stay finite, and the epilogue drops its results.
   const uint8_t* srow[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     srow[mt][0] = ss + min(wr0 + 16 * mt, cta_rows - 1) * kmx;
     srow[mt][1] = ss + min(wr0 + 16 * mt + 8, cta_rows - 1) * kmx;
   }
-  const int w_lane = wr0 * kWRowBytes + 4 * t, a_lane = g * kARowBytes + 16 * t;
-  uint32_t scale_base = 0;
-  int bias = 0;
+  // 64-byte swizzle: the 16-byte column j of row r sits at column j ^ ((r >> 1) & 3); the lane's rows
+  // differ by multiples of 8, so they share (g >> 1) & 3. The 8 rows g then hit distinct bank groups.
+  const int w_lane = wr0 * kWRowBytes + 4 * t, a_lane = g * kARowBytes + 16 * t, wsw = (g >> 1) & 3;
 
-  // The main loop over k, for kV token n-tiles in use (the rest of the tile is empty).
+  // The largest scale of the warp's rows: bf16 holds 2^(s-1-bias) for each of them when
+  // bias = max(0, smax - 128) (the warp's rows are 16 * kmx-byte aligned: whole uint4s).
+  mbar_wait(&scales_ready, 0);
+  int bias;
+  {
+    const uint4* rows4 = reinterpret_cast<const uint4*>(ss + warp * kRowsPerWarp * kmx);
+    uint32_t mx4 = 0;
+    for (int i = lane; i < warp_rows * kmx / 16; i += 32) {
+      const uint4 q = rows4[i];
+      mx4 = __vmaxu4(mx4, __vmaxu4(__vmaxu4(q.x, q.y), __vmaxu4(q.z, q.w)));
+    }
+    const uint32_t smax = max(max(mx4 & 0xffu, (mx4 >> 8) & 0xffu), max((mx4 >> 16) & 0xffu, mx4 >> 24));
+    bias = max(0, int(__reduce_max_sync(0xffffffffu, smax)) - 128);
+  }
+  const uint32_t scale_base = uint32_t(126 - bias) * 0x00800080u;
+
+  // The main loop over k, for kV token n-tiles in use (the rest of the tile is never read into a result).
   auto run = [&](auto v) {
     constexpr int kV = decltype(v)::value;
-    for (int c = 0; c < nchunks; ++c) {
-      cp_async_wait<kStages - 2>();  // chunk c (and the scales) of this thread have landed
-      __syncthreads();               // ... and of every thread; chunk c - 1's stage is free again
-      if (c == 0 && warp_rows > 0) {
-        // The largest scale of the warp's rows: bf16 holds 2^(s-1-bias) for each of them when
-        // bias = max(0, smax - 128) (the warp's rows are 16 * kmx-byte aligned: whole uint4s).
-        const uint4* rows4 = reinterpret_cast<const uint4*>(ss + warp * kRowsPerWarp * kmx);
-        uint32_t mx4 = 0;
-        for (int i = lane; i < warp_rows * kmx / 16; i += 32) {
-          const uint4 q = rows4[i];
-          mx4 = __vmaxu4(mx4, __vmaxu4(__vmaxu4(q.x, q.y), __vmaxu4(q.z, q.w)));
-        }
-        const uint32_t smax = max(max(mx4 & 0xffu, (mx4 >> 8) & 0xffu), max((mx4 >> 16) & 0xffu, mx4 >> 24));
-        bias = max(0, int(__reduce_max_sync(0xffffffffu, smax)) - 128);
-        scale_base = uint32_t(126 - bias) * 0x00800080u;
-      }
-      issue(c + kStages - 1);
-      if (warp_rows <= 0) continue;
-      const uint8_t* wst = smem + (c % kStages) * kStageBytes + w_lane;
-      const uint8_t* ast = smem + (c % kStages) * kStageBytes + kWStageBytes + a_lane;
+    // One MX block (32 k) of the stage at wst / ast.
+    auto block = [&](const uint8_t* wst, const uint8_t* ast, int j, int mx) {
+      uint32_t a[kMTiles][8];
 #pragma unroll
-      for (int j = 0; j < kChunkMx; ++j) {
-        // Past k the weights and tokens are zero-filled; the scale index stays in the row.
-        const int mx = min(kChunkMx * c + j, kmx - 1);
-        uint32_t a[kMTiles][8];
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const uint32_t wa = lds32(wst + (16 * mt) * kWRowBytes + (j ^ wsw) * 16);
+        const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + (j ^ wsw) * 16);
+        const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
+        const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
+        a[mt][0] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wa), sa);
+        a[mt][1] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wb), sb);
+        a[mt][2] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wa), sa);
+        a[mt][3] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wb), sb);
+        a[mt][4] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wa), sa);
+        a[mt][5] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wb), sb);
+        a[mt][6] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wa), sa);
+        a[mt][7] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wb), sb);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kV; ++nt) {
+        const uint4 xb = *reinterpret_cast<const uint4*>(ast + nt * 8 * kARowBytes + j * 64);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          const uint32_t wa = lds32(wst + (16 * mt) * kWRowBytes + j * 16);
-          const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + j * 16);
-          const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
-          const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
-          a[mt][0] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wa), sa);
-          a[mt][1] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wb), sb);
-          a[mt][2] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wa), sa);
-          a[mt][3] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wb), sb);
-          a[mt][4] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wa), sa);
-          a[mt][5] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wb), sb);
-          a[mt][6] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wa), sa);
-          a[mt][7] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wb), sb);
-        }
-#pragma unroll
-        for (int nt = 0; nt < kV; ++nt) {
-          const uint4 xb = *reinterpret_cast<const uint4*>(ast + nt * 8 * kARowBytes + j * 64);
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) {
-            // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
-            mma_m16n8k16_bf16(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
-            mma_m16n8k16_bf16(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
-          }
+          // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
+          mma_m16n8k16_bf16(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
+          mma_m16n8k16_bf16(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
         }
       }
+    };
+    for (int c = 0; c < nchunks; ++c) {
+      const int st = c % kStages;
+      mbar_wait(&full[st], (c / kStages) & 1);
+      const uint8_t* wst = smem + st * kStageBytes + w_lane;
+      const uint8_t* ast = smem + st * kStageBytes + kWStageBytes + a_lane;
+      if (c < nfull) {
+#pragma unroll
+        for (int j = 0; j < kChunkMx; ++j) block(wst, ast, j, kChunkMx * c + j);
+      } else {
+        for (int j = 0; j < tail; ++j) block(wst, ast, j, kChunkMx * c + j);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);
     }
   };
   const int valid_nt = (m + 7) / 8;  // n-tiles that hold a token row (1..kNT)
   with_used_tiles<kNT>(valid_nt, run);
-  cp_async_wait<0>();
   pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
-  if (warp_rows <= 0) return;
 
   const float unbias = __uint_as_float(uint32_t(127 + bias) << 23);  // 2^bias
   const int valid_mt = warp_rows / 16;
@@ -344,6 +389,38 @@ __global__ void activation_mx_kernel(const uint4* __restrict__ x, int64_t groups
 template <class Sh, int kNT, bool kSwiglu>
 struct TiledKernelTag {};
 
+// The driver's tensor-map encoder, through the runtime's entry-point lookup (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    ORCHID_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    ORCHID_KERNEL_REQUIRE(found == cudaDriverEntryPointSuccess && f != nullptr,
+                          "mxfp4_tiled_gemm: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The expert blocks as a 2-D byte tensor [E * n rows][k / 32 * 16 bytes]; one box = one stage's weights
+// (64 bytes = 4 MX blocks of each of the CTA's rows), 64-byte swizzled. Encoded per launch on the host
+// (a graph captures it by value with the kernel's parameters).
+CUtensorMap weight_tensor_map(const Mxfp4TiledArgs& p, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(p.k / 32 * 16), cuuint64_t(p.num_experts) * cuuint64_t(p.n)};
+  const cuuint64_t strides[1] = {cuuint64_t(p.k / 32 * 16)};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(p.blocks), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  ORCHID_KERNEL_REQUIRE(r == CUDA_SUCCESS,
+                        "mxfp4_tiled_gemm: cuTensorMapEncodeTiled failed on the expert blocks");
+  return map;
+}
+
 template <class Sh, int kNT, bool kSwiglu>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   const int bytes = Sh::smem_bytes(kNT, p.k);
@@ -353,7 +430,8 @@ void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
   ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu>>(kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
-  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p);
+  const CUtensorMap wmap = weight_tensor_map(p, Sh::kRowsPerCta);
+  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap);
 }
 
 template <class Sh, bool kSwiglu>
@@ -376,9 +454,9 @@ template <bool kSwiglu>
 void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   switch (p.cta_shape) {
     case Mxfp4TiledShape::kRows128:
-      return dispatch_tokens<Shape<1, 4, 4, 2>, kSwiglu>(p, stream);
+      return dispatch_tokens<Shape<1, 4, 2>, kSwiglu>(p, stream);
     case Mxfp4TiledShape::kRows256:
-      return dispatch_tokens<Shape<2, 4, 3, 2>, kSwiglu>(p, stream);
+      return dispatch_tokens<Shape<2, 4, 2>, kSwiglu>(p, stream);
   }
   ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: unknown CTA shape");
 }

@@ -40,10 +40,11 @@ void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int*
 // k % 8 == 0.
 void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream);
 
-// CTA shapes (weight rows per CTA): 256 rows re-read the token rows half as often as 128, 128 rows take
-// less shared memory per CTA (their 4-stage pipeline against 256's 3). moe_bench times both; mxfp4_path
-// picks from its table. (Measured and dropped: 512 rows at one CTA per SM, 2x slower (with the earlier
-// f16 MMAs); 128 rows with stages of k 256 (128-byte reads per weight row, 3 stages), 5-25% slower.)
+// CTA shapes (weight rows per CTA): 256 rows copy and re-read the token rows half as often as 128 (one bulk
+// copy per token row and stage), 128 rows take less shared memory per stage (a deeper ring). moe_bench
+// times both; mxfp4_path picks from its table (256 rows won every decode size measured with the producer
+// warp). (Measured and dropped: 512 rows at one CTA per SM, 2x slower (with the earlier f16 MMAs); 128
+// rows with stages of k 256 (128-byte reads per weight row, 3 stages), 5-25% slower (cp.async version).)
 enum class Mxfp4TiledShape : uint8_t { kRows128, kRows256 };
 
 struct Mxfp4TiledArgs {

@@ -1,0 +1,60 @@
+// Hopper bulk copies (the TMA unit's 1-D form, no tensor map) into shared memory, completed on an mbarrier.
+// One thread moves kilobytes with one instruction, and the bytes in flight are not bounded by registers or
+// by the per-thread load slots: what a weight stream needs to reach HBM bandwidth with one CTA per SM.
+//
+// Protocol of a ring stage: the producer arms `full` with the bytes it will copy (arrive + expect_tx), issues
+// the copies, and the consumers wait on `full`'s phase; they release the stage by arriving on `empty`, which
+// the producer waits on before the stage's next fill. Phases alternate parity 0, 1, 0, ...
+#pragma once
+
+#include <cstdint>
+
+namespace orchid::kernels {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+
+// Makes the initialized barriers visible to the async (TMA) proxy; then a __syncthreads() for the threads.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// One arrival that also announces `bytes` of bulk copies to complete this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Waits until the phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "ORCHID_MBAR_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra ORCHID_MBAR_WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's shared memory;
+// completion is counted on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+}  // namespace orchid::kernels
