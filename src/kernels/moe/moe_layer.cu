@@ -17,9 +17,9 @@ size_t align256(size_t x) {
 }
 
 // Measured defaults (bench/RESULTS.md, moe_bench "mxfp4 stream", "mxfp4 tiled" and "moe layer mxfp4-*" on
-// an H200, gpt-oss-20b shapes, and `orchid bench decode` steps at batch 1-16): the streaming kernel wins up to
-// 2 tokens (the tiled kernel with its producer warp from 4: decode step at batch 8 4.33 ms against 4.71), the
-// FP8 conversion path (twice the tensor rate) from ~1024 tokens on, the tiled kernel in between.
+// an H200, gpt-oss-20b shapes, and `orchid bench decode` steps at batch 1-16): the streaming kernel wins up
+// to 2 tokens (the tiled kernel with its producer warp from 4: decode step at batch 8 4.33 ms against 4.71),
+// the FP8 conversion path (twice the tensor rate) from ~1024 tokens on, the tiled kernel in between.
 constexpr int kStreamMaxTokens = 2;
 constexpr int kTiledMaxTokens = 1024;
 // Tiled: the CTA shape and tile of token rows by the average rows per expert (T * k / E), smallest first.
