@@ -447,8 +447,9 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
               a.max_tiles = max_tiles;
               a.blocks = ex.b(i);
               a.scales = ex.s(i);
-              a.x = x16.p;
-              a.x_rows = proj == 0 ? r.row_token : nullptr;
+              a.x = x16.p;  // the permuted rows (the layer gathers them in mxfp4_activation_mx)
+              a.x_rows = nullptr;
+              a.x_row_count = M;
               a.y = y.p;
               a.swiglu_bias = proj == 0 ? b1.p : nullptr;
               mxfp4_tiled_gemm(a, s);

@@ -80,7 +80,7 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   }
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
   if (needs_tiled(c)) {
-    b.x_mx = take(T * H * 2);
+    b.x_mx = take(std::min(T, size_t(tiled_max(c))) * K * H * 2);  // the permuted rows, gathered
     b.tiles =
         static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), kMxfp4TileTokens[0])) * 8));
   }
@@ -201,13 +201,16 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.tiles = b.tiles;
     g.max_tiles = mxfp4_tiled_max_tiles(M, E, path.tile_tokens);
     mxfp4_tiled_plan(b.routing.offsets, E, g.tile_tokens, b.tiles, g.max_tiles, stream);  // both GEMMs
-    mxfp4_activation_mx(h, T, H, b.x_mx, stream);  // the hi rows of a split input
+    // The permuted rows gathered once (the hi rows of a split input), so that the GEMM copies a tile's
+    // token rows as tensor boxes.
+    mxfp4_activation_mx(h, M, H, b.x_mx, stream, b.routing.row_token);
     g.n = 2 * I;
     g.k = H;
     g.blocks = static_cast<const uint8_t*>(w.w1);
     g.scales = static_cast<const uint8_t*>(w.w1_scale);
     g.x = b.x_mx;
-    g.x_rows = b.routing.row_token;
+    g.x_rows = nullptr;
+    g.x_row_count = M;
     g.y = b.z_bf16;  // z in MX order: the down GEMM's input as is
     g.swiglu_bias = w.b1;
     g.swiglu = sp;

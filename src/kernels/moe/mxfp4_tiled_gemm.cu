@@ -21,20 +21,24 @@
 // producer warp. Each consumer warp owns 16 or 32 weight rows (one or two m16 MMA tiles), dequantizes each
 // weight once and runs it against every token n-tile; each activation fragment is loaded once per warp and
 // used by its m-tiles. The producer fills a ring of 2-8 stages (as deep as two CTAs per SM allow) of 4 MX
-// blocks (k 128) of the weight rows and of the token rows, with one bulk copy per row and stage completed on
-// the stage's mbarrier; the consumers release a stage on a second mbarrier. The MX scales of the CTA's rows
-// come once, by one bulk copy. Nothing is zero-filled: token rows past the tile's rows and rows past n
-// compute on whatever the stage holds and the epilogue drops them (an MMA's output columns and rows are
-// independent), and the k tail of the last stage is skipped.
+// blocks (k 128) of the weight rows and of the token rows, completed on the stage's mbarrier; the consumers
+// release a stage on a second mbarrier. The weights of a stage are one 2-D tensor copy (box 64 bytes x the
+// CTA's rows): one bulk copy per 64-byte row was 4.5x slower, the copy engine's cost is per request. The
+// token rows are one tensor copy per MX block when x holds the permuted rows contiguously (x_row_count;
+// the MoE layer gathers them in mxfp4_activation_mx), else one bulk copy per row. The MX scales of the
+// CTA's rows come once, by one bulk copy. Nothing is zero-filled: token rows past the tile's rows and rows
+// past n compute on whatever the stage holds and the epilogue drops them (an MMA's output columns and rows
+// are independent), and the k tail of the last stage is skipped.
 //
-// NOTES: shared rows are padded so that the fragment loads of a quarter warp hit distinct banks: weight rows
-// 16 per MX block + 16 B (rows g = 0..7 at 80- or 144-byte steps cover distinct 16-byte windows of the 128),
-// token rows 64 per MX block + 64 B.
+// NOTES: the tensor copies use the 64-byte swizzle (the 16-byte column c of a 64-byte row r lands at
+// c ^ ((r >> 1) & 3)), so that the fragment loads of a quarter warp hit distinct banks; the bulk-copied
+// token rows are padded to 64 per MX block + 64 B for the same reason.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "kernels/common/bulk_copy.cuh"
@@ -126,9 +130,12 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
   }
 }
 
-template <class Sh, int kNT, bool kSwiglu>
+// kTokenBoxes: the token rows are contiguous (x_rows null) and come as one tensor copy per MX block of a
+// stage (box 64 bytes x the tile's rows, 64-byte swizzled); otherwise one bulk copy per token row, padded.
+template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
-    mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap) {
+    mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
+                       const __grid_constant__ CUtensorMap xmap) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::stages(kNT);
   constexpr int kRowsPerWarp = Sh::kRowsPerWarp, kRowsPerCta = Sh::kRowsPerCta;
@@ -189,6 +196,17 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       const int blocks = c < nfull ? kChunkMx : tail;
       const uint32_t abytes = 64 * blocks;
       uint8_t* stage = smem + st * kStageBytes;
+      if constexpr (kTokenBoxes) {
+        if (lane == 0) {
+          // Whole boxes count, the zero fill past k or past the last rows included.
+          mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * (kTokens * 64));
+          tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
+          for (int j = 0; j < blocks; ++j)
+            tensor_copy_2d(stage + kWStageBytes + j * (kTokens * 64), &xmap, (c * kChunkMx + j) * 64, rbase,
+                           &full[st]);
+        }
+        continue;
+      }
       if (lane == 0) {
         // The whole box counts, the zero fill past k or past the last expert's rows included.
         mbar_arrive_expect_tx(&full[st], kWStageBytes + m * abytes);
@@ -224,7 +242,14 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   }
   // 64-byte swizzle: the 16-byte column j of row r sits at column j ^ ((r >> 1) & 3); the lane's rows
   // differ by multiples of 8, so they share (g >> 1) & 3. The 8 rows g then hit distinct bank groups.
-  const int w_lane = wr0 * kWRowBytes + 4 * t, a_lane = g * kARowBytes + 16 * t, wsw = (g >> 1) & 3;
+  const int wsw = (g >> 1) & 3;
+  const int w_lane = wr0 * kWRowBytes + 4 * t;
+  // Token rows: padded rows (kARowBytes, MX block j at 64 j), or per MX block j a swizzled box of 64-byte
+  // rows (row 8 nt + g at 64 (8 nt + g), its 16-byte column t at t ^ wsw: a quarter warp's two rows fall in
+  // the two halves of the banks, its four columns in distinct quarters).
+  constexpr int kANtStride = kTokenBoxes ? 8 * 64 : 8 * kARowBytes;
+  constexpr int kABlockStride = kTokenBoxes ? kTokens * 64 : 64;
+  const int a_lane = kTokenBoxes ? g * 64 + 16 * (t ^ wsw) : g * kARowBytes + 16 * t;
 
   // The largest scale of the warp's rows: bf16 holds 2^(s-1-bias) for each of them when
   // bias = max(0, smax - 128) (the warp's rows are 16 * kmx-byte aligned: whole uint4s).
@@ -265,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       }
 #pragma unroll
       for (int nt = 0; nt < kV; ++nt) {
-        const uint4 xb = *reinterpret_cast<const uint4*>(ast + nt * 8 * kARowBytes + j * 64);
+        const uint4 xb = *reinterpret_cast<const uint4*>(ast + nt * kANtStride + j * kABlockStride);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
@@ -378,15 +403,21 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
   }
 }
 
-__global__ void activation_mx_kernel(const uint4* __restrict__ x, int64_t groups, uint4* __restrict__ out) {
+__global__ void activation_mx_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map,
+                                     int groups_per_row, int64_t groups, uint4* __restrict__ out) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
        i += int64_t(gridDim.x) * blockDim.x) {
-    out[i] = bf16x8_to_mx_order(x[i]);
+    int64_t src = i;
+    if (row_map) {
+      const int64_t r = i / groups_per_row;
+      src = int64_t(row_map[r]) * groups_per_row + (i - r * groups_per_row);
+    }
+    out[i] = bf16x8_to_mx_order(x[src]);
   }
 }
 
-template <class Sh, int kNT, bool kSwiglu>
+template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
 struct TiledKernelTag {};
 
 // The driver's tensor-map encoder, through the runtime's entry-point lookup (no link against libcuda).
@@ -403,35 +434,50 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// The expert blocks as a 2-D byte tensor [E * n rows][k / 32 * 16 bytes]; one box = one stage's weights
-// (64 bytes = 4 MX blocks of each of the CTA's rows), 64-byte swizzled. Encoded per launch on the host
-// (a graph captures it by value with the kernel's parameters).
-CUtensorMap weight_tensor_map(const Mxfp4TiledArgs& p, int box_rows) {
+// A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
+// swizzled. Encoded per launch on the host (a graph captures it by value with the kernel's parameters).
+CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes, int box_rows,
+                            const char* what) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(p.k / 32 * 16), cuuint64_t(p.num_experts) * cuuint64_t(p.n)};
-  const cuuint64_t strides[1] = {cuuint64_t(p.k / 32 * 16)};
+  const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
   const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(p.blocks), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
+                           box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   ORCHID_KERNEL_REQUIRE(r == CUDA_SUCCESS,
-                        "mxfp4_tiled_gemm: cuTensorMapEncodeTiled failed on the expert blocks");
+                        std::string("mxfp4_tiled_gemm: cuTensorMapEncodeTiled failed on ") + what);
   return map;
+}
+
+template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
+void launch_shape(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+  const int bytes = Sh::smem_bytes(kNT, p.k);
+  ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
+                        "mxfp4_tiled_gemm: k too large for the shared scale tile");
+  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTokenBoxes>;
+  // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
+  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTokenBoxes>>(kernel,
+                                                                     device_info().max_smem_per_block_optin);
+  const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
+  // The expert blocks as [E * n rows][k / 32 * 16 bytes]: one box = one stage's weights (4 MX blocks of
+  // each of the CTA's rows); the tokens as [x_row_count][2 k bytes], one box = one MX block of the tile.
+  const CUtensorMap wmap = byte_tensor_map(p.blocks, uint64_t(p.num_experts) * uint64_t(p.n),
+                                           uint64_t(p.k / 32 * 16), Sh::kRowsPerCta, "the expert blocks");
+  const CUtensorMap xmap = kTokenBoxes ? byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k) * 2,
+                                                         8 * kNT, "the token rows")
+                                       : wmap;
+  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
 }
 
 template <class Sh, int kNT, bool kSwiglu>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
-  const int bytes = Sh::smem_bytes(kNT, p.k);
-  ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
-                        "mxfp4_tiled_gemm: k too large for the shared scale tile");
-  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu>;
-  // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu>>(kernel, device_info().max_smem_per_block_optin);
-  const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
-  const CUtensorMap wmap = weight_tensor_map(p, Sh::kRowsPerCta);
-  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap);
+  if (p.x_rows == nullptr && p.x_row_count > 0)
+    launch_shape<Sh, kNT, kSwiglu, true>(p, stream);
+  else
+    launch_shape<Sh, kNT, kSwiglu, false>(p, stream);
 }
 
 template <class Sh, bool kSwiglu>
@@ -479,13 +525,13 @@ void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int*
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream) {
+void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream, const int* row_map) {
   ORCHID_KERNEL_REQUIRE(k % 8 == 0, "mxfp4_activation_mx: k must be a multiple of 8");
   const int64_t groups = int64_t(rows) * (k / 8);
   if (groups == 0) return;
   const int blocks = int(std::min<int64_t>((groups + 255) / 256, 4 * device_info().sm_count));
-  launch_pdl(activation_mx_kernel, dim3(blocks), dim3(256), 0, stream, static_cast<const uint4*>(x), groups,
-             static_cast<uint4*>(out));
+  launch_pdl(activation_mx_kernel, dim3(blocks), dim3(256), 0, stream, static_cast<const uint4*>(x), row_map,
+             k / 8, groups, static_cast<uint4*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

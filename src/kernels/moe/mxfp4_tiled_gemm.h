@@ -36,9 +36,11 @@ int mxfp4_tiled_max_tiles(int rows, int num_experts, int tile_tokens);
 void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int* tiles, int max_tiles,
                       cudaStream_t stream);
 
-// out[r, :] = x[r, :] in MX order (each group of 8 columns stored as [0,4,1,5,2,6,3,7]); bf16 [rows, k],
-// k % 8 == 0.
-void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream);
+// out[r, :] = x[src(r), :] in MX order (each group of 8 columns stored as [0,4,1,5,2,6,3,7]); bf16, out
+// [rows, k], k % 8 == 0; src(r) = row_map[r] (device [rows]) or r. Gathering here lets the GEMM copy the
+// token rows of a tile as boxes (x_row_count below).
+void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream,
+                         const int* row_map = nullptr);
 
 // CTA shapes (weight rows per CTA): 256 rows copy and re-read the token rows half as often as 128 (one bulk
 // copy per token row and stage), 128 rows take less shared memory per stage (a deeper ring). moe_bench
@@ -59,7 +61,10 @@ struct Mxfp4TiledArgs {
   const uint8_t* scales = nullptr;  // [E, n, k/32] e8m0
   const void* x = nullptr;          // bf16 [*, k], MX order
   const int* x_rows = nullptr;      // device [M] or nullptr
-  void* y = nullptr;                // bf16 [M, n]; with swiglu_bias: z, bf16 [M, n/2] in MX order
+  // Rows of x when x_rows is null: then the token rows of a stage come as tensor copies (x must hold every
+  // permuted row). 0: one bulk copy per token row.
+  int x_row_count = 0;
+  void* y = nullptr;  // bf16 [M, n]; with swiglu_bias: z, bf16 [M, n/2] in MX order
   // Fused gate_up epilogue (optional): rows 2i / 2i+1 of W are gate / up (the checkpoint's interleaving);
   // z[r, i] = swiglu(acc[2i] + b[e, 2i], acc[2i+1] + b[e, 2i+1]) as in moe_swiglu_bf16, from the fp32 sums.
   const void* swiglu_bias = nullptr;  // bf16 [E, n]

@@ -108,39 +108,45 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
   dmap.upload(p.map);
   dbias.upload(p.bias);
   mxfp4_activation_mx(dx.get(), p.x_rows, c.k, dx16.get(), nullptr);
+  // The permuted rows gathered by the activation kernel: the GEMM's token-box path reads them.
+  DeviceBuffer<uint16_t> dxg(size_t(std::max(M, 1)) * c.k);
+  mxfp4_activation_mx(dx.get(), M, c.k, dxg.get(), nullptr, c.gather ? dmap.get() : nullptr);
   const int max_tiles = mxfp4_tiled_max_tiles(M, E, c.tile_tokens);
   DeviceBuffer<int> dtiles(size_t(2 * std::max(max_tiles, 1)));
   mxfp4_tiled_plan(doff.get(), E, c.tile_tokens, dtiles.get(), max_tiles, nullptr);
   DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * p.out_cols);
   const std::pair<Mxfp4TiledShape, const char*> shapes[] = {{Mxfp4TiledShape::kRows128, "rows128"},
                                                             {Mxfp4TiledShape::kRows256, "rows256"}};
-  for (const auto& [shape, shape_name] : shapes) {
-    orchid::testing::poison(dy);
-    Mxfp4TiledArgs a;
-    a.cta_shape = shape;
-    a.num_experts = E;
-    a.n = c.n;
-    a.k = c.k;
-    a.tile_tokens = c.tile_tokens;
-    a.offsets = doff.get();
-    a.tiles = dtiles.get();
-    a.max_tiles = max_tiles;
-    a.blocks = db.get();
-    a.scales = ds.get();
-    a.x = dx16.get();
-    a.x_rows = c.gather ? dmap.get() : nullptr;
-    a.y = dy.get();
-    a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
-    mxfp4_tiled_gemm(a, nullptr);
-    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-    auto raw = dy.download();
-    raw.resize(size_t(M) * p.out_cols);
-    const auto got = orchid::testing::bf16_to_floats(
-        c.swiglu ? orchid::testing::from_mx_order(raw, size_t(p.out_cols)) : raw);
-    // bf16 output keeps 8 bits: the relative bound is the output rounding's.
-    const std::string name = std::string(c.name) + " " + shape_name;
-    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-  }
+  for (const auto& [shape, shape_name] : shapes)
+    for (const bool boxes : {false, true}) {
+      orchid::testing::poison(dy);
+      Mxfp4TiledArgs a;
+      a.cta_shape = shape;
+      a.num_experts = E;
+      a.n = c.n;
+      a.k = c.k;
+      a.tile_tokens = c.tile_tokens;
+      a.offsets = doff.get();
+      a.tiles = dtiles.get();
+      a.max_tiles = max_tiles;
+      a.blocks = db.get();
+      a.scales = ds.get();
+      a.x = boxes ? dxg.get() : dx16.get();
+      a.x_rows = !boxes && c.gather ? dmap.get() : nullptr;
+      a.x_row_count = boxes ? M : 0;
+      a.y = dy.get();
+      a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
+      mxfp4_tiled_gemm(a, nullptr);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      auto raw = dy.download();
+      raw.resize(size_t(M) * p.out_cols);
+      const auto got = orchid::testing::bf16_to_floats(
+          c.swiglu ? orchid::testing::from_mx_order(raw, size_t(p.out_cols)) : raw);
+      // bf16 output keeps 8 bits: the relative bound is the output rounding's.
+      const std::string name =
+          std::string(c.name) + " " + shape_name + (boxes ? " token-boxes" : " token-rows");
+      EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(
