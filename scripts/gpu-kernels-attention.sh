@@ -99,12 +99,13 @@ run_sanitizer memcheck "$attn_test" '*Small*:PreciseAttention.*' "memcheck atten
 run_sanitizer memcheck "$norm_test" '*Small*:*Split*' "memcheck norm *Small*, split"
 race_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallMixedStepWithPadding:PreciseAttention.Sliding*'
 ORCHID_TEST_PREFILL=mma.sync run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck mma.sync prefill+decode"
-# The wgmma prefill variant is not used by the runtime until it passes (docs/design.md); ORCHID_WGMMA=1 adds
-# its tests and racecheck here.
-if [ "${ORCHID_WGMMA:-0}" = 1 ]; then
-  ORCHID_TEST_PREFILL=wgmma run_gtest attention_kernels_test_wgmma "$attn_test" --gtest_filter='SinkAttention.*'
-  ORCHID_TEST_PREFILL=wgmma run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck wgmma prefill+decode"
-fi
+# The Hopper prefill kernel (the runtime's default) in both tile shapes, with sliding windows (64-key tiles).
+hopper_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallPrefillSlidingWindow'
+for cfg in hopper-128 hopper-192; do
+  ORCHID_TEST_PREFILL=$cfg run_sanitizer racecheck "$attn_test" "$hopper_filter" "racecheck $cfg prefill"
+  ORCHID_TEST_PREFILL=$cfg run_sanitizer memcheck "$attn_test" "$hopper_filter:SinkAttention.PrefillGqa*" \
+    "memcheck $cfg prefill"
+done
 
 if [ "$bench_too" -eq 1 ]; then
   echo "== attention_bench $quick"

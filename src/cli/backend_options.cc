@@ -49,6 +49,11 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       "--bf16-routing", bf16_routing,
       "route from BF16 activations (default: router inputs at fp32 accuracy and layer 0's attention "
       "in fp32, so near-tie experts match an fp32 model; docs/design.md)");
+  cmd->add_option("--prefill-attention", prefill_attention,
+                  "CUDA prefill attention kernel: hopper (TMA + wgmma, pages of >= 8 tokens), mma (FA2-style "
+                  "mma.sync, any page size) or auto (hopper where it applies)")
+      ->check(CLI::IsMember({"auto", "hopper", "mma"}))
+      ->capture_default_str();
   cmd->add_option(
       "--speculative-config", speculative_config,
       "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
@@ -148,6 +153,10 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.kv_pages = kv_pages;
     o.cuda_graphs = !enforce_eager;
     o.precise_routing = !bf16_routing;
+    if (prefill_attention == "hopper" && block_size < 8)
+      fail("--prefill-attention hopper needs --block-size >= 8 (got {})", block_size);
+    o.hopper_prefill_attention =
+        prefill_attention == "hopper" || (prefill_attention == "auto" && block_size >= 8);
     return std::make_unique<runtime::cuda::CudaBackend>(model, o);
   }
 #else
@@ -155,6 +164,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   if (which == "cuda") fail("--backend cuda: this orchid was built without CUDA (use the `cuda` preset)");
 #endif
   if (collectives != "auto") fail("--collectives {} is for the CUDA backend", collectives);
+  if (prefill_attention != "auto") fail("--prefill-attention {} is for the CUDA backend", prefill_attention);
   runtime::cpu::CpuBackendOptions o;
   o.page_size = block_size;
   o.max_tokens = max_model_len > 0 ? max_model_len : 8192;

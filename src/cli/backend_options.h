@@ -23,6 +23,7 @@ struct BackendOptions {
   int32_t max_num_seqs = 256;              // sequences per step
   bool enforce_eager = false;              // no CUDA graphs
   bool bf16_routing = false;               // CUDA: no precise routing
+  std::string prefill_attention = "auto";  // CUDA prefill attention kernel: auto | hopper | mma
   int tp = 1, ep = 0, dp = 1;              // parallel ranks (model/parallel.h); ep 0: every rank (TP x DP)
   // CUDA collectives: auto (none for one rank, NCCL for several GPUs), local (every rank on one GPU,
   // in-process: tests of the parallel code) or nccl (NCCL even for one rank).

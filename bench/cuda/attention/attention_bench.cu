@@ -4,7 +4,7 @@
 // L2 three times, random (never zero) data; achieved TFLOP/s (prefill: useful causal FLOPs) or GB/s (each
 // input read once, each output written once) against the measured H200 ceilings (742 TFLOP/s dense BF16,
 // 4.17 TB/s HBM). Ends with the projections that the model-level targets need.
-//   attention_bench [--quick]     (--quick: fewer and smaller shapes)
+//   attention_bench [--quick] [--prefill]   (--quick: fewer and smaller shapes; --prefill: prefill rows only)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -233,11 +233,12 @@ struct OneSequenceStep {
   std::unique_ptr<Dev<int32_t>> blob, table;
   size_t pool = 0;  // K or V pool elements
   AttentionPlan view;
-  OneSequenceStep(int num_q, int start, int ps, uint64_t seed) {
+  OneSequenceStep(int num_q, int start, int ps, uint64_t seed, int prefill_rows = kPrefillBlockM) {
     std::mt19937_64 rng(seed);
     pages = random_pages(start + num_q, ps, rng);
     PlanOptions o;
     o.sm_count = device_info().sm_count;
+    o.prefill_rows = prefill_rows;
     plan.build({{0, num_q, start, 0, 0}}, num_q, o);
     blob = std::make_unique<Dev<int32_t>>(plan.blob().size());
     table = std::make_unique<Dev<int32_t>>(pages.table.size());
@@ -250,8 +251,10 @@ struct OneSequenceStep {
 };
 
 // Prefill of `num_q` new tokens after `start` cached ones, one sequence; returns microseconds.
-double bench_prefill(int num_q, int start, int window, int ps, const char* label, PrefillVariant variant) {
-  const OneSequenceStep st(num_q, start, ps, 2);
+// `rows`: the plan's prefill tile (128, or 192 for the Hopper kernel's three consumer warpgroups).
+double bench_prefill(int num_q, int start, int window, int ps, const char* label, PrefillVariant variant,
+                     int rows = kPrefillBlockM) {
+  const OneSequenceStep st(num_q, start, ps, 2, rows);
   const size_t pool = st.pool;
   const size_t qn = size_t(num_q) * kHq * 64;
   const int sets = rotation_sets((2 * pool + 2 * qn) * 2, 4);
@@ -271,6 +274,7 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   SinkAttentionArgs a;
   a.page_table = st.table->p;
   a.page_size = ps;
+  a.num_pages = st.pages.num_pages;
   a.sinks = sinks.p;
   a.window = window;
   a.prefill_variant = variant;
@@ -292,8 +296,9 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   const double flops = 4.0 * 64 * kHq * keys;
   std::string shape = std::string(label) + " q=" + std::to_string(num_q) + "@" + std::to_string(start) +
                       (window > 0 ? " win " + std::to_string(window) : " causal") + " p" + std::to_string(ps);
-  add_row({variant == PrefillVariant::kWgmma ? "prefill_wgmma" : "prefill_mma_sync", shape, us,
-           flops / us / 1e6, 0});
+  const std::string kernel =
+      variant == PrefillVariant::kWgmma ? "prefill_hopper_" + std::to_string(rows) : "prefill_mma_sync";
+  add_row({kernel, shape, us, flops / us / 1e6, 0});
   return us;
 }
 
@@ -414,7 +419,7 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   return us;
 }
 
-int run(bool quick) {
+int run(bool quick, bool prefill_only) {
   const DeviceInfo& dev = device_info();
   cudaDeviceProp prop{};
   ORCHID_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev.device));
@@ -423,15 +428,19 @@ int run(bool quick) {
   std::printf("%-18s %-44s %11s  %-16s  %s\n", "kernel", "shape", "median_us", "achieved",
               "fraction of ceiling");
 
-  for (int64_t t : {int64_t(1), int64_t(8192), int64_t(32768)}) bench_rmsnorm(t);
-  bench_rope(8192, 16);
-  if (!quick) bench_rope(32768, 64);
+  if (!prefill_only) {
+    for (int64_t t : {int64_t(1), int64_t(8192), int64_t(32768)}) bench_rmsnorm(t);
+    bench_rope(8192, 16);
+    if (!quick) bench_rope(32768, 64);
+  }
 
   // Both prefill kernels on each shape; projections use the faster one.
   auto prefill = [](int num_q, int start, int window, int ps, const char* label) {
     const double a = bench_prefill(num_q, start, window, ps, label, PrefillVariant::kMmaSync);
-    const double b = bench_prefill(num_q, start, window, ps, label, PrefillVariant::kWgmma);
-    return std::min(a, b);
+    const double b = bench_prefill(num_q, start, window, ps, label, PrefillVariant::kWgmma, kPrefillBlockM);
+    const double c =
+        bench_prefill(num_q, start, window, ps, label, PrefillVariant::kWgmma, kPrefillBlockMHopper);
+    return std::min(a, std::min(b, c));
   };
   const double full_8k = prefill(8192, 0, 0, 16, "20b");
   const double slide_8k = prefill(8192, 0, 128, 16, "20b");
@@ -439,9 +448,11 @@ int run(bool quick) {
   if (!quick) {
     prefill(4096, 0, 0, 64, "20b");
     full_32k = prefill(32768, 0, 0, 16, "20b");
+    prefill(32768, 0, 0, 64, "20b");
     slide_32k = prefill(32768, 0, 128, 16, "20b");
     prefill(2048, 30720, 0, 16, "chunk");
   }
+  if (prefill_only) return 0;
   // The precise first layer's fp32 attention: prefill of 8k (32k) and one decode token.
   const double precise_8k = bench_precise(8192, 0, 16);
   if (!quick) bench_precise(32768, 0, 16);
@@ -484,17 +495,19 @@ int run(bool quick) {
 }  // namespace orchid::kernels::attention
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--prefill") == 0) {
+      prefill_only = true;
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--quick]\n");
+      std::fprintf(stderr, "usage: attention_bench [--quick] [--prefill]\n");
       return 2;
     }
   }
   try {
-    return orchid::kernels::attention::run(quick);
+    return orchid::kernels::attention::run(quick, prefill_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

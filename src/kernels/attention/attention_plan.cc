@@ -51,6 +51,9 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
     fail("attention plan: num_q_heads ({}) must be a positive multiple of num_kv_heads ({})", o.num_q_heads,
          o.num_kv_heads);
   const int group = o.num_q_heads / o.num_kv_heads;
+  if (o.prefill_rows != kPrefillBlockM && o.prefill_rows != kPrefillBlockMHopper)
+    fail("attention plan: prefill_rows must be {} or {}, not {}", kPrefillBlockM, kPrefillBlockMHopper,
+         o.prefill_rows);
   if (group > kPrefillBlockM)
     fail("attention plan: {} query heads per KV head is more than the {} rows of a prefill tile", group,
          kPrefillBlockM);
@@ -67,7 +70,7 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
     int32_t last_pos;
   };
   std::vector<TileWork> tiles;
-  const int tokens_per_tile = kPrefillBlockM / group;
+  const int tokens_per_tile = o.prefill_rows / group;
   const int decode_q_limit = max_decode_q(o);
   int32_t max_decode_ctx = 0, decode_q = 1;
 

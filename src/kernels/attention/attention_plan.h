@@ -54,7 +54,9 @@ struct AttentionPlan {
 };
 
 // Query rows of one prefill CTA (tokens x query heads of one KV group); the launcher and the plan agree.
+// The mma.sync kernel takes 128-row tiles; the Hopper kernel 128 or 192 (two or three consumer warpgroups).
 inline constexpr int kPrefillBlockM = 128;
+inline constexpr int kPrefillBlockMHopper = 192;
 // Query rows of a decode CTA (4 m16 tiles): a decode slot's query tokens times the query heads of one KV
 // head. Sequences that do not fit (more tokens, or a larger group) go through the prefill kernel.
 inline constexpr int kMaxDecodeRows = 64;
@@ -71,10 +73,11 @@ struct PlanSequence {
 struct PlanOptions {
   int num_q_heads = 64;
   int num_kv_heads = 8;
-  int sm_count = 132;     // the device's multiprocessors (kernels::device_info().sm_count)
-  int token_bucket = 0;   // token rows to plan for (>= tokens in the step; 0 = exactly those)
-  int seq_bucket = 0;     // sequence records to plan for (>= sequences; 0 = exactly those)
-  int decode_bucket = 0;  // decode slots (>= decodes in the step; 0 = exactly those)
+  int sm_count = 132;                 // the device's multiprocessors (kernels::device_info().sm_count)
+  int prefill_rows = kPrefillBlockM;  // query rows of a prefill tile: kPrefillBlockM or kPrefillBlockMHopper
+  int token_bucket = 0;               // token rows to plan for (>= tokens in the step; 0 = exactly those)
+  int seq_bucket = 0;                 // sequence records to plan for (>= sequences; 0 = exactly those)
+  int decode_bucket = 0;              // decode slots (>= decodes in the step; 0 = exactly those)
   int decode_splits = 0;  // KV splits per decode; 0 = chosen from the batch and the longest context
   // KV splits for sliding-window launches; 0 = decode_splits when that is given, else from `window` (a
   // window's few key tiles need fewer splits than the full layers' long contexts).

@@ -299,8 +299,13 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   ORCHID_KERNEL_REQUIRE(plan.num_kv_heads > 0 && plan.num_q_heads % plan.num_kv_heads == 0,
                         "sink_attention: bad head counts in the plan");
   const int group = plan.num_q_heads / plan.num_kv_heads;
-  ORCHID_KERNEL_REQUIRE(group <= kBlockM && plan.prefill_tokens_per_tile == kBlockM / group,
-                        "sink_attention: plan built for another prefill tile shape");
+  const bool hopper = a.prefill_variant == PrefillVariant::kWgmma;
+  ORCHID_KERNEL_REQUIRE(
+      group <= kBlockM && (hopper ? hopper_prefill_consumers(group, plan.prefill_tokens_per_tile) != 0
+                                  : plan.prefill_tokens_per_tile == kBlockM / group),
+      "sink_attention: plan built for another prefill tile shape");
+  ORCHID_KERNEL_REQUIRE(!hopper || (log2_page >= 3 && a.num_pages > 0),
+                        "sink_attention: the Hopper prefill kernel needs pages of >= 8 tokens and num_pages");
   ORCHID_KERNEL_REQUIRE(a.window >= 0, "sink_attention: negative window");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   ORCHID_KERNEL_REQUIRE(aligned(a.q) && aligned(a.k_pool) && aligned(a.v_pool) && aligned(a.out),
@@ -324,8 +329,10 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   p.scale_log2 = a.softmax_scale * kLog2e;
   const long long blocks = (long long)plan.num_prefill_tiles * plan.num_kv_heads;
   ORCHID_KERNEL_REQUIRE(blocks < (1ll << 31), "sink_attention: too many prefill tiles");
-  if (a.prefill_variant == PrefillVariant::kWgmma) {
-    launch_prefill_wgmma(p, unsigned(blocks), stream);
+  if (hopper) {
+    ORCHID_KERNEL_REQUIRE(a.num_pages * plan.num_kv_heads * a.page_size < (int64_t(1) << 31),
+                          "sink_attention: pools too large for 32-bit TMA row coordinates");
+    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(blocks), stream);
     return;
   }
   ensure_dynamic_smem<MmaSyncKernelTag>(prefill_kernel, kSmemBytes);

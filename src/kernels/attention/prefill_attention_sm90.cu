@@ -1,48 +1,108 @@
-// Prefill sink attention, Hopper version: the FA2-style kernel's tiling (128 query rows = tokens x the G
-// heads of one KV head, 64-key tiles, 3-stage cp.async ring, swizzled shared memory) with both products on
-// wgmma (m64n64k16, A from registers): S = Q K^T with K read by the tensor cores from shared memory through a
-// K-major descriptor, O += P V with V through an MN-major (transposed) descriptor. Q fragments and P stay in
-// registers, so shared memory serves only the B operands: 2 x 128 B per key per 64 rows, half of what the
-// mma.sync kernel reads per FLOP.
+// Prefill sink attention for Hopper in the FlashAttention-3 manner: a producer warp that brings Q and the K/V
+// pages in with TMA, and two or three consumer warpgroups on wgmma for both products, each overlapping its
+// softmax with its own MMAs.
 //
-// Two warpgroups per CTA (64 rows each) and two CTAs per SM: while one warpgroup does its softmax, the
-// others keep the tensor cores busy (no producer warp specialisation yet: every thread issues cp.async).
-// Each wgmma batch is waited for before its results are used; cp.async data is made visible to the async
-// proxy with fence.proxy.async before the barrier that publishes a stage.
+// Tiling. A CTA owns 64 * kConsumers query rows (128 or 192) = tokens x the G query heads of one KV head,
+// row r = (token r / G, head r % G), as the mma.sync kernel (prefill_attention.cu); consumer warpgroup c
+// owns rows 64c .. 64c + 63. Keys come in tiles of 128 (kBlockN), visited from the diagonal tile down,
+// through a ring of kStages stages with separate K and V "full" barriers (QK^T starts as soon as K has
+// landed) and one "empty" barrier per stage that every consumer warpgroup arrives on when it is done with the
+// stage.
 //
-// Napkin math: same FLOPs and bytes as the mma.sync kernel (prefill_attention.cu). The target is the
-// 350 TFLOP/s that the 1.0 s gpt-oss-20b 32k prefill needs; wgmma's dense rate is ~1.5x that of mma.sync.
+// Loads. Q: one 3-D box [tokens][G heads][64] of the q tensor. K and V: one 2-D box per page (page_size rows
+// of 128 bytes; a page is contiguous per KV head, kv_layout.h), 128-byte swizzled by the TMA unit, which is
+// the layout wgmma's descriptors read. The producer warp's lanes read a tile's page ids with one load, a
+// tile ahead, and issue one box each (one thread reading 8 page ids in turn could not keep up with 16-token
+// pages: measured 10% slower than 64-token pages). Pages outside [kv_begin, kv_end) of the CTA and pages
+// marked kNoPage are not copied; their shared rows hold stale data. K rows there only produce scores that the
+// mask sets to -inf; V rows would meet P = 0, and 0 * NaN is NaN, so in the (at most two) edge tiles every
+// consumer warpgroup zeroes the V rows of keys outside the range before its P V (a benign race: all write
+// zeros).
+//
+// Consumer loop (per warpgroup, 64 rows), with S_j = Q K_j^T, P_j its probabilities:
+//   S_0; softmax(S_0) -> P_0
+//   for j >= 1: issue S_j (SS wgmma m64n128k16 x 4), issue O += P_{j-1} V_{j-1} (RS wgmma m64n64k16 x 8),
+//               wait for S_j, softmax(S_j) while P V runs, wait for P V, release stage j-1, rescale O
+//   O += P_last V_last
+// Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink, row sums per thread
+// reduced over the quad at the end, so the sink counts exactly once.
+//
+// Registers: a consumer thread holds S (64 fp32), P (32 bf16x2), O (32 fp32); setmaxnreg moves the
+// producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 160 with three).
+// Shared memory: Q 16/24 KB + kStages x (K 16 KB + V 16 KB); one CTA per SM.
+//
+// Napkin math (20b full layer, causal 32k): 8.8e12 FLOP; at 550 TFLOP/s 16 ms per layer. Per 128-key tile
+// and warpgroup: 2.1 MFLOP of MMA (512 tensor-core cycles at ~4096 FLOP/cycle/SM) and 8192 exp2 (512
+// MUFU cycles at 16/cycle/SM): with head dim 64 the exponentials cost as much as the MMAs, so both must
+// overlap across the warpgroups for the kernel to approach the tensor-core ceiling.
+#include <cuda.h>
+
+#include <algorithm>
+
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/prefill_params.h"
 #include "kernels/attention/warp_mma.cuh"
 #include "kernels/attention/warpgroup_mma.cuh"
-#include "kernels/common/smem_attribute.h"
-
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/smem_attribute.h"
+#include "kernels/common/tensor_map.h"
 
 namespace orchid::kernels::attention::detail {
 namespace {
 
-constexpr int kBlockM = kPrefillBlockM;  // 2 warpgroups x 64 rows
-constexpr int kBlockN = 64;
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 3;
-constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // 8 KB, a multiple of the 1 KB swizzle atom
-constexpr int kQBytes = kBlockM * kHeadDim * 2;
-constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 1024;  // + alignment slack
-static_assert(kBlockM == kWarps * 16, "each warp owns 16 rows");
-struct WgmmaKernelTag;
+using kernels::mbar_arrive;
+using kernels::mbar_arrive_expect_tx;
+using kernels::mbar_init;
+using kernels::mbar_init_fence;
+using kernels::mbar_wait;
+using kernels::tensor_copy_2d;
+using kernels::tensor_copy_3d;
 
-__global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kTurnBarrier = 4;  // named barriers 4 .. 4 + consumers - 1 (1 .. 3: each warpgroup's own)
+
+// kBlockN keys per tile: 128 for full attention, 64 for sliding windows (a 128-key window under a tile of
+// 16-24 tokens spans ~150 keys: three 64-key tiles waste less than two or three of 128).
+template <int kConsumers, int kBlockN>
+struct Shape {
+  static constexpr int kStages = kBlockN == 128 ? 3 : 4;  // K/V ring depth
+  static constexpr int kTileBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kRows = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kQBytes = kRows * kHeadDim * 2;
+  static constexpr int kKOffset = kQBytes;  // from the 1024-aligned base
+  static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kBarriers = 3 * kStages + 1;  // full K, full V, empty per stage; Q
+  static constexpr int kSmemBytes = 1024 + kBarOffset + kBarriers * 8;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static constexpr int kProducerRegs = 24;
+};
+
+template <int kConsumers, int kBlockN>
+struct HopperKernelTag;
+
+template <int kConsumers, int kBlockN>
+__global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
+    prefill_hopper_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ CUtensorMap qmap,
+                          const __grid_constant__ CUtensorMap kmap,
+                          const __grid_constant__ CUtensorMap vmap) {
+  using Sh = Shape<kConsumers, kBlockN>;
+  constexpr int kStages = Sh::kStages, kTileBytes = Sh::kTileBytes;
+  constexpr int kNt = kBlockN / 8;   // n8 column tiles of S
+  constexpr int kKs = kBlockN / 16;  // k16 steps of P V
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // Swizzle atoms must be 1024-byte aligned for the descriptors.
   const uint32_t raw = smem_addr(smem_raw);
-  const uint32_t sQ = (raw + 1023u) & ~1023u;
-  uint8_t* smem = smem_raw + (sQ - raw);
-  const uint32_t sK = sQ + kQBytes;
-  const uint32_t sV = sK + kStages * kTileBytes;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint8_t* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);  // swizzle atoms are 1024-byte aligned
+  const uint32_t base = smem_addr(smem);
+  uint64_t* full_k = reinterpret_cast<uint64_t*>(smem + Sh::kBarOffset);
+  uint64_t* full_v = full_k + kStages;
+  uint64_t* empty = full_v + kStages;
+  uint64_t* q_full = empty + kStages;
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
 
   const int kvh = blockIdx.x % p.num_kv_heads;
   const PrefillTile tile = p.tiles[blockIdx.x / p.num_kv_heads];
@@ -57,111 +117,139 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(const __grid
   const int j_first = kv_begin / kBlockN;
   const int j_last = (kv_end - 1) / kBlockN;
   const int n_tiles = j_last - j_first + 1;
-  const int32_t* table = p.page_table + (&p.seqs[tile.seq].table_begin[0])[p.table_kind];
   const size_t tok0 = size_t(seq.q_start) + size_t(tile.q0);
-  const int hq = p.num_q_heads, hkv = p.num_kv_heads;
-  const int ps_mask = (1 << p.page_size_log2) - 1;
 
-  {
-    const int chunk = tid & 7;
-#pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) {
-      const int r = (tid >> 3) + 32 * i;
-      const bool valid = r < rows_valid;
-      const int tok = r / G;
-      const __nv_bfloat16* src =
-          valid ? p.q + ((tok0 + tok) * hq + kvh * G + (r - tok * G)) * kHeadDim + chunk * 8 : p.q;
-      cp_async_16(sQ + swz(r, chunk), src, valid);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full_k[s], 1);
+      mbar_init(&full_v[s], 1);
+      mbar_init(&empty[s], kConsumers);
     }
-    cp_async_commit();
+    mbar_init(q_full, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: warp 0; lane b owns box b (one page, or a tile's share of a larger page) of every tile, so
+    // the page-table reads of a tile are one warp-wide load, issued a tile ahead of its copies. The rest of
+    // the warpgroup gives its registers away and leaves.
+    setmaxnreg_dec<Sh::kProducerRegs>();
+    if (tid >= 32) return;
+    const int lane = tid;
+    if (lane == 0) {
+      mbar_arrive_expect_tx(q_full, uint32_t(G * p.tokens_per_tile * kHeadDim * 2));
+      tensor_copy_3d(smem, &qmap, 0, kvh * G, int(tok0), q_full);
+    }
+    const int32_t* table = p.page_table + (&p.seqs[tile.seq].table_begin[0])[p.table_kind];
+    const int ps_log2 = p.page_size_log2;
+    const int box_rows = min(1 << ps_log2, kBlockN);
+    const int boxes = kBlockN / box_rows;  // <= 16: pages of >= 8 tokens
+    const uint32_t box_bytes = uint32_t(box_rows) * kHeadDim * 2;
+    // This lane's page of tile `it`, or -1 when the box is not copied (outside the range, or kNoPage).
+    auto box_page = [&](int it) {
+      const int t0 = (j_last - it) * kBlockN + lane * box_rows;
+      if (it >= n_tiles || lane >= boxes || t0 + box_rows <= kv_begin || t0 >= kv_end) return int32_t(-1);
+      return table[t0 >> ps_log2];
+    };
+    int32_t page = box_page(0);
+    for (int it = 0; it < n_tiles; ++it) {
+      const int32_t next = box_page(it + 1);  // in flight while this tile waits for its stage
+      const int st = it % kStages;
+      const int t0 = (j_last - it) * kBlockN + lane * box_rows;
+      const unsigned copied = __ballot_sync(0xffffffffu, page >= 0);
+      if (lane == 0) {
+        if (it >= kStages) mbar_wait(&empty[st], uint32_t((it / kStages - 1) & 1));
+        const uint32_t bytes = uint32_t(__popc(copied)) * box_bytes;
+        mbar_arrive_expect_tx(&full_k[st], bytes);
+        mbar_arrive_expect_tx(&full_v[st], bytes);
+      }
+      __syncwarp();
+      if (page >= 0) {
+        const int row = ((page * p.num_kv_heads + kvh) << ps_log2) + (t0 & ((1 << ps_log2) - 1));
+        tensor_copy_2d(smem + Sh::kKOffset + st * kTileBytes + lane * box_bytes, &kmap, 0, row, &full_k[st]);
+        tensor_copy_2d(smem + Sh::kVOffset + st * kTileBytes + lane * box_bytes, &vmap, 0, row, &full_v[st]);
+      }
+      page = next;
+    }
+    return;
   }
 
-  auto load_kv = [&](int j, int stage) {
-    const int chunk = tid & 7;
-    const uint32_t k_dst = sK + stage * kTileBytes, v_dst = sV + stage * kTileBytes;
-#pragma unroll
-    for (int i = 0; i < kBlockN / 32; ++i) {
-      const int r = (tid >> 3) + 32 * i;
-      const int t = j * kBlockN + r;
-      int32_t page = kNoPage;
-      if (t >= kv_begin && t < kv_end) page = table[t >> p.page_size_log2];
-      const bool valid = page >= 0;
-      const size_t off =
-          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) + size_t(chunk) * 8 : 0;
-      cp_async_16(k_dst + swz(r, chunk), p.k_pool + off, valid);
-      cp_async_16(v_dst + swz(r, chunk), p.v_pool + off, valid);
-    }
-  };
+  // Consumers.
+  setmaxnreg_inc<Sh::kConsumerRegs>();
+  const int cw = wg - 1;
+  const int ctid = tid & 127;
+  const int lane = tid & 31, warp_in = ctid >> 5;
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_kv(j_last - s, s);
-    cp_async_commit();
-  }
-
-  // This thread's rows: warp * 16 + lane / 4 (h = 0) and + 8 (h = 1).
   int row_pos[2], row_lo[2];
   float m_run[2], l_run[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + h * 8 + (lane >> 2);
-    const int tok = min(r / G, n_tok - 1);
+    const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+    const int tok = min(r / G, n_tok - 1);  // padding rows borrow the last token's mask
     const int pos = p_first + tok;
     row_pos[h] = pos;
     row_lo[h] = p.window > 0 ? pos - p.window + 1 : 0;
     const int head = kvh * G + (r % G);
     if (p.sinks != nullptr) {
-      m_run[h] = p.sinks[head] * 1.4426950408889634f;
-      l_run[h] = (lane & 3) == 0 ? 1.0f : 0.0f;
+      m_run[h] = p.sinks[head] * kLog2e;
+      l_run[h] = (lane & 3) == 0 ? 1.0f : 0.0f;  // exp2(sink - m) = 1, held once per quad
     } else {
       m_run[h] = -INFINITY;
       l_run[h] = 0.0f;
     }
   }
+  const uint32_t q_rows = base + uint32_t(cw * 64 * 128);
+
+  float s[kBlockN / 2];
+  uint32_t pf[kKs][4];
   float o[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) o[i] = 0.0f;
 
-  cp_async_wait<kStages - 1>();
-  __syncthreads();
-  uint32_t qf[4][4];
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    ldmatrix_x4(sQ + swz(r, ks * 2 + (lane >> 4)), qf[ks]);
-  }
-
-  for (int it = 0; it < n_tiles; ++it) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async_smem();  // this thread's cp.async data -> visible to wgmma after the barrier
-    __syncthreads();           // also: every warpgroup finished (waited for) its wgmmas on the refilled stage
-    {
-      const int nx = it + kStages - 1;
-      if (nx < n_tiles) load_kv(j_last - nx, nx % kStages);
-      cp_async_commit();
-    }
-    const int j = j_last - it;
-    const uint32_t kb = sK + (it % kStages) * kTileBytes;
-    const uint32_t vb = sV + (it % kStages) * kTileBytes;
-
-    // S = Q K^T: 64 rows (this warpgroup) x 64 keys.
-    float s[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+  auto issue_qk = [&](int st) {
+    const uint32_t kb = base + uint32_t(Sh::kKOffset + st * kTileBytes);
     fence_operands(s);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma_m64n64k16_rs<0>(s, qf[ks], smem_desc_sw128(kb + ks * 32, 16, 1024), ks > 0 ? 1 : 0);
+    for (int ks = 0; ks < 4; ++ks) {
+      const uint64_t da = smem_desc_sw128(q_rows + ks * 32, 16, 1024),
+                     db = smem_desc_sw128(kb + ks * 32, 16, 1024);
+      if constexpr (kBlockN == 128)
+        wgmma_m64n128k16_ss(s, da, db, ks > 0 ? 1 : 0);
+      else
+        wgmma_m64n64k16_ss(s, da, db, ks > 0 ? 1 : 0);
+    }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(s);
-
+  };
+  auto issue_pv = [&](int st) {
+    const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes);
+    fence_operands(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKs; ++kk)
+      wgmma_m64n64k16_rs<1>(o, pf[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
+    wgmma_commit();
+  };
+  // V rows of keys outside [kv_begin, kv_end) in tile j (stage st) set to zero, for this warpgroup's P V.
+  auto fix_edge_v = [&](int j, int st) {
+    const int k0 = j * kBlockN;
+    if (k0 >= kv_begin && k0 + kBlockN <= kv_end) return;
+    uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes;
+    for (int i = ctid; i < kBlockN * 8; i += 128) {
+      const int t = k0 + (i >> 3);
+      if (t < kv_begin || t >= kv_end) *reinterpret_cast<uint4*>(vb + i * 16) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(1 + cw, 128);
+  };
+  // Mask, running max and probabilities of S (tile j) in place; alpha = rescale of the older state.
+  auto softmax = [&](int j, float(&alpha)[2], float(&rs)[2]) {
     const int k0 = j * kBlockN;
     const bool need_mask = (k0 + kBlockN - 1 > p_first) || (p.window > 0 && k0 < p_last - p.window + 1);
     if (need_mask) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+      for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int t = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
@@ -169,73 +257,123 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(const __grid
           if (t > row_pos[h] || t < row_lo[h]) s[nt * 4 + e] = -INFINITY;
         }
     }
-
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
+      for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m_run[h], mx * p.scale_log2);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = fast_exp2(m_run[h] - m_use);
+      alpha[h] = fast_exp2(m_run[h] - m_use);
       m_run[h] = m_new;
-      float rs = 0.0f;
+      float sum = 0.0f;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e) {
           const float pv = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
           s[nt * 4 + e] = pv;
-          rs += pv;
+          sum += pv;
         }
       }
-      l_run[h] = l_run[h] * alpha + rs;
+      rs[h] = sum;
+    }
+  };
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < kKs; ++kk) {
+      pf[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+
+  // Turns: the warpgroups issue their MMAs in a fixed order (0, 1, .., 0, ..), each after the previous one's
+  // issue, so that one warpgroup's softmax runs while the others' MMAs hold the tensor cores instead of all
+  // of them doing their exponentials at once. Warpgroup c waits on barrier kTurnBarrier + c, which its
+  // predecessor arrives on; every warpgroup has n_tiles + 1 issue events, and the last warpgroup's last
+  // arrival (for a turn nobody takes) is left out.
+  auto turn_wait = [&]() { named_barrier_sync(kTurnBarrier + cw, 256); };
+  auto turn_pass = [&](bool last_event) {
+    if (!(last_event && cw == kConsumers - 1))
+      named_barrier_arrive(kTurnBarrier + (cw + 1) % kConsumers, 256);
+  };
+  if (cw == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
+
+  mbar_wait(q_full, 0);
+  mbar_wait(&full_k[0], 0);
+  turn_wait();
+  issue_qk(0);
+  turn_pass(false);
+  wgmma_wait<0>();
+  fence_operands(s);
+  {
+    float alpha[2], rs[2];
+    softmax(j_last, alpha, rs);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rs[h];  // O is still zero
+    pack_p();
+  }
+  for (int it = 1; it < n_tiles; ++it) {
+    const int st = it % kStages, prev = (it - 1) % kStages;
+    mbar_wait(&full_k[st], uint32_t((it / kStages) & 1));
+    turn_wait();
+    issue_qk(st);
+    mbar_wait(&full_v[prev], uint32_t(((it - 1) / kStages) & 1));
+    fix_edge_v(j_last - (it - 1), prev);
+    issue_pv(prev);
+    turn_pass(false);
+    wgmma_wait<1>();  // S of tile `it`; P V of the previous tile may still run
+    fence_operands(s);
+    float alpha[2], rs[2];
+    softmax(j_last - it, alpha, rs);
+    wgmma_wait<0>();
+    fence_operands(o);
+    if (ctid == 0) mbar_arrive(&empty[prev]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] = l_run[h] * alpha[h] + rs[h];
 #pragma unroll
       for (int dt = 0; dt < 8; ++dt) {
-        o[dt * 4 + 2 * h] *= alpha;
-        o[dt * 4 + 2 * h + 1] *= alpha;
+        o[dt * 4 + 2 * h] *= alpha[h];
+        o[dt * 4 + 2 * h + 1] *= alpha[h];
       }
     }
-
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-    // O += P V: 64 rows x 64 dims, 16 keys per step.
-    fence_operands(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n64k16_rs<1>(o, pa[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
-    wgmma_commit();
+    pack_p();
+  }
+  {
+    const int last = (n_tiles - 1) % kStages;
+    mbar_wait(&full_v[last], uint32_t(((n_tiles - 1) / kStages) & 1));
+    turn_wait();
+    fix_edge_v(j_first, last);
+    issue_pv(last);
+    turn_pass(true);
     wgmma_wait<0>();
     fence_operands(o);
   }
-  cp_async_wait<0>();
 
-  // Normalise; stage the warp's 16 rows in its own part of the Q buffer, then whole-row 16-byte stores.
+  // Normalise; stage the warp's 16 rows in its own rows of the Q buffer (its warpgroup's QK^T has finished
+  // reading them), then whole-row 16-byte stores.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = l_run[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int r = warp * 16 + h * 8 + (lane >> 2);
+    const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
 #pragma unroll
     for (int dt = 0; dt < 8; ++dt)
       *reinterpret_cast<uint32_t*>(smem + swz(r, dt) + (lane & 3) * 4) =
           pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
   }
   __syncwarp();
+  const int hq = p.num_q_heads;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int r = warp * 16 + i * 4 + (lane >> 3);
+    const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
     const int chunk = lane & 7;
     if (r < rows_valid) {
       const int tok = r / G;
@@ -246,12 +384,48 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(const __grid
   }
 }
 
+template <int kConsumers, int kBlockN>
+void launch(const PrefillParams& p, const HopperPrefillMaps& maps, unsigned blocks, cudaStream_t stream) {
+  using Sh = Shape<kConsumers, kBlockN>;
+  auto kernel = prefill_hopper_kernel<kConsumers, kBlockN>;
+  ensure_dynamic_smem<HopperKernelTag<kConsumers, kBlockN>>(kernel, Sh::kSmemBytes);
+  kernel<<<blocks, Sh::kThreads, Sh::kSmemBytes, stream>>>(p, maps.q, maps.k, maps.v);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
-void launch_prefill_wgmma(const PrefillParams& p, unsigned blocks, cudaStream_t stream) {
-  ensure_dynamic_smem<WgmmaKernelTag>(prefill_wgmma_kernel, kSmemBytes);
-  prefill_wgmma_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(p);
-  ORCHID_CUDA_CHECK_LAUNCH();
+int hopper_prefill_consumers(int group, int tokens_per_tile) {
+  if (tokens_per_tile == kPrefillBlockM / group) return 2;
+  if (tokens_per_tile == kPrefillBlockMHopper / group) return 3;
+  return 0;
+}
+
+void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned blocks,
+                           cudaStream_t stream) {
+  const int consumers = hopper_prefill_consumers(p.group, p.tokens_per_tile);
+  ORCHID_KERNEL_REQUIRE(consumers != 0, "sink_attention: plan built for another prefill tile shape");
+  const int block_n = p.window > 0 && p.window <= 256 ? 64 : 128;
+  HopperPrefillMaps m;
+  {
+    const uint64_t dims[3] = {uint64_t(kHeadDim), uint64_t(p.num_q_heads), uint64_t(num_token_rows)};
+    const uint64_t strides[2] = {uint64_t(kHeadDim) * 2, uint64_t(p.num_q_heads) * kHeadDim * 2};
+    const uint32_t box[3] = {uint32_t(kHeadDim), uint32_t(p.group), uint32_t(p.tokens_per_tile)};
+    m.q = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p.q, dims, strides, box,
+                            CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: q");
+  }
+  const uint64_t rows = uint64_t(num_pages) * uint64_t(p.num_kv_heads) << p.page_size_log2;
+  const uint64_t dims[2] = {uint64_t(kHeadDim), rows};
+  const uint64_t strides[1] = {uint64_t(kHeadDim) * 2};
+  const uint32_t box[2] = {uint32_t(kHeadDim), uint32_t(std::min(1 << p.page_size_log2, block_n))};
+  m.k = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.k_pool, dims, strides, box,
+                          CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the K pool");
+  m.v = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v_pool, dims, strides, box,
+                          CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the V pool");
+  if (consumers == 2)
+    block_n == 128 ? launch<2, 128>(p, m, blocks, stream) : launch<2, 64>(p, m, blocks, stream);
+  else
+    block_n == 128 ? launch<3, 128>(p, m, blocks, stream) : launch<3, 64>(p, m, blocks, stream);
 }
 
 }  // namespace orchid::kernels::attention::detail

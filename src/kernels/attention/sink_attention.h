@@ -25,7 +25,9 @@
 
 namespace orchid::kernels::attention {
 
-// Prefill implementation: the FA2-style mma.sync kernel, or the Hopper wgmma kernel (same tiles and plan).
+// Prefill implementation: the FA2-style mma.sync kernel (128-row tiles, any page size), or the Hopper kernel
+// (TMA producer warp + wgmma consumer warpgroups; plans of 128 or 192 rows, PlanOptions::prefill_rows;
+// pages of >= 8 tokens; needs num_pages).
 enum class PrefillVariant : uint8_t { kMmaSync, kWgmma };
 
 struct SinkAttentionArgs {
@@ -35,6 +37,7 @@ struct SinkAttentionArgs {
   const int32_t* page_table = nullptr;  // flat table of this layer's kind
   TableKind table_kind = kFullTable;
   int page_size = 16;            // power of two
+  int64_t num_pages = 0;         // pages in each of k_pool / v_pool (the Hopper prefill kernel's tensor maps)
   const float* sinks = nullptr;  // [Hq] raw sink logits (fp32), or null for plain softmax
   int window = 0;                // keys per query including itself (gpt-oss sliding layers: 128); 0 = full
   float softmax_scale = 0.125f;  // 1 / sqrt(64)

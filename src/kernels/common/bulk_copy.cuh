@@ -1,4 +1,5 @@
-// Hopper bulk copies (the TMA unit's 1-D form, no tensor map) into shared memory, completed on an mbarrier.
+// Hopper bulk copies (the TMA unit's 1-D form, and boxes of a tensor map) into shared memory, completed on an
+// mbarrier.
 // One thread moves kilobytes with one instruction, and the bytes in flight are not bounded by registers or
 // by the per-thread load slots: what a weight stream needs to reach HBM bandwidth with one CTA per SM.
 //
@@ -54,6 +55,24 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
           smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// One box of a 2-D / 3-D tensor map (coordinates innermost first, in elements) into shared memory, counted
+// on `bar`. The map must live in parameter, constant or global memory (a __grid_constant__ parameter).
+__device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tensor_copy_3d(void* dst, const void* map, int x, int y, int z,
+                                               uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
       : "memory");
 }
 

@@ -34,7 +34,6 @@
 // c ^ ((r >> 1) & 3)), so that the fragment loads of a quarter warp hit distinct banks; the bulk-copied
 // token rows are padded to 64 per MX block + 64 B for the same reason.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -46,6 +45,7 @@
 #include "kernels/common/device_info.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
+#include "kernels/common/tensor_map.h"
 #include "kernels/moe/mxfp4_mma.cuh"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/routing.h"
@@ -95,16 +95,6 @@ struct Shape {
     return 1024 + barrier_offset(nt, k) + (2 * stages(nt) + 1) * 8;
   }
 };
-
-// One 2-D box of the weight tensor map (x: byte column, y: row) into shared memory, counted on `bar`.
-__device__ __forceinline__ void tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y,
-                                               uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
-      : "memory");
-}
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
@@ -420,36 +410,15 @@ __global__ void activation_mx_kernel(const uint4* __restrict__ x, const int* __r
 template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
 struct TiledKernelTag {};
 
-// The driver's tensor-map encoder, through the runtime's entry-point lookup (no link against libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    ORCHID_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    ORCHID_KERNEL_REQUIRE(found == cudaDriverEntryPointSuccess && f != nullptr,
-                          "mxfp4_tiled_gemm: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
 // swizzled. Encoded per launch on the host (a graph captures it by value with the kernel's parameters).
 CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes, int box_rows,
                             const char* what) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r =
-      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
-                           box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ORCHID_KERNEL_REQUIRE(r == CUDA_SUCCESS,
-                        std::string("mxfp4_tiled_gemm: cuTensorMapEncodeTiled failed on ") + what);
-  return map;
+  const uint64_t dims[2] = {row_bytes, rows};
+  const uint64_t strides[1] = {row_bytes};
+  const uint32_t box[2] = {64, uint32_t(box_rows)};
+  return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box,
+                           CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
 }
 
 template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>

@@ -26,6 +26,9 @@ struct CudaBackendOptions {
   bool cuda_graphs = true;
   // Routing as an fp32 model would route (cuda_rank.h); --bf16-routing turns it off.
   bool precise_routing = true;
+  // Prefill attention on the Hopper kernel (TMA + wgmma, 192-row tiles; needs page_size >= 8), else the
+  // mma.sync kernel (--prefill-attention).
+  bool hopper_prefill_attention = true;
   // Tensor and expert parallelism over the ranks (model/parallel.h); DP runs separate engines.
   model::ParallelConfig parallel;
   // Every rank on the current GPU, collectives in-process (tests of the parallel code on one GPU); otherwise

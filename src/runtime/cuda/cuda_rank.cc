@@ -341,6 +341,7 @@ kernels::attention::PlanOptions CudaRank::make_plan_options() const {
   po.num_q_heads = int(local_.num_heads);
   po.num_kv_heads = int(local_.num_kv_heads);
   po.sm_count = kernels::device_info().sm_count;
+  po.prefill_rows = use_hopper_prefill() ? attn::kPrefillBlockMHopper : attn::kPrefillBlockM;
   // A verify step's 1 + k queries a sequence go to the decode kernel (split KV, one read of K/V for all).
   po.max_decode_queries = 1 + opts_.max_draft_tokens;
   for (int64_t l = 0; l < local_.num_layers; ++l)  // the sliding layers' decodes take fewer KV splits
@@ -465,6 +466,8 @@ void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
   a.page_table = r.page_table;
   a.table_kind = r.table_kind;
   a.page_size = spec_.page_size;
+  a.num_pages = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
+  a.prefill_variant = use_hopper_prefill() ? attn::PrefillVariant::kWgmma : attn::PrefillVariant::kMmaSync;
   a.sinks = L.sinks;
   a.window = sliding ? int(c.sliding_window) : 0;
   a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));

@@ -89,6 +89,8 @@ class CudaRank {
   int device() const { return device_; }
   // Tokens the EAGLE-3 head proposes a sequence and step (0: no head on this rank).
   int32_t max_proposals() const { return head_ ? opts_.max_draft_tokens : 0; }
+  // Prefill attention through the Hopper kernel (its tensor maps need pages of >= 8 tokens).
+  bool use_hopper_prefill() const { return opts_.hopper_prefill_attention && opts_.page_size >= 8; }
   size_t weight_bytes() const { return weights_.arena.used(); }
 
  private:

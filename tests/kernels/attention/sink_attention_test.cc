@@ -204,6 +204,7 @@ SinkAttentionArgs make_args(const Problem& pr, const DeviceProblem& d) {
   a.page_table = d.table.get();
   a.table_kind = pr.sc.kind;
   a.page_size = pr.sc.page_size;
+  a.num_pages = pr.num_pages;
   a.sinks = pr.sc.sinks ? d.sinks.get() : nullptr;
   a.window = pr.sc.window;
   a.softmax_scale = 0.125f;
@@ -277,45 +278,56 @@ void check_output(const Problem& pr, const std::vector<double>& ref, const std::
   std::printf("    [%s] %s\n", c.ok(1e-2) && touched == 0 ? "ok" : "FAIL", c.summary().c_str());
 }
 
-// Runs the scenario's step (prefill and decode launches) once per prefill implementation, each on a freshly
-// poisoned output, and checks each against the reference (computed once).
+// The prefill implementations a scenario runs: the mma.sync kernel on 128-row tiles, the Hopper kernel on
+// 128-row (two consumer warpgroups) and 192-row (three) tiles, the latter only with pages of >= 8 tokens.
+struct PrefillConfig {
+  const char* name;
+  PrefillVariant variant;
+  int rows;
+};
+constexpr PrefillConfig kPrefillConfigs[] = {{"mma.sync", PrefillVariant::kMmaSync, kPrefillBlockM},
+                                             {"hopper-128", PrefillVariant::kWgmma, kPrefillBlockM},
+                                             {"hopper-192", PrefillVariant::kWgmma, kPrefillBlockMHopper}};
+
+// Runs the scenario's step (prefill and decode launches) once per prefill implementation, each with its own
+// plan on a freshly poisoned output, and checks each against the reference (computed once).
+// ORCHID_TEST_PREFILL=NAME runs only that implementation (mma.sync, hopper-128, hopper-192).
 void run_scenario(const Scenario& sc, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const Problem pr = make_problem(sc, rng);
-  AttentionPlanBuilder plan;
-  plan.build(pr.plan_seqs, pr.num_tokens, [&] {
-    PlanOptions o = plan_options(sc);
-    o.token_bucket = pr.token_rows;
-    return o;
-  }());
-  DeviceProblem d;
-  upload(pr, plan, d);
-  const AttentionPlan view = plan.device_view(d.blob.get());
-  // ORCHID_TEST_PREFILL=mma.sync (the default) or =wgmma or =all picks the prefill kernels run. The wgmma
-  // variant is not used by the runtime: it gets keys wrong in every key tile after the first (measured on an
-  // H200, see docs/design.md), so it is tested only on request until that is fixed.
-  const char* env = std::getenv("ORCHID_TEST_PREFILL");
-  const char* only = env == nullptr ? "mma.sync" : std::string(env) == "all" ? nullptr : env;
+  const char* only = std::getenv("ORCHID_TEST_PREFILL");
   std::vector<std::vector<uint16_t>> outs;
   std::vector<const char*> names;
-  for (PrefillVariant variant : {PrefillVariant::kMmaSync, PrefillVariant::kWgmma}) {
-    const char* name = variant == PrefillVariant::kMmaSync ? "mma.sync" : "wgmma";
-    if (only != nullptr && std::string(only) != name) continue;
-    if (!outs.empty() && view.num_prefill_tiles == 0) break;  // decode only: the variant does not matter
+  DeviceProblem d;
+  for (const PrefillConfig& cfg : kPrefillConfigs) {
+    if (only != nullptr && std::string(only) != cfg.name) continue;
+    if (cfg.variant == PrefillVariant::kWgmma && sc.page_size < 8) continue;
+    AttentionPlanBuilder plan;
+    plan.build(pr.plan_seqs, pr.num_tokens, [&] {
+      PlanOptions o = plan_options(sc);
+      o.token_bucket = pr.token_rows;
+      o.prefill_rows = cfg.rows;
+      return o;
+    }());
+    if (!outs.empty() && plan.sizes().num_prefill_tiles == 0)
+      break;  // decode only: the variant does not matter
+    upload(pr, plan, d);
+    const AttentionPlan view = plan.device_view(d.blob.get());
     if (d.out.size() > 0)
       ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));  // poison
     SinkAttentionArgs args = make_args(pr, d);
-    args.prefill_variant = variant;
+    args.prefill_variant = cfg.variant;
     sink_attention(args, view, d.workspace.get(), nullptr);
     ORCHID_CUDA_CHECK(cudaGetLastError());
     ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(d.out.download());
-    names.push_back(name);
+    names.push_back(cfg.name);
+    std::printf(
+        "  %s [%s]: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",
+        sc.describe().c_str(), cfg.name, view.num_prefill_tiles, view.decode_bucket, view.decode_q,
+        view.decode_splits, view.decode_splits_window);
   }
-  EXPECT_FALSE(outs.empty()) << "ORCHID_TEST_PREFILL must be mma.sync or wgmma";
-  std::printf("  %s: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",
-              sc.describe().c_str(), view.num_prefill_tiles, view.decode_bucket, view.decode_q,
-              view.decode_splits, view.decode_splits_window);
+  EXPECT_FALSE(outs.empty()) << "ORCHID_TEST_PREFILL must be mma.sync, hopper-128 or hopper-192";
   const std::vector<double> ref = reference_output(pr);
   for (size_t v = 0; v < outs.size(); ++v) {
     SCOPED_TRACE(std::string("prefill kernel ") + names[v]);
