@@ -36,77 +36,79 @@ std::vector<PlanSequence> random_step(std::mt19937_64& rng, int n, int* num_toke
 
 TEST(AttentionPlan, BlobDescribesTheStep) {
   std::mt19937_64 rng(7);
-  for (auto [group, max_queries] : {std::pair{1, 1},
-                                    {5, 1},
-                                    {8, 1},
-                                    {64, 1},
-                                    {96, 1},
-                                    {8, 5},
-                                    {8, 8},
-                                    {8, 20},
-                                    {1, 64},
-                                    {16, 3},
-                                    {96, 4}}) {
-    int num_tokens = 0;
-    const auto seqs = random_step(rng, 40, &num_tokens);
-    PlanOptions o;
-    o.num_kv_heads = 2;
-    o.num_q_heads = 2 * group;
-    o.token_bucket = num_tokens + 3;
-    o.max_decode_queries = max_queries;
-    // The rule the plan documents: a few queries whose rows fit one decode CTA go to the decode kernel.
-    auto is_decode = [&](int num_q) {
-      return num_q >= 1 && num_q <= max_queries && num_q * group <= kMaxDecodeRows;
-    };
-    AttentionPlanBuilder b;
-    b.build(seqs, num_tokens, o);
-    const AttentionPlan p = b.device_view(b.blob().data());  // host copy: readable here
-    ASSERT_EQ(p.num_seqs, 40);
-    ASSERT_EQ(p.num_tokens, num_tokens + 3);
-    EXPECT_EQ(p.prefill_tokens_per_tile, kPrefillBlockM / group);
-    std::vector<int> covered(size_t(num_tokens), 0);
-    int decodes = 0, most_queries = 1;
-    for (int i = 0; i < 40; ++i) {
-      const AttnSeq& s = p.seqs[i];
-      EXPECT_EQ(s.q_start, seqs[size_t(i)].q_start);
-      EXPECT_EQ(s.num_q, seqs[size_t(i)].num_q);
-      EXPECT_EQ(s.start_pos, seqs[size_t(i)].start_pos);
-      EXPECT_EQ(s.table_begin[kFullTable], seqs[size_t(i)].full_table_begin);
-      EXPECT_EQ(s.table_begin[kSlidingTable], seqs[size_t(i)].sliding_table_begin);
-      for (int t = 0; t < s.num_q; ++t) {
-        EXPECT_EQ(p.token_seq[s.q_start + t], i);
-        EXPECT_EQ(p.token_pos[s.q_start + t], s.start_pos + t);
+  for (int rows : {kPrefillBlockM, kPrefillBlockMHopper})  // the mma.sync and the Hopper kernels' tiles
+    for (auto [group, max_queries] : {std::pair{1, 1},
+                                      {5, 1},
+                                      {8, 1},
+                                      {64, 1},
+                                      {96, 1},
+                                      {8, 5},
+                                      {8, 8},
+                                      {8, 20},
+                                      {1, 64},
+                                      {16, 3},
+                                      {96, 4}}) {
+      int num_tokens = 0;
+      const auto seqs = random_step(rng, 40, &num_tokens);
+      PlanOptions o;
+      o.num_kv_heads = 2;
+      o.num_q_heads = 2 * group;
+      o.token_bucket = num_tokens + 3;
+      o.max_decode_queries = max_queries;
+      o.prefill_rows = rows;
+      // The rule the plan documents: a few queries whose rows fit one decode CTA go to the decode kernel.
+      auto is_decode = [&](int num_q) {
+        return num_q >= 1 && num_q <= max_queries && num_q * group <= kMaxDecodeRows;
+      };
+      AttentionPlanBuilder b;
+      b.build(seqs, num_tokens, o);
+      const AttentionPlan p = b.device_view(b.blob().data());  // host copy: readable here
+      ASSERT_EQ(p.num_seqs, 40);
+      ASSERT_EQ(p.num_tokens, num_tokens + 3);
+      EXPECT_EQ(p.prefill_tokens_per_tile, rows / group);
+      std::vector<int> covered(size_t(num_tokens), 0);
+      int decodes = 0, most_queries = 1;
+      for (int i = 0; i < 40; ++i) {
+        const AttnSeq& s = p.seqs[i];
+        EXPECT_EQ(s.q_start, seqs[size_t(i)].q_start);
+        EXPECT_EQ(s.num_q, seqs[size_t(i)].num_q);
+        EXPECT_EQ(s.start_pos, seqs[size_t(i)].start_pos);
+        EXPECT_EQ(s.table_begin[kFullTable], seqs[size_t(i)].full_table_begin);
+        EXPECT_EQ(s.table_begin[kSlidingTable], seqs[size_t(i)].sliding_table_begin);
+        for (int t = 0; t < s.num_q; ++t) {
+          EXPECT_EQ(p.token_seq[s.q_start + t], i);
+          EXPECT_EQ(p.token_pos[s.q_start + t], s.start_pos + t);
+        }
+        decodes += is_decode(s.num_q);
+        if (is_decode(s.num_q)) most_queries = std::max(most_queries, s.num_q);
       }
-      decodes += is_decode(s.num_q);
-      if (is_decode(s.num_q)) most_queries = std::max(most_queries, s.num_q);
+      for (int t = num_tokens; t < p.num_tokens; ++t) EXPECT_EQ(p.token_seq[t], -1);
+      int last_prev = 1 << 30;
+      for (int k = 0; k < p.num_prefill_tiles; ++k) {
+        const PrefillTile tile = p.prefill_tiles[k];
+        const AttnSeq& s = p.seqs[tile.seq];
+        ASSERT_TRUE(s.num_q > 0 && !is_decode(s.num_q));
+        ASSERT_EQ(tile.q0 % p.prefill_tokens_per_tile, 0);
+        const int n = std::min(p.prefill_tokens_per_tile, s.num_q - tile.q0);
+        ASSERT_GT(n, 0);
+        for (int t = 0; t < n; ++t) covered[size_t(s.q_start + tile.q0 + t)]++;
+        const int last = s.start_pos + tile.q0 + n - 1;
+        EXPECT_LE(last, last_prev) << "tiles not ordered heaviest first";
+        last_prev = last;
+      }
+      for (int i = 0; i < 40; ++i)
+        for (int t = 0; t < seqs[size_t(i)].num_q; ++t)
+          EXPECT_EQ(covered[size_t(seqs[size_t(i)].q_start + t)], is_decode(seqs[size_t(i)].num_q) ? 0 : 1);
+      ASSERT_EQ(p.decode_bucket, decodes);
+      EXPECT_EQ(p.decode_q, most_queries);
+      for (int k = 0; k < p.decode_bucket; ++k) EXPECT_TRUE(is_decode(p.seqs[p.decode_seqs[k]].num_q));
+      EXPECT_GE(p.decode_splits, 1);
+      EXPECT_LE(p.decode_splits, o.max_decode_splits);
+      EXPECT_EQ(b.decode_workspace_bytes(), p.decode_splits > 1 ? size_t(decodes) * size_t(most_queries) *
+                                                                      o.num_q_heads * p.decode_splits * 65 * 4
+                                                                : 0u);
+      EXPECT_LE(b.decode_workspace_bytes(), decode_workspace_bound(std::max(1, decodes), o));
     }
-    for (int t = num_tokens; t < p.num_tokens; ++t) EXPECT_EQ(p.token_seq[t], -1);
-    int last_prev = 1 << 30;
-    for (int k = 0; k < p.num_prefill_tiles; ++k) {
-      const PrefillTile tile = p.prefill_tiles[k];
-      const AttnSeq& s = p.seqs[tile.seq];
-      ASSERT_TRUE(s.num_q > 0 && !is_decode(s.num_q));
-      ASSERT_EQ(tile.q0 % p.prefill_tokens_per_tile, 0);
-      const int n = std::min(p.prefill_tokens_per_tile, s.num_q - tile.q0);
-      ASSERT_GT(n, 0);
-      for (int t = 0; t < n; ++t) covered[size_t(s.q_start + tile.q0 + t)]++;
-      const int last = s.start_pos + tile.q0 + n - 1;
-      EXPECT_LE(last, last_prev) << "tiles not ordered heaviest first";
-      last_prev = last;
-    }
-    for (int i = 0; i < 40; ++i)
-      for (int t = 0; t < seqs[size_t(i)].num_q; ++t)
-        EXPECT_EQ(covered[size_t(seqs[size_t(i)].q_start + t)], is_decode(seqs[size_t(i)].num_q) ? 0 : 1);
-    ASSERT_EQ(p.decode_bucket, decodes);
-    EXPECT_EQ(p.decode_q, most_queries);
-    for (int k = 0; k < p.decode_bucket; ++k) EXPECT_TRUE(is_decode(p.seqs[p.decode_seqs[k]].num_q));
-    EXPECT_GE(p.decode_splits, 1);
-    EXPECT_LE(p.decode_splits, o.max_decode_splits);
-    EXPECT_EQ(b.decode_workspace_bytes(), p.decode_splits > 1 ? size_t(decodes) * size_t(most_queries) *
-                                                                    o.num_q_heads * p.decode_splits * 65 * 4
-                                                              : 0u);
-    EXPECT_LE(b.decode_workspace_bytes(), decode_workspace_bound(std::max(1, decodes), o));
-  }
 }
 
 // A speculative verify step (1 + k tokens a sequence) goes to the decode kernel when the option allows it
@@ -219,6 +221,9 @@ TEST(AttentionPlan, RejectsInconsistentSteps) {
   bad = o;
   bad.token_bucket = 1;
   EXPECT_THROW(b.build({{0, 2, 0, 0, 0}}, 2, bad), orchid::Error);
+  bad = o;
+  bad.prefill_rows = 160;  // neither kernel's tile
+  EXPECT_THROW(b.build({{0, 200, 0, 0, 0}}, 200, bad), orchid::Error);
   EXPECT_NO_THROW(b.build({}, 0, o));
   EXPECT_EQ(b.sizes().num_prefill_tiles, 0);
   EXPECT_EQ(b.sizes().decode_bucket, 0);
