@@ -297,7 +297,7 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   std::string shape = std::string(label) + " q=" + std::to_string(num_q) + "@" + std::to_string(start) +
                       (window > 0 ? " win " + std::to_string(window) : " causal") + " p" + std::to_string(ps);
   const std::string kernel =
-      variant == PrefillVariant::kWgmma ? "prefill_hopper_" + std::to_string(rows) : "prefill_mma_sync";
+      variant == PrefillVariant::kHopper ? "prefill_hopper_" + std::to_string(rows) : "prefill_mma_sync";
   add_row({kernel, shape, us, flops / us / 1e6, 0});
   return us;
 }
@@ -437,9 +437,9 @@ int run(bool quick, bool prefill_only) {
   // Both prefill kernels on each shape; projections use the faster one.
   auto prefill = [](int num_q, int start, int window, int ps, const char* label) {
     const double a = bench_prefill(num_q, start, window, ps, label, PrefillVariant::kMmaSync);
-    const double b = bench_prefill(num_q, start, window, ps, label, PrefillVariant::kWgmma, kPrefillBlockM);
+    const double b = bench_prefill(num_q, start, window, ps, label, PrefillVariant::kHopper, kPrefillBlockM);
     const double c =
-        bench_prefill(num_q, start, window, ps, label, PrefillVariant::kWgmma, kPrefillBlockMHopper);
+        bench_prefill(num_q, start, window, ps, label, PrefillVariant::kHopper, kPrefillBlockMHopper);
     return std::min(a, std::min(b, c));
   };
   const double full_8k = prefill(8192, 0, 0, 16, "20b");

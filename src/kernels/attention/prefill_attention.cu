@@ -299,7 +299,7 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   ORCHID_KERNEL_REQUIRE(plan.num_kv_heads > 0 && plan.num_q_heads % plan.num_kv_heads == 0,
                         "sink_attention: bad head counts in the plan");
   const int group = plan.num_q_heads / plan.num_kv_heads;
-  const bool hopper = a.prefill_variant == PrefillVariant::kWgmma;
+  const bool hopper = a.prefill_variant == PrefillVariant::kHopper;
   ORCHID_KERNEL_REQUIRE(
       group <= kBlockM && (hopper ? hopper_prefill_consumers(group, plan.prefill_tokens_per_tile) != 0
                                   : plan.prefill_tokens_per_tile == kBlockM / group),

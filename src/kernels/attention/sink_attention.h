@@ -28,7 +28,7 @@ namespace orchid::kernels::attention {
 // Prefill implementation: the FA2-style mma.sync kernel (128-row tiles, any page size), or the Hopper kernel
 // (TMA producer warp + wgmma consumer warpgroups; plans of 128 or 192 rows, PlanOptions::prefill_rows;
 // pages of >= 8 tokens; needs num_pages).
-enum class PrefillVariant : uint8_t { kMmaSync, kWgmma };
+enum class PrefillVariant : uint8_t { kMmaSync, kHopper };
 
 struct SinkAttentionArgs {
   const __nv_bfloat16* q = nullptr;       // [num_tokens, Hq, 64] (roped)

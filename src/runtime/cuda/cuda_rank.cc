@@ -467,7 +467,7 @@ void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
   a.table_kind = r.table_kind;
   a.page_size = spec_.page_size;
   a.num_pages = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
-  a.prefill_variant = use_hopper_prefill() ? attn::PrefillVariant::kWgmma : attn::PrefillVariant::kMmaSync;
+  a.prefill_variant = use_hopper_prefill() ? attn::PrefillVariant::kHopper : attn::PrefillVariant::kMmaSync;
   a.sinks = L.sinks;
   a.window = sliding ? int(c.sliding_window) : 0;
   a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));

@@ -286,8 +286,8 @@ struct PrefillConfig {
   int rows;
 };
 constexpr PrefillConfig kPrefillConfigs[] = {{"mma.sync", PrefillVariant::kMmaSync, kPrefillBlockM},
-                                             {"hopper-128", PrefillVariant::kWgmma, kPrefillBlockM},
-                                             {"hopper-192", PrefillVariant::kWgmma, kPrefillBlockMHopper}};
+                                             {"hopper-128", PrefillVariant::kHopper, kPrefillBlockM},
+                                             {"hopper-192", PrefillVariant::kHopper, kPrefillBlockMHopper}};
 
 // Runs the scenario's step (prefill and decode launches) once per prefill implementation, each with its own
 // plan on a freshly poisoned output, and checks each against the reference (computed once).
@@ -301,7 +301,7 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
   DeviceProblem d;
   for (const PrefillConfig& cfg : kPrefillConfigs) {
     if (only != nullptr && std::string(only) != cfg.name) continue;
-    if (cfg.variant == PrefillVariant::kWgmma && sc.page_size < 8) continue;
+    if (cfg.variant == PrefillVariant::kHopper && sc.page_size < 8) continue;
     AttentionPlanBuilder plan;
     plan.build(pr.plan_seqs, pr.num_tokens, [&] {
       PlanOptions o = plan_options(sc);
