@@ -4,8 +4,8 @@
 //
 // Tiling. A CTA owns 64 * kConsumers query rows (128 or 192) = tokens x the G query heads of one KV head,
 // row r = (token r / G, head r % G), as the mma.sync kernel (prefill_attention.cu); consumer warpgroup c
-// owns rows 64c .. 64c + 63. Keys come in tiles of 128 (kBlockN), visited from the diagonal tile down,
-// through a ring of kStages stages with separate K and V "full" barriers (QK^T starts as soon as K has
+// owns rows 64c .. 64c + 63. Keys come in tiles of 128 (kBlockN; 64 with a sliding window), visited from the
+// diagonal tile down, through a ring of kStages stages with separate K and V "full" barriers (QK^T starts as soon as K has
 // landed) and one "empty" barrier per stage that every consumer warpgroup arrives on when it is done with the
 // stage.
 //
@@ -24,6 +24,8 @@
 //   for j >= 1: issue S_j (SS wgmma m64n128k16 x 4), issue O += P_{j-1} V_{j-1} (RS wgmma m64n64k16 x 8),
 //               wait for S_j, softmax(S_j) while P V runs, wait for P V, release stage j-1, rescale O
 //   O += P_last V_last
+// The warpgroups take turns to issue their MMAs (named barriers, see turn_wait), which staggers their
+// softmaxes against each other's MMAs: +13% at 32k over letting them run in step.
 // Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink, row sums per thread
 // reduced over the quad at the end, so the sink counts exactly once.
 //
@@ -82,6 +84,11 @@ struct Shape {
 
 template <int kConsumers, int kBlockN>
 struct HopperKernelTag;
+
+// Q, K and V through TMA tensor maps, encoded per launch.
+struct HopperPrefillMaps {
+  CUtensorMap q, k, v;
+};
 
 template <int kConsumers, int kBlockN>
 __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)

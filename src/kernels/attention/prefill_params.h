@@ -1,7 +1,6 @@
 // Parameters shared by the two prefill kernels (mma.sync and Hopper); internal to the attention launchers.
 #pragma once
 
-#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,12 +29,8 @@ struct PrefillParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
-// The Hopper kernel (prefill_attention_sm90.cu): Q, K and V through TMA tensor maps.
-struct HopperPrefillMaps {
-  CUtensorMap q, k, v;
-};
-// Consumer warpgroups of the Hopper kernel for a plan's tile shape (2 for 128-row tiles, 3 for 192), 0 when
-// the shape is neither.
+// The Hopper kernel (prefill_attention_sm90.cu). Consumer warpgroups of the Hopper kernel for a plan's tile
+// shape (2 for 128-row tiles, 3 for 192), 0 when the shape is neither.
 int hopper_prefill_consumers(int group, int tokens_per_tile);
 // q is [num_token_rows][Hq][64], each pool num_pages pages. `blocks` = tiles x KV heads, validated by the
 // caller, as is page_size >= 8.

@@ -6,9 +6,10 @@
 // A sequence's new tokens are its queries (positions start_pos ..); its keys are every cached position
 // 0 .. p, read through its page table, so the K/V of the new tokens must already be written (rope_kv_write).
 //
-// Prefill (sequences with num_q > 1): one CTA = one KV head x (128 / G) query tokens x the G query heads of
-// that KV head (128 rows), 64-key tiles, 3-stage cp.async pipeline; an FA2-style mma.sync kernel (default)
-// or a Hopper wgmma kernel with the same tiles (PrefillVariant).
+// Prefill (sequences with num_q > 1): one CTA = one KV head x (rows / G) query tokens x the G query heads of
+// that KV head: an FA2-style mma.sync kernel (128 rows, 64-key tiles, 3-stage cp.async pipeline; the
+// reference path) or the Hopper kernel (128 or 192 rows, TMA + wgmma; what the CUDA runtime runs), chosen by
+// PrefillVariant; the plan's PlanOptions::prefill_rows must match.
 // Decode (a sequence's few query tokens: one, or 1 + k in a speculative verify step; attention_plan.h
 // decides): one CTA per (split, KV head, decode slot) with the tokens x G query rows padded to m16 tiles;
 // when plan.decode_splits > 1 the splits write partial results to `workspace` and a merge kernel adds the
