@@ -5,9 +5,9 @@
 // Tiling. A CTA owns 64 * kConsumers query rows (128 or 192) = tokens x the G query heads of one KV head,
 // row r = (token r / G, head r % G), as the mma.sync kernel (prefill_attention.cu); consumer warpgroup c
 // owns rows 64c .. 64c + 63. Keys come in tiles of 128 (kBlockN; 64 with a sliding window), visited from the
-// diagonal tile down, through a ring of kStages stages with separate K and V "full" barriers (QK^T starts as soon as K has
-// landed) and one "empty" barrier per stage that every consumer warpgroup arrives on when it is done with the
-// stage.
+// diagonal tile down, through a ring of kStages stages with separate K and V "full" barriers (QK^T starts as
+// soon as K has landed) and one "empty" barrier per stage that every consumer warpgroup arrives on when it is
+// done with the stage.
 //
 // Loads. Q: one 3-D box [tokens][G heads][64] of the q tensor. K and V: one 2-D box per page (page_size rows
 // of 128 bytes; a page is contiguous per KV head, kv_layout.h), 128-byte swizzled by the TMA unit, which is
