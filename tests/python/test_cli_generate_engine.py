@@ -39,6 +39,7 @@ def test_seeded_sampling_is_reproducible(orchid, golden):
     (["--max-num-seqs", "8", "--max-num-batched-tokens", "4"], "--max-num-batched-tokens"),
     (["--min-tokens", "20", "--max-tokens", "5"], "--min-tokens"),
     (["--stop-ids", "5000"], "--stop-ids"),
+    (["--backend", "cpu", "--prefill-attention", "hopper"], "--prefill-attention hopper is for the CUDA backend"),
 ])
 def test_bad_engine_flags_are_clear_errors(orchid, args, words):
     res = orchid("generate", GOLDEN / "checkpoint", "--prompt-ids", "1,2,3", *args, check=False)
