@@ -1,16 +1,12 @@
-// Hopper warpgroup MMA (wgmma, sm_90a) primitives for the attention kernels: shared-memory matrix
-// descriptors for the 128-byte-swizzled [rows][64 bf16] tiles of warp_mma.cuh (the same swizzle: 16-byte
-// chunk c of row r at chunk c ^ (r % 8), tiles 1024-byte aligned), and m64n64k16 bf16 -> fp32 with A in
-// registers.
+// Hopper warpgroup MMA (wgmma, sm_90a) primitives for the attention kernels (the fences, commit / wait and
+// the descriptor encoding are shared: kernels/common/wgmma.cuh): descriptors for the 128-byte-swizzled
+// [rows][64 bf16] tiles of warp_mma.cuh (the same swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8),
+// tiles 1024-byte aligned), and the m64n64k16 / m64n128k16 bf16 -> fp32 MMAs the attention kernels issue.
 //
-// Register layouts (warp w of the warpgroup owns rows 16w..16w+15; g = lane / 4, t = lane % 4):
-//   accumulator d[4n + e], n < 8: row g (e < 2) or g + 8 (e >= 2), column 8n + 2t + (e & 1)
-//     -- the mma.sync m16n8 C layout, one n8 tile per n;
-//   A registers a[0..3]: the mma.sync m16n8k16 A layout of the warp's 16 rows.
-// So a softmax written for mma.sync fragments applies unchanged, and P converts to A as with mma.sync.
+// Register layouts: kernels/common/wgmma.cuh (the mma.sync m16n8 C and m16n8k16 A layouts, per warp). So a
+// softmax written for mma.sync fragments applies unchanged, and P converts to A as with mma.sync.
 //
-// Descriptors (PTX "matrix descriptor"): start address >> 4 in bits 0-13, leading byte offset >> 4 in
-// 16-29, stride byte offset >> 4 in 32-45, layout type in 62-63 (1 = 128-byte swizzle).
+// Descriptors here use the 128-byte swizzle:
 //   K-major operand (K tile [key][dim] as B of Q K^T): rows of 128 bytes, 8-row groups 1024 bytes apart
 //   (stride byte offset); a k16 step advances the start address by 32 bytes inside the swizzle atom.
 //   MN-major operand (V tile [key][dim] as B of P V, transposed): 64 dims = one 128-byte atom row, 8-key
@@ -20,38 +16,19 @@
 
 #include <cstdint>
 
+#include "kernels/common/wgmma.cuh"
+
 namespace orchid::kernels::attention::detail {
+
+using orchid::kernels::fence_operands;
+using orchid::kernels::fence_proxy_async_smem;
+using orchid::kernels::wgmma_commit;
+using orchid::kernels::wgmma_fence;
+using orchid::kernels::wgmma_wait;
 
 __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr, uint32_t lbo_bytes,
                                                     uint32_t sbo_bytes) {
-  uint64_t d = 0;
-  d |= uint64_t((smem_byte_addr >> 4) & 0x3fff);
-  d |= uint64_t((lbo_bytes >> 4) & 0x3fff) << 16;
-  d |= uint64_t((sbo_bytes >> 4) & 0x3fff) << 32;
-  d |= uint64_t(1) << 62;  // 128-byte swizzle
-  return d;
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Orders ordinary shared-memory writes (cp.async, st.shared) before reads by the async proxy (wgmma).
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// Keeps the compiler from moving accesses of wgmma operand registers across the asynchronous MMA.
-template <int N>
-__device__ __forceinline__ void fence_operands(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+  return wgmma_desc(smem_byte_addr, lbo_bytes, sbo_bytes, 1);  // 128-byte swizzle
 }
 
 // d (+)= a * B, m64n64k16, a: bf16 A fragment in registers, B through `desc_b`.

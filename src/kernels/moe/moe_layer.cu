@@ -28,9 +28,12 @@ struct TileChoice {
   Mxfp4TiledShape shape;
   int tile_tokens;
 };
+// (moe_bench "mxfp4 tiled", 2026-12-04: at ~8 rows an expert 256 x 16 wins (mma.sync), at ~32 256 x 48 and
+// 128 x 48 tie (wgmma), at ~128 128 x 64 is 4-5% ahead of 256 x 48.)
 constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows256, 16},
                                      {24, Mxfp4TiledShape::kRows256, 32},
-                                     {1 << 30, Mxfp4TiledShape::kRows256, 48}};
+                                     {64, Mxfp4TiledShape::kRows256, 48},
+                                     {1 << 30, Mxfp4TiledShape::kRows128, 64}};
 
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
@@ -80,7 +83,7 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   }
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
   if (needs_tiled(c)) {
-    b.x_mx = take(std::min(T, size_t(tiled_max(c))) * K * H * 2);  // the permuted rows, gathered
+    b.x_tiled = take(std::min(T, size_t(tiled_max(c))) * K * H * 2);  // the permuted rows, gathered
     b.tiles =
         static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), kMxfp4TileTokens[0])) * 8));
   }
@@ -203,15 +206,14 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     mxfp4_tiled_plan(b.routing.offsets, E, g.tile_tokens, b.tiles, g.max_tiles, stream);  // both GEMMs
     // The permuted rows gathered once (the hi rows of a split input), so that the GEMM copies a tile's
     // token rows as tensor boxes.
-    mxfp4_activation_mx(h, M, H, b.x_mx, stream, b.routing.row_token);
+    mxfp4_tiled_activation(h, M, H, b.x_tiled, stream, b.routing.row_token);
     g.n = 2 * I;
     g.k = H;
     g.blocks = static_cast<const uint8_t*>(w.w1);
     g.scales = static_cast<const uint8_t*>(w.w1_scale);
-    g.x = b.x_mx;
-    g.x_rows = nullptr;
+    g.x = b.x_tiled;
     g.x_row_count = M;
-    g.y = b.z_bf16;  // z in MX order: the down GEMM's input as is
+    g.y = b.z_bf16;  // z in the tiled order: the down GEMM's input as is
     g.swiglu_bias = w.b1;
     g.swiglu = sp;
     mxfp4_tiled_gemm(g, stream);
@@ -221,7 +223,6 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.blocks = static_cast<const uint8_t*>(w.w2);
     g.scales = static_cast<const uint8_t*>(w.w2_scale);
     g.x = b.z_bf16;
-    g.x_rows = nullptr;
     g.y = b.y;
     mxfp4_tiled_gemm(g, stream);
   } else if (mxfp4_stream) {

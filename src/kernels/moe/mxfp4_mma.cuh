@@ -1,10 +1,13 @@
 // Device helpers shared by the MXFP4 expert GEMMs (mxfp4_gemm.cu: streaming, mxfp4_tiled_gemm.cu: tiled):
-// cp.async, the e2m1 -> f16 / bf16 placements and the e8m0 scale (the MMAs: kernels/common/mma_sync.cuh).
+// cp.async, the e2m1 -> f16 / bf16 placements and the e8m0 scale (the MMAs: kernels/common/mma_sync.cuh,
+// kernels/common/wgmma.cuh).
 //
 // The k order inside an MMA is free as long as A and B agree. A lane (g = lane/4, t = lane%4) takes the
-// 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) and pairs element i with i+4 in each f16x2 register,
-// so the activations are stored with each 8-group permuted to [0,4,1,5,2,6,3,7] ("MX order"): one 16-byte
-// shared load then gives the B registers of both k16 steps of the block.
+// 4 bytes 4t..4t+3 of an MX block (elements 8t..8t+7) and pairs element i with i+4 in each 16-bit pair
+// register. The streaming kernel stores its activations with each 8-group permuted to [0,4,1,5,2,6,3,7]
+// ("MX order"): one 16-byte shared load then gives the mma.sync B registers of both k16 steps of the block.
+// (The tiled kernel's wgmma reads its token rows as a plain K-major operand and permutes whole 32-column
+// blocks instead: mxfp4_tiled_gemm.h.)
 #pragma once
 
 #include <cuda_fp16.h>
@@ -56,13 +59,6 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
-// Eight bf16 values (one 16-byte load) permuted into MX order.
-__device__ __forceinline__ uint4 bf16x8_to_mx_order(const uint4& v) {
-  // position 2q holds element q (low halves of v.x..v.w in turn), position 2q+1 element q+4
-  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
-                    __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
-}
-
 // 2^(s-127) * 2^14 (undoing the f16 placement above). Scales above 2^113 saturate to infinity.
 __device__ __forceinline__ float mx_scale(uint32_t s) {
   return __uint_as_float(min(s + 14u, 255u) << 23);
@@ -83,11 +79,6 @@ __device__ __forceinline__ uint4 bf16x8_to_f16_mx_order(const uint4& v) {
     return *reinterpret_cast<const uint32_t*>(&h);
   };
   return make_uint4(h2(f[0], f[4]), h2(f[1], f[5]), h2(f[2], f[6]), h2(f[3], f[7]));
-}
-
-// Position of element e (0..7) of an 8-group in MX order.
-__host__ __device__ constexpr int mx_order_pos(int e) {
-  return e < 4 ? 2 * e : 2 * (e - 4) + 1;
 }
 
 }  // namespace orchid::kernels::mxfp4_detail

@@ -5,34 +5,38 @@
 // FLOPs: 2 * 1024 * (5760 + 2880) * 2880 = 51 GFLOP per layer -> 0.10 ms at ~500 TFLOP/s (mma.sync f16).
 // Weights are read once per (row tile, token tile): with one token tile per expert (decode) exactly once.
 //
-// What bounds it is instruction issue (ncu at 64 tokens, the version with all threads copying through
-// cp.async: 91 M warp instructions for one gate_up call, 0.67 issued per scheduler and cycle, DRAM at 38%;
-// the same kernel with the weight copies left out was only 15% faster, so the copies were not the wall but
-// their ~70 instructions per thread and stage were a quarter of the issue). So the copies belong to one
-// producer warp and the consumers spend as few instructions per weight as they can. Per MX block and m16
-// tile a consumer warp issues 2 shared loads, 4 ops per bf16x2 register to place the e2m1 bits into bf16
-// (mxfp4_mma.cuh) and 1 multiply by the block's scale, 2 scale loads and 2 IMADs; then per 8 tokens one
-// 16-byte load and 2 MMAs straight into the fp32 accumulators. bf16 holds e2m1 * 2^(s-127) exactly for
+// What bounds it is instruction issue (ncu, 2026-12-04: 60-70% of issue slots used at 4 warps per scheduler,
+// DRAM at 45-60%, the tensor pipe at 18-37%; the top stalls are fixed-latency dependencies and warps not
+// selected). So the consumers place each weight into bf16 once (per MX block and m16 tile a consumer warp
+// issues 2 shared loads, 4 ops per bf16x2 register to place the e2m1 bits (mxfp4_mma.cuh), 1 multiply by the
+// block's scale, 2 scale loads and 2 IMADs) and spend as few instructions as they can on the MMAs: for tiles
+// of up to 16 token rows one ldmatrix and 2 mma.sync per 8 tokens, above that wgmma (m64nNk16, A in
+// registers, the tile's token rows as B from shared memory: one instruction per warp and k16 step for every
+// token of the tile, asynchronous, so the next block is dequantized while the tensor cores run). wgmma's
+// warpgroup-wide fence / commit / wait per block cost more than the mma.sync issue they save at 8-16 rows
+// (6-9% slower there), and win from 24 (16% at 48 rows, 17% at 64). bf16 holds e2m1 * 2^(s-127) exactly for
 // every scale the warp meets (its largest scale sets an exponent bias folded back in the epilogue), and the
-// activations are the model's bf16 as they are. The number of token n-tiles in use is a template parameter
-// of the loop and shared addresses are per-lane bases + constants.
+// activations are the model's bf16 as they are.
 //
-// Structure: CTA = 8 consumer warps = 128 or 256 weight rows of one expert x tile_tokens token rows, plus a
-// producer warp. Each consumer warp owns 16 or 32 weight rows (one or two m16 MMA tiles), dequantizes each
-// weight once and runs it against every token n-tile; each activation fragment is loaded once per warp and
-// used by its m-tiles. The producer fills a ring of 2-8 stages (as deep as two CTAs per SM allow) of 4 MX
-// blocks (k 128) of the weight rows and of the token rows, completed on the stage's mbarrier; the consumers
-// release a stage on a second mbarrier. The weights of a stage are one 2-D tensor copy (box 64 bytes x the
-// CTA's rows): one bulk copy per 64-byte row was 4.5x slower, the copy engine's cost is per request. The
-// token rows are one tensor copy per MX block when x holds the permuted rows contiguously (x_row_count;
-// the MoE layer gathers them in mxfp4_activation_mx), else one bulk copy per row. The MX scales of the
-// CTA's rows come once, by one bulk copy. Nothing is zero-filled: token rows past the tile's rows and rows
-// past n compute on whatever the stage holds and the epilogue drops them (an MMA's output columns and rows
-// are independent), and the k tail of the last stage is skipped.
+// Structure: CTA = 8 consumer warps (2 warpgroups) = 128 or 256 weight rows of one expert x tile_tokens
+// token rows, plus a producer warp. Each consumer warp owns 16 or 32 weight rows (one or two m16 tiles); the
+// m16 tile mt of the four warps of a warpgroup forms the 64 rows of its wgmma mt, so a warp's accumulators
+// hold exactly its own rows (the wgmma D layout per warp is the mma.sync m16n8 one, so both MMA paths share
+// the accumulators and the epilogue). The number of token rows the MMAs cover is the tile's rows rounded up
+// to 8 (a template parameter of the loop). The
+// producer fills a ring of 2-8 stages (as deep as two CTAs per SM allow) of 4 MX blocks (k 128): the
+// weights of a stage as one 2-D tensor copy (box 64 bytes x the CTA's rows: one bulk copy per 64-byte row was
+// 4.5x slower, the copy engine's cost is per request), the token rows as one tensor copy per MX block (box
+// 64 bytes x the tile, the layer gathers the permuted rows in mxfp4_tiled_activation), the CTA's MX scales
+// once. Consumers release a stage when the wgmmas reading it have completed (after the first block of the
+// next stage). Nothing is zero-filled: token rows past the tile's rows and weight rows past n compute on
+// whatever the stage holds and the epilogue drops them (an MMA's output rows and columns are independent),
+// and the k tail of the last stage is skipped.
 //
 // NOTES: the tensor copies use the 64-byte swizzle (the 16-byte column c of a 64-byte row r lands at
-// c ^ ((r >> 1) & 3)), so that the fragment loads of a quarter warp hit distinct banks; the bulk-copied
-// token rows are padded to 64 per MX block + 64 B for the same reason.
+// c ^ ((r >> 1) & 3)). For the weights it keeps a quarter warp's fragment loads on distinct banks; for the
+// token rows it is the K-major 64-byte-swizzled layout the wgmma descriptor reads (8-row groups 512 bytes
+// apart, every box 512-byte aligned, a k16 step = 32 bytes inside the 64-byte row).
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -46,6 +50,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
 #include "kernels/common/tensor_map.h"
+#include "kernels/common/wgmma.cuh"
 #include "kernels/moe/mxfp4_mma.cuh"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/routing.h"
@@ -56,31 +61,40 @@ namespace {
 
 using namespace mxfp4_detail;
 
-constexpr int kConsumerWarps = 8;                    // dequantize and multiply
+constexpr int kConsumerWarps = 8;                    // two warpgroups: dequantize, wgmma
 constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + one producer warp issuing the bulk copies
 constexpr int kMaxStages = 8;
+// Token n8 tiles up to which a CTA runs mma.sync rather than wgmma (measured: at 8 and 16 token rows the
+// wgmma loop, with a warpgroup-wide fence, commit and wait per MX block, was 6-9% slower; from 24 rows on
+// wgmma wins, by 16% at 48: bench/RESULTS.md).
+constexpr int kMmaSyncMaxTiles = 2;
 // Shared memory one CTA may take so that two fit on an SM (228 KB less the per-CTA reserve).
 constexpr int kSmemBudget = 112 * 1024;
 // Scale bytes the stage count is planned for (k = 2880, the gpt-oss experts); a larger k gets fewer CTAs
 // per SM, not a failure.
 constexpr int kPlannedKmx = 90;
 
-// A CTA shape: kMTiles m16 tiles of weight rows per consumer warp, kChunkMx MX blocks (of 32 k) per ring
-// stage. Rows per CTA = 8 warps x 16 x kMTiles. kMinBlocks: CTAs per SM the registers are capped for. The
-// ring is as deep as two CTAs per SM allow for the token tile (2..8 stages).
-template <int kMTiles_, int kChunkMx_, int kMinBlocks_>
+// A CTA shape: kMTiles m16 tiles of weight rows per consumer warp (= wgmmas per warpgroup and k16 step),
+// kChunkMx MX blocks (of 32 k) per ring stage. Rows per CTA = 8 warps x 16 x kMTiles. kMinBlocks: CTAs per
+// SM the registers are capped for (two: 96 registers a thread). kGroupsInFlight: wgmma groups a warpgroup
+// keeps in flight while it dequantizes the next block (2: two register sets for the A fragments; with two
+// m-tiles that does not fit in 96 registers and ptxas would serialize the wgmmas, so those wait for each
+// group before the next). The ring is as deep as two CTAs per SM allow for the token tile (2..8 stages).
+template <int kMTiles_, int kChunkMx_, int kMinBlocks_, int kGroupsInFlight_>
 struct Shape {
   static constexpr int kMTiles = kMTiles_, kChunkMx = kChunkMx_;
-  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kMinBlocks = kMinBlocks_, kGroupsInFlight = kGroupsInFlight_;
+  static_assert(kGroupsInFlight == 1 || kGroupsInFlight == 2, "one or two wgmma groups in flight");
   static constexpr int kRowsPerWarp = 16 * kMTiles;
   static constexpr int kRowsPerCta = kConsumerWarps * kRowsPerWarp;
   static_assert(kChunkMx * 16 == 64, "a weight row of a stage is one 64-byte swizzle span");
-  static constexpr int kWRowBytes = kChunkMx * 16;           // one weight row of a stage (swizzled)
-  static constexpr int kARowBytes = kChunkMx * 32 * 2 + 64;  // one token row of a stage (bf16), padded
+  static constexpr int kWRowBytes = kChunkMx * 16;  // one weight row of a stage (swizzled)
   static constexpr int kWStageBytes = kRowsPerCta * kWRowBytes;
+  // One MX block of the tile's token rows: 64 bytes (32 bf16) a row, 512-byte aligned (8-row groups).
+  static constexpr int token_block_bytes(int nt) { return 8 * nt * 64; }
   // Stages start 1 KB-aligned: the tensor copy's 64-byte swizzle is a function of the shared address.
   static constexpr int stage_bytes(int nt) {
-    return (kWStageBytes + 8 * nt * kARowBytes + 1023) / 1024 * 1024;
+    return (kWStageBytes + kChunkMx * token_block_bytes(nt) + 1023) / 1024 * 1024;
   }
   static constexpr int scale_bytes(int k) { return (kRowsPerCta * (k / 32) + 15) / 16 * 16; }
   static constexpr int stages(int nt) {
@@ -120,17 +134,17 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
   }
 }
 
-// kTokenBoxes: the token rows are contiguous (x_rows null) and come as one tensor copy per MX block of a
-// stage (box 64 bytes x the tile's rows, 64-byte swizzled); otherwise one bulk copy per token row, padded.
-template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
+// kNT: n8 tiles of token rows per CTA tile (tile_tokens / 8).
+template <class Sh, int kNT, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
                        const __grid_constant__ CUtensorMap xmap) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::stages(kNT);
   constexpr int kRowsPerWarp = Sh::kRowsPerWarp, kRowsPerCta = Sh::kRowsPerCta;
-  constexpr int kWRowBytes = Sh::kWRowBytes, kARowBytes = Sh::kARowBytes, kWStageBytes = Sh::kWStageBytes;
+  constexpr int kWRowBytes = Sh::kWRowBytes, kWStageBytes = Sh::kWStageBytes;
   constexpr int kTokens = 8 * kNT, kStageBytes = Sh::stage_bytes(kNT);
+  constexpr int kTokBlockBytes = Sh::token_block_bytes(kNT);
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
@@ -143,7 +157,8 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   const int nfull = kmx / kChunkMx, tail = kmx % kChunkMx, nchunks = nfull + (tail > 0);
   const int n0 = blockIdx.y * kRowsPerCta;
   const int cta_rows = min(kRowsPerCta, n - n0);  // a multiple of 16
-  const int busy_warps = (cta_rows + kRowsPerWarp - 1) / kRowsPerWarp;
+  // Whole warpgroups issue the wgmmas: a warpgroup with any of the CTA's rows runs all four warps.
+  const int busy_warps = min(kConsumerWarps, (cta_rows + 4 * kRowsPerWarp - 1) / (4 * kRowsPerWarp) * 4);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [cta_rows][kmx]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Sh::barrier_offset(kNT, k));
@@ -161,69 +176,42 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   __syncthreads();
 
   if (warp == kConsumerWarps) {
-    // Producer: the CTA's scales once, then per stage one bulk copy per weight row (the stage's MX blocks
-    // of that row, contiguous in the checkpoint layout) and one per token row (gathered through x_rows).
-    // Token rows past m and the k tail of the last stage are not copied: the consumers never read them
-    // into a result (rows past m are dropped by the epilogue, the k tail is skipped).
+    // Producer: the CTA's scales once, then per stage the weights as one box and the token rows as one box
+    // per MX block. The k tail of the last stage is not copied (the consumers skip it); whole boxes count
+    // towards the stage's bytes, the zero fill past k or past the last rows included.
     if (lane == 0) {
       const uint32_t bytes = uint32_t(cta_rows * kmx);  // 16 * kmx * (cta_rows / 16)
       mbar_arrive_expect_tx(&scales_ready, bytes);
       bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
-    }
-    const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
-    constexpr int kTokPerLane = (kTokens + 31) / 32;
-    const __nv_bfloat16* xsrc[kTokPerLane];
-#pragma unroll
-    for (int q = 0; q < kTokPerLane; ++q) {
-      const int i = lane + 32 * q;
-      int64_t src = 0;
-      if (i < m) src = p.x_rows ? p.x_rows[rbase + i] : rbase + i;
-      xsrc[q] = static_cast<const __nv_bfloat16*>(p.x) + src * k;
-    }
-    for (int c = 0; c < nchunks; ++c) {
-      const int st = c % kStages;
-      if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
-      const int blocks = c < nfull ? kChunkMx : tail;
-      const uint32_t abytes = 64 * blocks;
-      uint8_t* stage = smem + st * kStageBytes;
-      if constexpr (kTokenBoxes) {
-        if (lane == 0) {
-          // Whole boxes count, the zero fill past k or past the last rows included.
-          mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * (kTokens * 64));
-          tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
-          for (int j = 0; j < blocks; ++j)
-            tensor_copy_2d(stage + kWStageBytes + j * (kTokens * 64), &xmap, (c * kChunkMx + j) * 64, rbase,
-                           &full[st]);
-        }
-        continue;
-      }
-      if (lane == 0) {
-        // The whole box counts, the zero fill past k or past the last expert's rows included.
-        mbar_arrive_expect_tx(&full[st], kWStageBytes + m * abytes);
+      const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
+      for (int c = 0; c < nchunks; ++c) {
+        const int st = c % kStages;
+        if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
+        const int blocks = c < nfull ? kChunkMx : tail;
+        uint8_t* stage = smem + st * kStageBytes;
+        mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
         tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
-      }
-      __syncwarp();
-#pragma unroll
-      for (int q = 0; q < kTokPerLane; ++q) {
-        const int i = lane + 32 * q;
-        if (i < m)
-          bulk_copy_g2s(stage + kWStageBytes + i * kARowBytes, xsrc[q] + c * (kChunkMx * 32), abytes,
-                        &full[st]);
+        for (int j = 0; j < blocks; ++j)
+          tensor_copy_2d(stage + kWStageBytes + j * kTokBlockBytes, &xmap, (c * kChunkMx + j) * 64, rbase,
+                         &full[st]);
       }
     }
     return;  // an exited thread counts as having let the next kernel start (pdl.cuh)
   }
   if (warp >= busy_warps) return;
-  const int warp_rows = min(kRowsPerWarp, cta_rows - warp * kRowsPerWarp);  // whole m16 tiles
+  // Rows of this warp inside the CTA (whole m16 tiles; <= 0 for a warp past the CTA's rows, whose results
+  // are dropped).
+  const int warp_rows = min(kRowsPerWarp, cta_rows - warp * kRowsPerWarp);
 
-  float acc[kMTiles][kNT][4];
+  float acc[kMTiles][4 * kNT];  // wgmma accumulators: [4 nt + q] = token column 8 nt + 2t + (q & 1)
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+    for (int i = 0; i < 4 * kNT; ++i) acc[mt][i] = 0.0f;
   const int wr0 = warp * kRowsPerWarp + g;  // this lane's row in m-tile mt: wr0 + 16 mt (+ 8)
-  // A warp's last m-tile may lie past the CTA's rows (its shared rows are never written): its scale rows
-  // are clamped into the CTA's, so the factors stay finite, and the epilogue drops its results.
+  // A warp's last m-tile may lie past the CTA's rows (its shared rows hold another expert's rows or the
+  // zero fill): its scale rows are clamped into the CTA's, so the factors stay finite, and the epilogue
+  // drops its results.
   const uint8_t* srow[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -234,12 +222,6 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   // differ by multiples of 8, so they share (g >> 1) & 3. The 8 rows g then hit distinct bank groups.
   const int wsw = (g >> 1) & 3;
   const int w_lane = wr0 * kWRowBytes + 4 * t;
-  // Token rows: padded rows (kARowBytes, MX block j at 64 j), or per MX block j a swizzled box of 64-byte
-  // rows (row 8 nt + g at 64 (8 nt + g), its 16-byte column t at t ^ wsw: a quarter warp's two rows fall in
-  // the two halves of the banks, its four columns in distinct quarters).
-  constexpr int kANtStride = kTokenBoxes ? 8 * 64 : 8 * kARowBytes;
-  constexpr int kABlockStride = kTokenBoxes ? kTokens * 64 : 64;
-  const int a_lane = kTokenBoxes ? g * 64 + 16 * (t ^ wsw) : g * kARowBytes + 16 * t;
 
   // The largest scale of the warp's rows: bf16 holds 2^(s-1-bias) for each of them when
   // bias = max(0, smax - 128) (the warp's rows are 16 * kmx-byte aligned: whole uint4s).
@@ -257,51 +239,104 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   }
   const uint32_t scale_base = uint32_t(126 - bias) * 0x00800080u;
 
-  // The main loop over k, for kV token n-tiles in use (the rest of the tile is never read into a result).
+  // The main loop over k for kV n8 tiles of token rows in use (the rest of the tile is never read into a
+  // result): up to kMmaSyncMaxTiles on mma.sync, above on wgmma.
   auto run = [&](auto v) {
     constexpr int kV = decltype(v)::value;
-    // One MX block (32 k) of the stage at wst / ast.
-    auto block = [&](const uint8_t* wst, const uint8_t* ast, int j, int mx) {
-      uint32_t a[kMTiles][8];
+    // The A fragments of one MX block: [mt][4 s + i] = k16 step s, register i (wgmma.cuh's A layout, also
+    // mma.sync's). The lane's 4 bytes 4t..4t+3 of a row's block are elements 8t..8t+7; register i of step
+    // s holds elements 8t + 2s + (i >> 1) and + 4 of row g + 8 (i & 1): the positions mxfp4_tiled_pos
+    // gives the activations.
+    auto dequant = [&](uint32_t(&f)[kMTiles][8], const uint8_t* wst, int j, int mx) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         const uint32_t wa = lds32(wst + (16 * mt) * kWRowBytes + (j ^ wsw) * 16);
         const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + (j ^ wsw) * 16);
         const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
         const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
-        a[mt][0] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wa), sa);
-        a[mt][1] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wb), sb);
-        a[mt][2] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wa), sa);
-        a[mt][3] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wb), sb);
-        a[mt][4] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wa), sa);
-        a[mt][5] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wb), sb);
-        a[mt][6] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wa), sa);
-        a[mt][7] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wb), sb);
-      }
-#pragma unroll
-      for (int nt = 0; nt < kV; ++nt) {
-        const uint4 xb = *reinterpret_cast<const uint4*>(ast + nt * kANtStride + j * kABlockStride);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          // k16 step 0: elements {0,4},{1,5} of each 8-group; step 1: {2,6},{3,7}
-          mma_m16n8k16_bf16(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], xb.x, xb.y);
-          mma_m16n8k16_bf16(acc[mt][nt], a[mt][4], a[mt][5], a[mt][6], a[mt][7], xb.z, xb.w);
-        }
+        f[mt][0] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wa), sa);
+        f[mt][1] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wb), sb);
+        f[mt][2] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wa), sa);
+        f[mt][3] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wb), sb);
+        f[mt][4] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wa), sa);
+        f[mt][5] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wb), sb);
+        f[mt][6] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wa), sa);
+        f[mt][7] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wb), sb);
       }
     };
-    for (int c = 0; c < nchunks; ++c) {
-      const int st = c % kStages;
-      mbar_wait(&full[st], (c / kStages) & 1);
-      const uint8_t* wst = smem + st * kStageBytes + w_lane;
-      const uint8_t* ast = smem + st * kStageBytes + kWStageBytes + a_lane;
-      if (c < nfull) {
+    if constexpr (kV <= kMmaSyncMaxTiles) {
+      // mma.sync: per MX block and n8 tile one ldmatrix.x4 gives the B registers of both k16 steps (matrix
+      // q = the 16-byte column q of the rows: positions 8q..8q+7), then 2 MMAs per m-tile. Lane l addresses
+      // row l % 8 of matrix l / 8, swizzled as the tensor copy wrote it.
+      const int r = lane % 8, q = lane / 8;
+      const uint32_t b_lane = uint32_t(r * 64 + 16 * (q ^ ((r >> 1) & 3)));
+      uint32_t f[kMTiles][8];
+      for (int c = 0; c < nchunks; ++c) {
+        const int st = c % kStages;
+        const int blocks = c < nfull ? kChunkMx : tail;
+        mbar_wait(&full[st], (c / kStages) & 1);
+        const uint8_t* wst = smem + st * kStageBytes + w_lane;
+        const uint32_t tokens = smem_addr(smem + st * kStageBytes + kWStageBytes) + b_lane;
 #pragma unroll
-        for (int j = 0; j < kChunkMx; ++j) block(wst, ast, j, kChunkMx * c + j);
-      } else {
-        for (int j = 0; j < tail; ++j) block(wst, ast, j, kChunkMx * c + j);
+        for (int j = 0; j < kChunkMx; ++j) {
+          if (j < blocks) {  // CTA-uniform
+            dequant(f, wst, j, kChunkMx * c + j);
+#pragma unroll
+            for (int nt = 0; nt < kV; ++nt) {
+              uint32_t b[4];
+              ldmatrix_x4(tokens + j * kTokBlockBytes + nt * 512, b);
+#pragma unroll
+              for (int mt = 0; mt < kMTiles; ++mt) {
+                mma_m16n8k16_bf16(&acc[mt][4 * nt], f[mt][0], f[mt][1], f[mt][2], f[mt][3], b[0], b[1]);
+                mma_m16n8k16_bf16(&acc[mt][4 * nt], f[mt][4], f[mt][5], f[mt][6], f[mt][7], b[2], b[3]);
+              }
+            }
+          }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[st]);
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[st]);
+    } else {
+      constexpr int kN = 8 * kV;
+      constexpr int kSets = Sh::kGroupsInFlight;
+      uint32_t a[kSets][kMTiles][8];
+      // One wgmma group: both k16 steps of a block for every m-tile. The token rows of the block are a
+      // K-major 64-byte-swizzled tile (8-row groups 512 bytes apart; the leading offset is unused with a
+      // swizzle).
+      auto issue = [&](const uint32_t(&f)[kMTiles][8], uint32_t tokens) {
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt)
+            wgmma_bf16_rs<kN>(acc[mt], &f[mt][4 * s], wgmma_desc(tokens + 32 * s, 16, 512, 2));
+        wgmma_commit();
+      };
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) fence_operands(acc[mt]);
+      for (int c = 0; c < nchunks; ++c) {
+        const int st = c % kStages;
+        const int blocks = c < nfull ? kChunkMx : tail;
+        mbar_wait(&full[st], (c / kStages) & 1);
+        const uint8_t* wst = smem + st * kStageBytes + w_lane;
+        const uint32_t tokens = smem_addr(smem + st * kStageBytes + kWStageBytes);
+#pragma unroll
+        for (int j = 0; j < kChunkMx; ++j) {
+          if (j < blocks) {  // CTA-uniform
+            dequant(a[j % kSets], wst, j, kChunkMx * c + j);
+            issue(a[j % kSets], tokens + j * kTokBlockBytes);
+            wgmma_wait<kSets - 1>();  // the group that used the next register set is done
+            if (j == 0 && c > 0) {
+              // ... and with it every wgmma that read the previous stage's token rows.
+              __syncwarp();
+              if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
+            }
+          }
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) fence_operands(acc[mt]);
     }
   };
   const int valid_nt = (m + 7) / 8;  // n-tiles that hold a token row (1..kNT)
@@ -322,13 +357,14 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         for (int q = 0; q < 4; ++q) {
           const int tok = nt * 8 + 2 * t + (q & 1);
           if (tok < m)
-            y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] = __float2bfloat16_rn(acc[mt][nt][q] * unbias);
+            y[(int64_t(rbase) + tok) * n + row + (q >> 1) * 8] =
+                __float2bfloat16_rn(acc[mt][4 * nt + q] * unbias);
         }
       }
     }
   } else {
     // Row g's partner row g^1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2,
-    // at its MX-order position.
+    // at its position in the tiled order (the down GEMM's input as is).
     const __nv_bfloat16* b1 = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
     __nv_bfloat16* z = static_cast<__nv_bfloat16*>(p.y);
     const int zn = n / 2;
@@ -340,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const float v = acc[mt][nt][q] * unbias;
+          const float v = acc[mt][4 * nt + q] * unbias;
           const float other = __shfl_xor_sync(0xffffffffu, v, 4);
           const int tok = nt * 8 + 2 * t + (q & 1);
           const int r = row + (q >> 1) * 8;
@@ -348,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
             const float gate = v + __bfloat162float(b1[r]);
             const float up = other + __bfloat162float(b1[r + 1]);
             const int i = r / 2;
-            z[(int64_t(rbase) + tok) * zn + (i & ~7) + mx_order_pos(i & 7)] =
+            z[(int64_t(rbase) + tok) * zn + (i & ~31) + mxfp4_tiled_pos(i & 31)] =
                 __float2bfloat16_rn(swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha));
           }
         }
@@ -393,21 +429,41 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
   }
 }
 
-__global__ void activation_mx_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map,
-                                     int groups_per_row, int64_t groups, uint4* __restrict__ out) {
+// One thread per MX block of a row (32 bf16, four 16-byte loads and stores). Output 16-byte group 2s + h,
+// word t = elements 8t + 2s + h (low half) and 8t + 4 + 2s + h (high half): words s and 2 + s of input
+// group t, their half h.
+__global__ void tiled_activation_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map,
+                                        int blocks_per_row, int64_t blocks, uint4* __restrict__ out) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < blocks;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t src = i;
     if (row_map) {
-      const int64_t r = i / groups_per_row;
-      src = int64_t(row_map[r]) * groups_per_row + (i - r * groups_per_row);
+      const int64_t r = i / blocks_per_row;
+      src = int64_t(row_map[r]) * blocks_per_row + (i - r * blocks_per_row);
     }
-    out[i] = bf16x8_to_mx_order(x[src]);
+    uint32_t w[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = x[4 * src + q];
+      w[q][0] = v.x;
+      w[q][1] = v.y;
+      w[q][2] = v.z;
+      w[q][3] = v.w;
+    }
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t sel = h ? 0x7632u : 0x5410u;
+        out[4 * i + 2 * s + h] =
+            make_uint4(__byte_perm(w[0][s], w[0][2 + s], sel), __byte_perm(w[1][s], w[1][2 + s], sel),
+                       __byte_perm(w[2][s], w[2][2 + s], sel), __byte_perm(w[3][s], w[3][2 + s], sel));
+      }
   }
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
+template <class Sh, int kNT, bool kSwiglu>
 struct TiledKernelTag {};
 
 // A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
@@ -421,32 +477,22 @@ CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes,
                            CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kTokenBoxes>
-void launch_shape(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+template <class Sh, int kNT, bool kSwiglu>
+void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   const int bytes = Sh::smem_bytes(kNT, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_tiled_gemm: k too large for the shared scale tile");
-  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTokenBoxes>;
+  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu>;
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTokenBoxes>>(kernel,
-                                                                     device_info().max_smem_per_block_optin);
+  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu>>(kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
   // The expert blocks as [E * n rows][k / 32 * 16 bytes]: one box = one stage's weights (4 MX blocks of
   // each of the CTA's rows); the tokens as [x_row_count][2 k bytes], one box = one MX block of the tile.
   const CUtensorMap wmap = byte_tensor_map(p.blocks, uint64_t(p.num_experts) * uint64_t(p.n),
                                            uint64_t(p.k / 32 * 16), Sh::kRowsPerCta, "the expert blocks");
-  const CUtensorMap xmap = kTokenBoxes ? byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k) * 2,
-                                                         8 * kNT, "the token rows")
-                                       : wmap;
+  const CUtensorMap xmap =
+      byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k) * 2, 8 * kNT, "the token rows");
   launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
-}
-
-template <class Sh, int kNT, bool kSwiglu>
-void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
-  if (p.x_rows == nullptr && p.x_row_count > 0)
-    launch_shape<Sh, kNT, kSwiglu, true>(p, stream);
-  else
-    launch_shape<Sh, kNT, kSwiglu, false>(p, stream);
 }
 
 template <class Sh, bool kSwiglu>
@@ -459,7 +505,13 @@ void dispatch_tokens(const Mxfp4TiledArgs& p, cudaStream_t stream) {
     case 48:
       return launch<Sh, 6, kSwiglu>(p, stream);
     case 64:
-      return launch<Sh, 8, kSwiglu>(p, stream);
+      // 256-row CTAs hold 2 x 32 accumulators a thread at 64 tokens, past the 96 registers of two CTAs per
+      // SM (ptxas spills): 64-token tiles take 128-row CTAs.
+      if constexpr (Sh::kMTiles == 1)
+        return launch<Sh, 8, kSwiglu>(p, stream);
+      else
+        ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: 64-token tiles need the 128-row CTA shape");
+      return;
     default:
       ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32, 48 or 64");
   }
@@ -469,9 +521,9 @@ template <bool kSwiglu>
 void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   switch (p.cta_shape) {
     case Mxfp4TiledShape::kRows128:
-      return dispatch_tokens<Shape<1, 4, 2>, kSwiglu>(p, stream);
+      return dispatch_tokens<Shape<1, 4, 2, 2>, kSwiglu>(p, stream);
     case Mxfp4TiledShape::kRows256:
-      return dispatch_tokens<Shape<2, 4, 2>, kSwiglu>(p, stream);
+      return dispatch_tokens<Shape<2, 4, 2, 1>, kSwiglu>(p, stream);
   }
   ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: unknown CTA shape");
 }
@@ -494,13 +546,14 @@ void mxfp4_tiled_plan(const int* offsets, int num_experts, int tile_tokens, int*
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void mxfp4_activation_mx(const void* x, int rows, int k, void* out, cudaStream_t stream, const int* row_map) {
-  ORCHID_KERNEL_REQUIRE(k % 8 == 0, "mxfp4_activation_mx: k must be a multiple of 8");
-  const int64_t groups = int64_t(rows) * (k / 8);
-  if (groups == 0) return;
-  const int blocks = int(std::min<int64_t>((groups + 255) / 256, 4 * device_info().sm_count));
-  launch_pdl(activation_mx_kernel, dim3(blocks), dim3(256), 0, stream, static_cast<const uint4*>(x), row_map,
-             k / 8, groups, static_cast<uint4*>(out));
+void mxfp4_tiled_activation(const void* x, int rows, int k, void* out, cudaStream_t stream,
+                            const int* row_map) {
+  ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_tiled_activation: k must be a multiple of 32");
+  const int64_t blocks = int64_t(rows) * (k / 32);
+  if (blocks == 0) return;
+  const int ctas = int(std::min<int64_t>((blocks + 255) / 256, 4 * device_info().sm_count));
+  launch_pdl(tiled_activation_kernel, dim3(ctas), dim3(256), 0, stream, static_cast<const uint4*>(x), row_map,
+             k / 32, blocks, static_cast<uint4*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -509,6 +562,10 @@ void mxfp4_tiled_gemm(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(p.k > 0 && p.k % 32 == 0, "mxfp4_tiled_gemm: k must be a positive multiple of 32");
   ORCHID_KERNEL_REQUIRE(p.offsets && p.tiles && p.blocks && p.scales && p.x && p.y,
                         "mxfp4_tiled_gemm: null pointer");
+  ORCHID_KERNEL_REQUIRE(!p.swiglu_bias || p.n % 64 == 0,
+                        "mxfp4_tiled_gemm: the SwiGLU output (n / 2 columns) must be whole MX blocks");
+  ORCHID_KERNEL_REQUIRE(p.x_row_count > 0 || p.max_tiles <= 0,
+                        "mxfp4_tiled_gemm: x_row_count must count the rows of x");
   ORCHID_KERNEL_REQUIRE((reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.blocks) |
                          reinterpret_cast<uintptr_t>(p.scales)) %
                                 16 ==

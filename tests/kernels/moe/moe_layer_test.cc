@@ -15,6 +15,7 @@
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
 #include "kernels/moe/moe_activation.h"
+#include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/weight_convert.h"
 
 namespace orchid::kernels {
@@ -273,9 +274,9 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       EXPECT_TRUE(
           orchid::testing::check_close("5 swiglu z (fp8)", z_in, ref, 1e-3 * rms_of(ref), 0.07, 0.05));
     } else {
-      // The tiled MXFP4 kernel writes z in the MX order its down GEMM reads.
-      z_in = tiled ? orchid::testing::bf16_to_floats(
-                         orchid::testing::from_mx_order(fetch<uint16_t>(b.z_bf16, size_t(M) * I), size_t(I)))
+      // The tiled MXFP4 kernel writes z in the order its down GEMM reads.
+      z_in = tiled ? orchid::testing::bf16_to_floats(orchid::testing::from_block_order(
+                         fetch<uint16_t>(b.z_bf16, size_t(M) * I), size_t(I), mxfp4_tiled_pos))
                    : fetch_bf16(b.z_bf16, size_t(M) * I);
       // Fused: z comes from the kernel's fp32 sums, the reference from fp64 ones (a bit more slack).
       EXPECT_TRUE(orchid::testing::check_close(

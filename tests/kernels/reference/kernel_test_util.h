@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -71,13 +72,15 @@ bool check_exact(const char* name, const std::vector<T>& got, const std::vector<
   return ok;
 }
 
-// Rows of 16-bit values in MX order (each 8-group stored as elements [0,4,1,5,2,6,3,7]) -> natural order.
-inline std::vector<uint16_t> from_mx_order(const std::vector<uint16_t>& v, size_t cols) {
-  static constexpr int kElem[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // element held at each position
+// Rows of 16-bit values in the tiled MXFP4 GEMM's order -> natural order: in each block of 32 columns,
+// element e sits at position `pos(e)` (mxfp4_tiled_pos).
+template <class Pos>
+std::vector<uint16_t> from_block_order(const std::vector<uint16_t>& v, size_t cols, Pos pos) {
+  if (cols % 32 != 0) throw std::invalid_argument("from_block_order: rows of whole 32-column blocks");
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    const size_t row = i / cols, col = i % cols;
-    out[row * cols + (col & ~size_t(7)) + size_t(kElem[col & 7])] = v[i];
+    const size_t row = i / cols, col = i % cols, block = col & ~size_t(31);
+    out[i] = v[row * cols + block + size_t(pos(int(col & 31)))];
   }
   return out;
 }
