@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
+#include "runtime/warm_up.h"
 #include "server/openai_server.h"
 #include "server/testing/replay_backend.h"
 
@@ -29,6 +30,7 @@ struct ServeArgs {
   server::ServerOptions server;
   BackendOptions backend;  // --max-model-len, --max-num-seqs, --max-num-batched-tokens, --block-size, ...
   bool no_prefix_caching = false;
+  bool no_warmup = false;
   int64_t seed = -1;
   double shutdown_timeout_s = 30;
   std::vector<std::string> prefill_urls;  // --role decode
@@ -106,6 +108,14 @@ void serve(const ServeArgs& a) {
         one.backend.first_gpu = i * a.backend.tp;
         std::shared_ptr<runtime::Backend> backend = make_backend(one, tok);
         backend_name = backend->name();
+        if (backend_name == "cuda" && !a.no_warmup) {
+          try {
+            spdlog::info("orchid serve: warm-up (kernels, GEMM choices, batch-1 graphs) in {:.2f} s",
+                         runtime::warm_up(*backend));
+          } catch (const std::exception& e) {  // e.g. a KV cache too small for the warm-up's prompt
+            spdlog::warn("orchid serve: warm-up skipped: {}", e.what());
+          }
+        }
         if (so.role != "both" && !backend->supports_kv_handoff())
           fail("--role {}: the {} backend cannot hand K/V over yet", so.role, backend->name());
         engine::EngineConfig config;
@@ -239,6 +249,9 @@ void add_serve_command(CLI::App& app) {
       "do not serve the built-in chat page at / (the API is unchanged)");
   cmd->add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                 "do not reuse cached KV pages of prefixes");
+  cmd->add_flag("--no-warmup", a->no_warmup,
+                "skip the start-up warm-up on the GPU (the first request then pays kernel loading and graph "
+                "capture)");
   cmd->add_option("--seed", a->seed, "seed for requests that bring none (default: random)")
       ->check(CLI::Range(int64_t(0), INT64_MAX));
   // Tests only: replay scripted Harmony output instead of running the model.

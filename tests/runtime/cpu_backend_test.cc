@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "runtime/sequence_runner.h"
+#include "runtime/warm_up.h"
 
 namespace orchid::runtime::cpu {
 namespace {
@@ -156,6 +157,19 @@ TEST(CpuBackendGolden, BatchingAndPagingDoNotChangeResults) {
     for (float v : want[size_t(s)]) mx = std::max(mx, std::abs(v));
     EXPECT_LE(max_rel_diff(got[size_t(s)], want[size_t(s)], mx), 1e-6) << "sequence " << s;
   }
+}
+
+// The start-up warm-up (serve on the GPU) runs a prompt and decode steps on the first KV pages: afterwards
+// the backend computes exactly what a fresh one does.
+TEST(CpuBackendGolden, WarmUpLeavesTheBackendAsItWas) {
+  Golden g = load_golden();
+  auto fresh = CpuBackend::create(g.checkpoint);
+  auto warmed = CpuBackend::create(g.checkpoint);
+  EXPECT_GE(warm_up(*warmed), 0.0);
+  const auto want = run_forward(*fresh, g.sequence(), 0);
+  const auto got = run_forward(*warmed, g.sequence(), 0);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "logits after the warm-up differ from a fresh backend's";
 }
 
 TEST(CpuBackend, BadInputIsAClearError) {
