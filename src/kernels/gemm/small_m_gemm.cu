@@ -4,26 +4,17 @@
 // 4096 = 23.6 MB -> 5.7 us, lm_head 201088 x 2880 = 1.16 GB -> 278 us. The FLOPs are 2 per weight per row:
 // nothing. So the kernel is a weight stream: many bytes in flight, nothing else in the way.
 //
-// Structure, 5-16 rows: a CTA of 8 warps owns 16 output features (one m16 MMA tile of W rows) and splits k
-// over its warps; each warp walks its k range in 32-column blocks, loading 16 bytes per lane of the two W
-// rows g and g + 8 and of x's row g (or g + 8) straight into registers, kUnroll blocks ahead of their use,
-// then the warps' partial sums meet in shared memory. Grid: ceil(n / 16) CTAs (320 for QKV, 180 for O).
-// 1-4 rows (gemv_kernel): one warp per output feature at a time over the whole k, every 16-byte piece of the
-// feature's weight row requested before the first is used (up to 16 a lane: k <= 4096 in one go), x read
-// through L1 (every warp reads the same rows), the lane's fp32 sums reduced by shuffles: no shared memory,
-// no barrier between warps. The features are dealt round-robin to the warps of a grid of two CTAs per SM, so
-// every SM streams the same share of the weights (ceil(n / 16) CTAs left the SMs with 2 or 3 of them: the
-// MMA kernel ran QKV at m = 1 in 16.3 us against a 7.1 us floor).
+// Structure: a CTA of 8 warps owns 16 output features (one m16 MMA tile of W rows) and splits k over its
+// warps; each warp walks its k range in 32-column blocks, loading 16 bytes per lane of the two W rows
+// g and g + 8 and of x's row g (or g + 8) straight into registers, kUnroll blocks ahead of their use, then
+// the warps' partial sums meet in shared memory. Grid: ceil(n / 16) CTAs (320 for QKV, 180 for O).
 //
 // NOTES: the MMA's k order is free as long as A and B agree: lane t takes the 8 consecutive elements 8t..8t+7
 // of a 32-block, elements {0,1},{2,3} form k16 step 0 and {4,5},{6,7} step 1, for W and x alike. So both
 // operands are plain 16-byte loads in memory order.
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/device_info.h"
 #include "kernels/common/mma_sync.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/small_m_gemm.h"
@@ -127,81 +118,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// y[0..kM) of feature f = x[0..kM) · W[f] (1 <= m <= kM rows), one warp per feature at a time.
-template <int kM, bool kF32Out>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DenseGemmArgs a, int64_t ldx, int64_t ldy) {
-  constexpr int kMaxPieces = 16;  // 16-byte pieces of a weight row per lane in flight (k <= 4096 at once)
-  const int lane = threadIdx.x % 32;
-  const int warps = gridDim.x * kWarps, first = blockIdx.x * kWarps + threadIdx.x / 32;
-  const int pieces = a.k / 8;  // 16-byte pieces of a row
-  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
-  bool waited = false;
-  for (int f = first; f < a.n; f += warps) {
-    const __nv_bfloat16* wr = static_cast<const __nv_bfloat16*>(a.w) + int64_t(f) * a.k;
-    float acc[kM];
-#pragma unroll
-    for (int r = 0; r < kM; ++r) acc[r] = 0.0f;
-    for (int p0 = 0; p0 < pieces; p0 += 32 * kMaxPieces) {
-      uint4 w[kMaxPieces];
-#pragma unroll
-      for (int u = 0; u < kMaxPieces; ++u) {
-        const int p = p0 + lane + 32 * u;
-        w[u] = p < pieces ? ldg_stream(wr + 8 * p) : make_uint4(0, 0, 0, 0);
-      }
-      if (!waited) {  // the weights are no earlier kernel's output: requested before waiting (pdl.cuh)
-        pdl_wait();
-        waited = true;
-      }
-#pragma unroll
-      for (int u = 0; u < kMaxPieces; ++u) {
-        const int p = p0 + lane + 32 * u;
-        if (p >= pieces) break;
-        const uint32_t wv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-#pragma unroll
-        for (int r = 0; r < kM; ++r) {
-          if (r >= a.m) break;
-          const uint4 xv4 = *reinterpret_cast<const uint4*>(x + int64_t(r) * ldx + 8 * p);
-          const uint32_t xv[4] = {xv4.x, xv4.y, xv4.z, xv4.w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            acc[r] = fmaf(__uint_as_float(wv[q] << 16), __uint_as_float(xv[q] << 16), acc[r]);
-            acc[r] = fmaf(__uint_as_float(wv[q] & 0xffff0000u), __uint_as_float(xv[q] & 0xffff0000u), acc[r]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kM; ++r)
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-    if (lane < kM && lane < a.m) {
-      float v = acc[0];
-#pragma unroll
-      for (int r = 1; r < kM; ++r)
-        if (lane == r) v = acc[r];
-      if constexpr (kF32Out) {
-        float* y = static_cast<float*>(a.y) + int64_t(lane) * ldy + f;
-        if (a.bias) v += static_cast<const float*>(a.bias)[f];
-        *y = a.accumulate ? *y + v : v;
-      } else {
-        if (a.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[f]);
-        static_cast<__nv_bfloat16*>(a.y)[int64_t(lane) * ldy + f] = __float2bfloat16_rn(v);
-      }
-    }
-  }
-  if (!waited) pdl_wait();  // a warp without a feature (y may still be read by the previous kernel)
-  pdl_launch_dependents();
-}
-
-template <int kM>
-void launch_gemv(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, cudaStream_t stream) {
-  const int grid = std::max(1, std::min((a.n + kWarps - 1) / kWarps, 2 * device_info().sm_count));
-  if (a.out == GemmOut::kF32)
-    launch_pdl(gemv_kernel<kM, true>, dim3(grid), dim3(kWarps * 32), 0, stream, a, ldx, ldy);
-  else
-    launch_pdl(gemv_kernel<kM, false>, dim3(grid), dim3(kWarps * 32), 0, stream, a, ldx, ldy);
-}
-
 template <int kNT>
 void launch(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, cudaStream_t stream) {
   const unsigned grid = unsigned((a.n + 15) / 16);
@@ -224,11 +140,7 @@ void small_m_gemm(const DenseGemmArgs& a, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(!a.accumulate || a.out == GemmOut::kF32,
                         "small_m_gemm: accumulate needs fp32 output");
   const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
-  if (a.m <= 2)
-    launch_gemv<2>(a, ldx, ldy, stream);
-  else if (a.m <= 4)
-    launch_gemv<4>(a, ldx, ldy, stream);
-  else if (a.m <= 8)
+  if (a.m <= 8)
     launch<1>(a, ldx, ldy, stream);
   else
     launch<2>(a, ldx, ldy, stream);

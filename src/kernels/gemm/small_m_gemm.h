@@ -1,8 +1,7 @@
 // BF16 GEMM for a few rows (decode batches): y[m, n] = x[m, k] · W[n, k]^T (+ bias) with m <= 16, the
-// weights streamed from HBM once: for 1-4 rows a warp per output feature with fp32 FMAs (a GEMV), for 5-16
-// the rows ride along as the narrow dimension of m16n8k16 MMAs (weights as A, the rows of x as B). DenseGemm
-// uses it where it measures faster than cuBLASLt's choice. Same argument meanings as DenseGemmArgs (bias in
-// the output's type, accumulate with fp32 output only).
+// weights streamed from HBM once and the rows riding along as the narrow dimension of m16n8k16 MMAs
+// (weights as A, the rows of x as B). DenseGemm uses it where it measures faster than cuBLASLt's choice.
+// Same argument meanings as DenseGemmArgs (bias in the output's type, accumulate with fp32 output only).
 #pragma once
 
 #include <cuda_runtime.h>
