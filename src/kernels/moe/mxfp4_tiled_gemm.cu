@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         for (int s = 0; s < 2; ++s)
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt)
-            wgmma_bf16_rs<kN>(acc[mt], &f[mt][4 * s], wgmma_desc(tokens + 32 * s, 16, 512, 2));
+            wgmma_bf16_rs<kN, 0>(acc[mt], &f[mt][4 * s], wgmma_desc(tokens + 32 * s, 16, 512, 2), 1);
         wgmma_commit();
       };
 #pragma unroll
