@@ -8,8 +8,9 @@
 // x holds the permuted rows (routing's order), bf16 in the tiled order (mxfp4_tiled_activation gathers and
 // permutes them). The weights are dequantized to bf16 with their MX scale (exact: bf16 has fp32's exponent
 // range; each warp folds an exponent bias of max(0, largest scale - 2^1) back in at the end) and multiplied
-// on wgmma, accumulation fp32; the output is bf16 without bias, or, with the fused gate_up epilogue,
-// z = SwiGLU(u + b1) in bf16, tiled order: exactly the next (down) GEMM's x.
+// on wgmma (mma.sync for tiles of up to 16 rows), accumulation fp32; the output is bf16 without bias, or,
+// with the fused gate_up epilogue, z = SwiGLU(u + b1) in bf16, tiled order: exactly the next (down) GEMM's
+// x.
 //
 // The tiled order: each MX block of 32 columns of x is stored permuted, element e at position
 // mxfp4_tiled_pos(e). The k order inside an MMA is free as long as both operands agree; this one lets a lane
