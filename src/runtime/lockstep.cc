@@ -9,9 +9,10 @@ std::vector<StepOutput> forward_together(std::span<const std::shared_ptr<Backend
                                          std::span<const StepBatch* const> batches) {
   ORCHID_CHECK(!replicas.empty() && batches.size() == replicas.size(), "{} batches for {} replicas",
                batches.size(), replicas.size());
-  ORCHID_CHECK(replicas.size() == 1 || int32_t(replicas.size()) == replicas[0]->lockstep_replicas(),
-               "{} replicas, of which the first steps with {}", replicas.size(),
-               replicas[0]->lockstep_replicas());
+  // Independent replicas may run together too; lockstep ones only all of them (a subset would wait forever).
+  const int32_t lockstep = replicas[0]->lockstep_replicas();
+  ORCHID_CHECK(lockstep == 1 || size_t(lockstep) == replicas.size(),
+               "{} replicas, of which the first steps with {}", replicas.size(), lockstep);
   const StepBatch none;
   std::vector<StepOutput> out(replicas.size());
   // Nothing to abort on a failure: a replica whose ranks fail aborts the collectives they share.

@@ -13,8 +13,8 @@
 namespace orchid::runtime {
 
 // Runs replicas[i]->forward(*batches[i]) together (replica 0 on the calling thread); a null batch is an
-// empty step. When every call has returned, rethrows the first orchid::Error among the failures (else the
-// first failure).
+// empty step. Lockstep replicas must all be there; independent ones simply run at the same time. When every
+// call has returned, rethrows the first orchid::Error among the failures (else the first failure).
 std::vector<StepOutput> forward_together(std::span<const std::shared_ptr<Backend>> replicas,
                                          std::span<const StepBatch* const> batches);
 
