@@ -13,6 +13,7 @@
 #include "model/loader.h"
 #include "model/manifest.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/lockstep.h"
 #include "runtime/tcp_communicator.h"
 #if ORCHID_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
@@ -65,10 +66,17 @@ void BackendOptions::add_flags(CLI::App* cmd) {
   cmd->add_option("--tp", tp, "tensor-parallel ranks: attention heads and lm_head split TP ways")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--ep", ep, "expert-parallel ranks: experts split EP ways (0: all ranks, TP x DP)")
+  cmd->add_option(
+         "--ep", ep,
+         "expert-parallel ranks: experts split EP ways over runs of EP ranks (0: --tp, every rank of "
+         "a replica); with --dp, an --ep that --tp does not divide shares the experts among replicas")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  cmd->add_option("--dp", dp, "attention data-parallel replicas")
+  cmd->add_option(
+         "--dp", dp,
+         "attention data-parallel replicas, each an engine with its own --tp ranks and KV cache; they "
+         "share the experts' ranks (DP attention, stepping in lockstep; CPU backend) when --ep is "
+         "more than --tp")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--collectives", collectives,
@@ -117,11 +125,39 @@ bool BackendOptions::uses_cuda() const {
 #endif
 }
 
-std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& model) const {
+namespace {
+runtime::cpu::CpuBackendOptions cpu_options(const BackendOptions& b) {
+  if (b.collectives != "auto") fail("--collectives {} is for the CUDA backend", b.collectives);
+  if (b.prefill_attention != "auto")
+    fail("--prefill-attention {} is for the CUDA backend", b.prefill_attention);
+  if (b.dp > 1 && b.nnodes > 1)
+    fail("--dp {} with --nnodes {}: attention replicas run as threads of one process so far", b.dp, b.nnodes);
+  runtime::cpu::CpuBackendOptions o;
+  o.page_size = b.block_size;
+  o.max_tokens = b.max_model_len > 0 ? b.max_model_len : 8192;
+  o.num_full_pages = o.num_sliding_pages = b.kv_pages;
+  o.parallel = b.parallel();
+  o.process_group = process_group(b);
+  if (const engine::SpeculativeConfig spec = b.speculative(); spec.method == "eagle3")
+    o.eagle3_head = spec.model;
+  return o;
+}
+}  // namespace
+
+model::ParallelConfig BackendOptions::parallel() const {
   model::ParallelConfig pc;
   pc.tp = tp;
   pc.dp = dp;
-  pc.ep = ep > 0 ? ep : tp * dp;
+  pc.ep = ep > 0 ? ep : tp;
+  return pc;
+}
+
+std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& model) const {
+  if (dp > 1) {
+    auto replicas = create_replicas(model);
+    return std::make_unique<runtime::LeadReplica>(std::move(replicas));
+  }
+  const model::ParallelConfig pc = parallel();
   std::string which = backend;
 #if ORCHID_HAVE_CUDA
   if (which == "auto") which = runtime::cuda::cuda_device_available() ? "cuda" : "cpu";
@@ -163,17 +199,39 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
   if (which == "auto") which = "cpu";
   if (which == "cuda") fail("--backend cuda: this orchid was built without CUDA (use the `cuda` preset)");
 #endif
-  if (collectives != "auto") fail("--collectives {} is for the CUDA backend", collectives);
-  if (prefill_attention != "auto") fail("--prefill-attention {} is for the CUDA backend", prefill_attention);
-  runtime::cpu::CpuBackendOptions o;
-  o.page_size = block_size;
-  o.max_tokens = max_model_len > 0 ? max_model_len : 8192;
-  o.num_full_pages = o.num_sliding_pages = kv_pages;
-  o.parallel = pc;
-  o.process_group = process_group(*this);
-  if (const engine::SpeculativeConfig spec = speculative(); spec.method == "eagle3")
-    o.eagle3_head = spec.model;
-  return runtime::cpu::CpuBackend::create(model, o);
+  return runtime::cpu::CpuBackend::create(model, cpu_options(*this));
+}
+
+std::vector<std::shared_ptr<runtime::Backend>> BackendOptions::create_replicas(
+    const std::string& model) const {
+  std::vector<std::shared_ptr<runtime::Backend>> out;
+  if (dp == 1) {
+    out.push_back(create(model));
+    return out;
+  }
+  const model::ParallelConfig pc = parallel();
+  if (!uses_cuda() && backend == "cuda")
+    fail("--backend cuda: this orchid was built without CUDA (use the `cuda` preset)");
+  if (uses_cuda()) {
+    if (pc.shares_experts())
+      fail(
+          "--dp {} --ep {}: attention replicas sharing the experts (--ep not dividing --tp {}) run on the "
+          "CPU "
+          "backend only so far; on the GPUs use an --ep that divides --tp (each replica holds every expert)",
+          dp, pc.ep, tp);
+    if (collectives == "local") fail("--dp {} with --collectives local: replicas need GPUs of their own", dp);
+    BackendOptions one = *this;  // replica i on GPUs [i * TP, (i + 1) * TP)
+    one.dp = 1;
+    one.ep = pc.ep;
+    for (int i = 0; i < dp; ++i) {
+      one.first_gpu = first_gpu + i * tp;
+      out.push_back(one.create(model));
+    }
+    return out;
+  }
+  for (auto& r : runtime::cpu::CpuBackend::create_replicas(model, cpu_options(*this)))
+    out.push_back(std::move(r));
+  return out;
 }
 
 engine::SpeculativeConfig BackendOptions::speculative() const {
@@ -235,6 +293,8 @@ std::shared_ptr<engine::Proposer> BackendOptions::draft_proposer(const engine::S
   BackendOptions plain = *this;  // the draft itself verifies nothing
   plain.gpu_memory_utilization = gpu_memory_utilization * draft_memory_share(target.model_config());
   plain.speculative_config.clear();
+  plain.dp = 1;  // one draft per engine (replica), its experts its own
+  plain.ep = 0;
   std::shared_ptr<runtime::Backend> draft = plain.create(c.model);
   if (draft->model_config().vocab_size != target.model_config().vocab_size)
     fail("speculative decoding: the draft model {} has a vocabulary of {} tokens, the target {}", c.model,

@@ -8,6 +8,7 @@
 
 #include "engine/speculative_config.h"
 #include "model/config.h"
+#include "model/parallel.h"
 #include "runtime/backend.h"
 
 namespace orchid::cli {
@@ -24,7 +25,9 @@ struct BackendOptions {
   bool enforce_eager = false;              // no CUDA graphs
   bool bf16_routing = false;               // CUDA: no precise routing
   std::string prefill_attention = "auto";  // CUDA prefill attention kernel: auto | hopper | mma
-  int tp = 1, ep = 0, dp = 1;              // parallel ranks (model/parallel.h); ep 0: every rank (TP x DP)
+  // Parallel ranks (model/parallel.h); ep 0: --tp (each replica holds every expert). With --dp, an --ep that
+  // --tp does not divide makes the replicas share the experts (the CPU backend's lockstep replicas).
+  int tp = 1, ep = 0, dp = 1;
   // CUDA collectives: auto (none for one rank, NCCL for several GPUs), local (every rank on one GPU,
   // in-process: tests of the parallel code) or nccl (NCCL even for one rank).
   std::string collectives = "auto";
@@ -37,8 +40,15 @@ struct BackendOptions {
   std::string speculative_config;
 
   void add_flags(CLI::App* cmd);
-  bool uses_cuda() const;  // what `create` will pick
+  bool uses_cuda() const;                  // what `create` will pick
+  model::ParallelConfig parallel() const;  // --tp, --dp, --ep (0 resolved)
+  // One backend. With --dp N: the N replicas behind a runtime::LeadReplica (replica 0 runs every step, the
+  // others take part with empty steps when they share the experts): orchid forward, layer, bench prefill.
   std::unique_ptr<runtime::Backend> create(const std::string& model) const;
+  // --dp N: one backend per attention replica, for N engines behind one endpoint. CPU: one copy of the
+  // weights; replicas sharing the experts (--ep not dividing --tp) step in lockstep
+  // (Backend::lockstep_replicas). CUDA: independent replicas, replica i on GPUs [i * TP, (i + 1) * TP).
+  std::vector<std::shared_ptr<runtime::Backend>> create_replicas(const std::string& model) const;
   // For --node-rank > 0: joins the group, serves rank 0's steps until it closes, and returns true; the
   // command then does nothing else. False on rank 0 (and without --nnodes).
   bool run_as_worker(const std::string& model) const;

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "model/cost_model.h"
+#include "runtime/lockstep.h"
 #include "runtime/sequence_runner.h"
 
 namespace orchid::cli {
@@ -144,9 +145,13 @@ void run_decode(const BenchArgs& a) {
   bo.max_model_len = std::max(bo.max_model_len, max_len);
   if (!bo.uses_cuda() && bo.kv_pages == 0)  // the CPU sizes its pools from this; the GPU from its memory
     bo.kv_pages = int32_t((max_len + bo.block_size - 1) / bo.block_size * max_batch);
-  auto backend = bo.create(a.model);
+  // --dp N: every replica runs the same batch in each step, together (DP attention's decode: N x B
+  // sequences a step).
+  const auto replicas = bo.create_replicas(a.model);
+  const auto& backend = replicas[0];
   const auto& c = backend->model_config();
   const auto spec = backend->kv_spec();
+  const int64_t dp = int64_t(replicas.size());
   const model::HardwareCeilings hw;
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t L : seq_lens) {
@@ -192,19 +197,26 @@ void run_decode(const BenchArgs& a) {
             b.tokens.push_back(int32_t((s * 7919 + t * 104729) % std::min<int64_t>(c.vocab_size, 200000)));
           b.seqs.push_back(q);
         }
-        for (int w = 0; w < 2; ++w) backend->forward(b);
+        const std::vector<const runtime::StepBatch*> batches(replicas.size(), &b);
+        auto step_all = [&] {
+          if (dp == 1)
+            backend->forward(b);
+          else
+            runtime::forward_together(replicas, batches);
+        };
+        for (int w = 0; w < 2; ++w) step_all();
         std::vector<double> times;
         for (int r = 0; r < a.steps; ++r) {
           const auto t0 = Clock::now();
-          backend->forward(b);
+          step_all();
           times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         }
         const double step = median(times);
         const double floor = model::decode_floor_seconds(c, B, L, bo.weights, hw);
         row["step_s"] = step;
         row["tokens_per_s_per_user"] = 1.0 / step;
-        row["tokens_per_s"] = double(B) / step;
-        row["usd_per_1m_tokens"] = model::usd_per_million_tokens(step, B, a.gpus, a.usd_per_gpu_hour);
+        row["tokens_per_s"] = double(dp * B) / step;
+        row["usd_per_1m_tokens"] = model::usd_per_million_tokens(step, dp * B, a.gpus, a.usd_per_gpu_hour);
         row["floor_s"] = floor;
         row["step_over_floor"] = step / floor;
         rows.push_back(row);
@@ -217,6 +229,7 @@ void run_decode(const BenchArgs& a) {
       {"backend", backend->name()},
       {"weights", bo.weights},
       {"gpus", a.gpus},
+      {"dp", dp},
       {"rows", rows},
       {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   if (a.json) {
@@ -228,6 +241,10 @@ void run_decode(const BenchArgs& a) {
               a.temperature <= 0
                   ? "greedy"
                   : fmt::format("temperature {} top-p {} top-k {}", a.temperature, a.top_p, a.top_k).c_str());
+  if (dp > 1)
+    std::printf(
+        "--dp %lld: each of the %lld replicas runs the batch in every step (tok/s total counts them all)\n",
+        (long long)dp, (long long)dp);
   if (max_k > 0)
     std::printf(
         "drafts K > 0: speculative decoding's verify step, 1 + K tokens a sequence (tok/s counts one "

@@ -13,6 +13,7 @@
 #include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/engine_setup.h"
 #include "core/error.h"
 #include "core/parse.h"
 #include "engine/engine.h"
@@ -109,21 +110,25 @@ void add_generate_command(CLI::App& app) {
     req.prompt = prompt_ids(*args, *cmd, tok);
     if (args->min_tokens > args->max_tokens)
       fail("--min-tokens: {} is more than --max-tokens ({})", args->min_tokens, args->max_tokens);
-    std::shared_ptr<runtime::Backend> backend = args->backend.create(args->model);
-
-    engine::EngineConfig config;
-    config.max_num_seqs = args->backend.max_num_seqs;
-    config.max_num_batched_tokens = args->backend.max_num_batched_tokens;
-    config.enable_prefix_caching = !args->no_prefix_caching;
-    config.speculative = args->backend.speculative();
-    config.proposer = args->backend.draft_proposer(config.speculative, *backend);
-    if (args->backend.max_model_len > 0) {  // else what the model and the KV pool allow
-      const runtime::KvCacheSpec kv = backend->kv_spec();
-      config.max_model_len =
-          int32_t(std::min<int64_t>({args->backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
-                                     backend->model_config().max_position_embeddings}));
-    }
-    engine::Engine engine(backend, config);
+    // --dp N: the request goes to replica 0's engine; the others (sharing the experts, in lockstep) run
+    // empty steps beside it.
+    const auto backends = args->backend.create_replicas(args->model);
+    const runtime::Backend& backend = *backends[0];
+    auto config_for = [&](runtime::Backend& b) {
+      engine::EngineConfig config;
+      config.max_num_seqs = args->backend.max_num_seqs;
+      config.max_num_batched_tokens = args->backend.max_num_batched_tokens;
+      config.enable_prefix_caching = !args->no_prefix_caching;
+      config.speculative = args->backend.speculative();
+      config.proposer = args->backend.draft_proposer(config.speculative, b);
+      if (args->backend.max_model_len > 0) {  // else what the model and the KV pool allow
+        const runtime::KvCacheSpec kv = b.kv_spec();
+        config.max_model_len =
+            int32_t(std::min<int64_t>({args->backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
+                                       b.model_config().max_position_embeddings}));
+      }
+      return config;
+    };
 
     req.sampling = args->sampling;
     req.seed = uint64_t(args->seed);
@@ -131,7 +136,7 @@ void add_generate_command(CLI::App& app) {
     req.min_tokens = args->min_tokens;
     req.ignore_eos = args->ignore_eos || !args->stop_ids.empty();  // explicit stop ids replace eos
     if (!args->ignore_eos && !args->stop_ids.empty()) {
-      const int64_t vocab = backend->model_config().vocab_size;
+      const int64_t vocab = backend.model_config().vocab_size;
       for (int64_t v : parse_int_list(args->stop_ids, "--stop-ids")) {
         if (v < 0 || v >= vocab) fail("--stop-ids: {} is outside the vocabulary [0, {})", v, vocab);
         req.stop_token_ids.push_back(int32_t(v));
@@ -143,9 +148,9 @@ void add_generate_command(CLI::App& app) {
       req.decoder = std::make_unique<tokenizer::EngineTextDecoder>(tok);
     const size_t prompt_len = req.prompt.size();
 
-    engine.start();
+    const auto serving = start_engines(backends, config_for);
     const auto t0 = std::chrono::steady_clock::now();
-    auto stream = engine.submit(std::move(req));
+    auto stream = serving->submit(std::move(req));
     engine::RequestEvent all;
     auto t1 = t0;
     while (!all.finished()) {
@@ -156,7 +161,7 @@ void add_generate_command(CLI::App& app) {
       engine::merge_event(all, std::move(*ev));
     }
     const auto t2 = std::chrono::steady_clock::now();
-    engine.stop();
+    serving->stop();
     if (!args->print_ids) write("\n");
     if (all.finish == engine::FinishReason::kError) fail("generation failed: {}", all.error);
 

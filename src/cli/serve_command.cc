@@ -13,6 +13,7 @@
 #include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/engine_setup.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
@@ -95,20 +96,18 @@ void serve(const ServeArgs& a) {
   std::atomic<bool> loaded{false};
   std::thread loader([&] {
     try {
-      // --dp N: N engines (each its own backend and KV cache) behind this endpoint.
+      // --dp N: N engines (each its own replica: backend ranks and KV cache) behind this endpoint.
       const int replicas = a.backend.dp;
-      // On the CUDA backend replica i takes GPUs [i * TP, (i + 1) * TP).
-      if (replicas > 1 && a.backend.uses_cuda() && a.backend.collectives == "local")
-        fail("--dp {} with --collectives local: replicas need GPUs of their own", replicas);
-      ServeArgs one = a;
-      one.backend.dp = 1;
-      std::vector<std::shared_ptr<engine::Engine>> engines;
-      std::string backend_name;
-      for (int i = 0; i < replicas; ++i) {
-        one.backend.first_gpu = i * a.backend.tp;
-        std::shared_ptr<runtime::Backend> backend = make_backend(one, tok);
-        backend_name = backend->name();
-        if (backend_name == "cuda" && !a.no_warmup) {
+      std::vector<std::shared_ptr<runtime::Backend>> backends;
+      if (a.replay_file.empty()) {
+        backends = a.backend.create_replicas(a.model);
+      } else {
+        for (int i = 0; i < replicas; ++i) backends.push_back(make_backend(a, tok));
+      }
+      const std::string backend_name = backends[0]->name();
+      const bool lockstep = backends[0]->lockstep_replicas() > 1;
+      if (backend_name == "cuda" && !a.no_warmup) {
+        for (const auto& backend : backends) {
           try {
             spdlog::info("orchid serve: warm-up (kernels, GEMM choices, batch-1 graphs) in {:.2f} s",
                          runtime::warm_up(*backend));
@@ -116,32 +115,31 @@ void serve(const ServeArgs& a) {
             spdlog::warn("orchid serve: warm-up skipped: {}", e.what());
           }
         }
-        if (so.role != "both" && !backend->supports_kv_handoff())
-          fail("--role {}: the {} backend cannot hand K/V over yet", so.role, backend->name());
+      }
+      if (so.role != "both" && !backends[0]->supports_kv_handoff())
+        fail("--role {}: the {} backend cannot hand K/V over yet", so.role, backend_name);
+      engine = start_engines(backends, [&](runtime::Backend& backend) {
         engine::EngineConfig config;
         config.max_num_seqs = a.backend.max_num_seqs;
         config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
         config.enable_prefix_caching = !a.no_prefix_caching;
         config.speculative = a.backend.speculative();
-        config.proposer = a.backend.draft_proposer(config.speculative, *backend);
+        config.proposer = a.backend.draft_proposer(config.speculative, backend);
         if (a.seed >= 0) config.seed = uint64_t(a.seed);
         if (a.backend.max_model_len > 0) {
-          const runtime::KvCacheSpec kv = backend->kv_spec();
+          const runtime::KvCacheSpec kv = backend.kv_spec();
           config.max_model_len =
               int32_t(std::min<int64_t>({a.backend.max_model_len, int64_t(kv.num_full_pages) * kv.page_size,
-                                         backend->model_config().max_position_embeddings}));
+                                         backend.model_config().max_position_embeddings}));
         }
-        if (replicas > 1) config = engine::EngineGroup::group_engine_config(config, i, replicas);
-        engines.push_back(std::make_shared<engine::Engine>(backend, config));
-        engines.back()->start();
-      }
-      if (replicas == 1)
-        engine = engines[0];
-      else
-        engine = std::make_shared<engine::EngineGroup>(std::move(engines));
+        return config;
+      });
       ctx.set_engine(engine);
       spdlog::info("orchid serve: ready: {} on the {} backend{}, max_model_len {}, served as '{}'", a.model,
-                   backend_name, replicas > 1 ? fmt::format(" x {} engines (--dp)", replicas) : "",
+                   backend_name,
+                   replicas == 1 ? std::string()
+                   : lockstep ? fmt::format(" x {} engines (--dp) in lockstep, sharing the experts", replicas)
+                              : fmt::format(" x {} engines (--dp)", replicas),
                    engine->max_model_len(), so.served_model_name);
     } catch (const std::exception& e) {
       load_error = e.what();

@@ -101,6 +101,11 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
   const auto& model = backend_->model_config();
   ORCHID_CHECK(config_.first_id >= 1 && config_.id_stride >= 1, "request ids {} + k * {}", config_.first_id,
                config_.id_stride);
+  round_ = config_.lockstep;
+  const int32_t lockstep = backend_->lockstep_replicas();
+  ORCHID_CHECK(lockstep == 1 ? !round_ : round_ && round_->size() == lockstep,
+               "the {} backend steps with {} replicas; this engine's step round has {}", backend_->name(),
+               lockstep, round_ ? round_->size() : 0);
   next_id_ = config_.first_id;
   vocab_size_ = int32_t(model.vocab_size);
   for (int64_t id : model.eos_token_ids) eos_ids_.push_back(int32_t(id));
@@ -159,6 +164,7 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     ++outstanding_;
   }
   inbox_cv_.notify_one();
+  if (round_) round_->notify_work();
   return stream;
 }
 
@@ -168,6 +174,7 @@ void Engine::abort(int64_t id) {
     inbox_.aborted.push_back(id);
   }
   inbox_cv_.notify_one();
+  if (round_) round_->notify_work();
 }
 
 void Engine::take_inbox() {
@@ -267,6 +274,7 @@ bool Engine::step() {
 }
 
 bool Engine::step_once() {
+  if (round_) round_epoch_ = round_->work_epoch();  // before the inbox: later work wakes this engine
   take_inbox();
   const auto t0 = Sequence::Clock::now();
   if (!scheduler_.schedule(plan_)) {
@@ -274,7 +282,7 @@ bool Engine::step_once() {
                  "nothing scheduled with {} running and {} waiting", scheduler_.num_running(),
                  scheduler_.num_waiting());
     update_metrics(t0, 0.0);
-    return false;
+    return round_ && step_empty();
   }
   for (const ScheduledSeq& entry : plan_)
     if (entry.import_kv) import_kv(entry.seq);
@@ -289,6 +297,9 @@ bool Engine::step_once() {
       if (active) engine->end_masks();
     }
   } masks{this, start_masks(batch)};
+  // Lockstep: everything that may throw is done; from kRun on, nothing stands between this engine and
+  // forward(), which the other engines' backends are entering too.
+  if (round_ && round_->arrive(true) == StepRound::Outcome::kClosed) return false;
   try {
     output_ = backend_->forward(batch);
   } catch (const Error& e) {
@@ -309,6 +320,13 @@ bool Engine::step_once() {
   process_outputs(output_);
   const auto t1 = Sequence::Clock::now();
   update_metrics(t1, std::chrono::duration<double>(t1 - t0).count());
+  return true;
+}
+
+bool Engine::step_empty() {
+  if (round_->arrive(false) != StepRound::Outcome::kRun) return false;
+  static const runtime::StepBatch kNothing;
+  backend_->forward(kNothing);  // a failure here is the group's: the loop fails this engine
   return true;
 }
 
@@ -516,16 +534,39 @@ void Engine::loop() {
     try {
       worked = step_once();
     } catch (const std::exception& e) {
-      // A broken invariant: the engine state cannot be trusted any more. Fail everything and refuse work.
+      // A broken invariant: the engine state cannot be trusted any more. Fail everything and refuse work;
+      // in lockstep, the other engines cannot step without this one: they end too.
       spdlog::critical("engine: {}", e.what());
       fail_all(e.what());
+      if (round_) round_->close(e.what());
       return;
     }
-    if (!worked) {
+    if (round_ && round_->closed()) {
+      leave_closed_round();
+      return;
+    }
+    if (worked) continue;
+    if (round_) {
+      round_->wait_for_work(round_epoch_);
+    } else {
       std::unique_lock<std::mutex> lock(inbox_mu_);
       inbox_cv_.wait(lock, [&] { return stopping_ || !inbox_.added.empty() || !inbox_.aborted.empty(); });
     }
   }
+}
+
+void Engine::leave_closed_round() {
+  const std::string reason = round_->close_reason();
+  if (!reason.empty()) {
+    fail_all("another engine of this lockstep group failed: " + reason);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    stopping_ = true;
+  }
+  take_inbox();
+  for (Sequence* s : scheduler_.sequences()) finish(s, FinishReason::kAbort, {});
 }
 
 void Engine::fail_all(const std::string& message) {
@@ -558,6 +599,7 @@ void Engine::stop() {
     stopping_ = true;
   }
   inbox_cv_.notify_all();
+  if (round_) round_->close();  // the other engines of the group stop too: none can step alone
   if (thread_.joinable()) thread_.join();
   running_thread_ = false;
   if (!failure_.empty()) return;

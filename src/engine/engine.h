@@ -20,6 +20,7 @@
 #include "engine/scheduler.h"
 #include "engine/serving_engine.h"
 #include "engine/speculative_config.h"
+#include "engine/step_round.h"
 #include "runtime/backend.h"
 
 namespace orchid::engine {
@@ -39,6 +40,11 @@ struct EngineConfig {
   // A proposer of the caller's instead of speculative.method's (speculative.num_speculative_tokens still
   // bounds the drafts): tests, embedders.
   std::shared_ptr<Proposer> proposer;
+  // The round barrier of a group of engines that step in lockstep (required when the backend's
+  // lockstep_replicas() > 1; engine_group.h sets it). Each step then waits for the other engines to
+  // schedule theirs, and an engine with nothing to do runs an empty step while the others have work.
+  // Stopping one engine of such a group stops them all.
+  std::shared_ptr<StepRound> lockstep;
 };
 
 class Engine final : public ServingEngine {
@@ -86,6 +92,11 @@ class Engine final : public ServingEngine {
 
   void loop();
   bool step_once();
+  // Lockstep, nothing scheduled: takes part in the round, with an empty step when another engine has work.
+  bool step_empty();
+  // The loop's end once the group's rounds are closed: a stop aborts what this engine holds, a failure
+  // elsewhere fails it.
+  void leave_closed_round();
   void take_inbox();
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
   // The positions of spec.kv_import this engine takes (0: none); throws orchid::Error for K/V it cannot.
@@ -124,6 +135,8 @@ class Engine final : public ServingEngine {
 
   std::thread thread_;
   std::atomic<bool> running_thread_{false};
+  std::shared_ptr<StepRound> round_;  // config_.lockstep
+  uint64_t round_epoch_ = 0;          // its work epoch when this engine last looked at its inbox
 
   // Engine-thread state.
   std::vector<ScheduledSeq> plan_;

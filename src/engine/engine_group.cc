@@ -6,9 +6,12 @@
 
 namespace orchid::engine {
 
-EngineConfig EngineGroup::group_engine_config(EngineConfig base, int index, int count) {
+EngineConfig EngineGroup::group_engine_config(EngineConfig base, int index, int count,
+                                              std::shared_ptr<StepRound> round) {
+  ORCHID_CHECK(!round || round->size() == count, "a step round of {} for {} engines", round->size(), count);
   base.first_id = index + 1;
   base.id_stride = count;
+  base.lockstep = std::move(round);
   if (base.seed) base.seed = *base.seed + uint64_t(index);  // distinct default seeds per replica
   return base;
 }
@@ -17,7 +20,8 @@ EngineGroup::EngineGroup(std::vector<std::shared_ptr<Engine>> engines) : engines
   ORCHID_CHECK(!engines_.empty(), "an engine group needs engines");
   for (size_t i = 0; i < engines_.size(); ++i)
     ORCHID_CHECK(engines_[i]->config().first_id == int64_t(i) + 1 &&
-                     engines_[i]->config().id_stride == int64_t(engines_.size()),
+                     engines_[i]->config().id_stride == int64_t(engines_.size()) &&
+                     engines_[i]->config().lockstep == engines_[0]->config().lockstep,
                  "engine {} of the group was not configured by group_engine_config", i);
 }
 

@@ -1,6 +1,11 @@
 // Data parallelism at the server: N engines (each with its own backend, KV cache and scheduler) behind one
 // endpoint. A request goes to the engine with the fewest outstanding requests (ties: the lowest index);
 // engine i hands out ids i+1, i+1+N, ... so an id names its engine. Metrics are the engines' sums.
+//
+// When the engines' backends share collectives (attention replicas sharing the MoE's expert ranks:
+// Backend::lockstep_replicas() == N), the engines step in lockstep through one StepRound (step_round.h):
+// each still runs its own loop thread, and every step waits until all have scheduled theirs; an engine with
+// nothing to do then runs an empty step. Stopping the group (or any of its engines) stops them all.
 #pragma once
 
 #include <memory>
@@ -13,9 +18,12 @@ namespace orchid::engine {
 
 class EngineGroup final : public ServingEngine {
  public:
-  // Each engine's config must come from group_engine_config(base, i, N).
+  // Each engine's config must come from group_engine_config(base, i, N, round), with one round for all (or
+  // none).
   explicit EngineGroup(std::vector<std::shared_ptr<Engine>> engines);
-  static EngineConfig group_engine_config(EngineConfig base, int index, int count);
+  // `round`: the group's StepRound when its engines step in lockstep (make it with StepRound(count)).
+  static EngineConfig group_engine_config(EngineConfig base, int index, int count,
+                                          std::shared_ptr<StepRound> round = nullptr);
 
   std::shared_ptr<RequestStream> submit(RequestSpec spec) override;
   void abort(int64_t id) override;

@@ -85,6 +85,8 @@ ShardPlan make_shard_plan(const ModelConfig& c, const ParallelConfig& pc, std::s
     s.vocab_begin = s.tp_rank * nv;
     s.vocab_end = s.vocab_begin + nv;
     s.adds_o_bias = s.tp_rank == 0;
+    s.ep_group_begin = r / pc.ep * pc.ep;
+    s.shared_experts = s.ep_group_begin / pc.tp != (s.ep_group_begin + pc.ep - 1) / pc.tp;
     uint64_t dense = 0;
     for (const auto& t : manifest) {
       if (is_expert_weight(t.role)) continue;
@@ -103,13 +105,23 @@ ShardPlan make_shard_plan(const ModelConfig& c, const ParallelConfig& pc, std::s
 std::string ShardPlan::describe(const ModelConfig& c) const {
   std::string out = fmt::format("{} over {} rank{} ({} experts):", config.describe(), config.world(),
                                 config.world() == 1 ? "" : "s", weights);
+  if (config.dp > 1)
+    out += config.shares_experts()
+               ? fmt::format(
+                     " {} attention replicas sharing the experts (EP groups of {} ranks span replicas: "
+                     "all-gather of their tokens, reduce-scatter of the combine; lockstep steps)",
+                     config.dp, config.ep)
+               : fmt::format(" {} attention replicas, each holding every expert", config.dp);
   for (const auto& r : ranks)
     out += fmt::format(
         "\n  rank {}: tp {} dp {} ep {} | query heads [{}, {}) KV heads [{}, {}) | experts [{}, {}) "
-        "of {} | vocab [{}, {}) | weights {:.2f} GiB",
+        "of {}{} | vocab [{}, {}) | weights {:.2f} GiB",
         r.rank, r.tp_rank, r.dp_rank, r.ep_rank, r.q_head_begin, r.q_head_end, r.kv_head_begin, r.kv_head_end,
-        r.expert_begin, r.expert_end, c.num_experts, r.vocab_begin, r.vocab_end,
-        double(r.weight_bytes) / double(1ull << 30));
+        r.expert_begin, r.expert_end, c.num_experts,
+        r.shared_experts
+            ? fmt::format(", shared by ranks [{}, {})", r.ep_group_begin, r.ep_group_begin + config.ep)
+            : std::string(),
+        r.vocab_begin, r.vocab_end, double(r.weight_bytes) / double(1ull << 30));
   return out;
 }
 

@@ -3,9 +3,15 @@
 //   attention  heads split TP ways (each rank: num_kv_heads/TP KV heads, their query heads and sinks); QKV
 //              column-parallel, O row-parallel, an all-reduce after O. DP replicas of the attention each
 //              own their sequences and KV.
-//   MoE        experts split EP ways over the ranks; the routed input is replicated on every rank, each rank
-//              runs its local experts, the weighted combine is all-reduced over the EP group. The expert
-//              intermediate dimension is never split (2880 = 90 MXFP4 blocks: 4 and 8 don't divide it).
+//   MoE        experts split EP ways over the ranks; EP groups are runs of EP consecutive ranks. Within a
+//              replica (EP divides TP) the routed input is replicated on every rank of the group, each rank
+//              runs its local experts, the weighted combine is all-reduced over the group. An EP group that
+//              holds ranks of several DP replicas (EP does not divide TP: SGLang's DP attention, vLLM's
+//              DP + EP) shares its experts among them: each rank all-gathers the routed inputs of the
+//              group's tokens (every replica's, variable counts), runs its experts on all of them, and a
+//              reduce-scatter returns each rank the combine of its own replica's tokens; those replicas
+//              then step in lockstep. The expert intermediate dimension is never split (2880 = 90 MXFP4
+//              blocks: 4 and 8 don't divide it).
 //   lm_head    vocab-parallel over TP (the logits are gathered); embedding, norms and router replicated.
 // Rank r has tp_rank = r % TP, dp_rank = r / TP and ep_rank = r % EP (EP divides world = TP * DP; with
 // EP < world, world / EP groups hold the same experts). Biases of row-parallel layers (O, down) are added by
@@ -25,6 +31,9 @@ namespace orchid::model {
 struct ParallelConfig {
   int tp = 1, dp = 1, ep = 1;
   int world() const { return tp * dp; }
+  // Some EP group holds ranks of several DP replicas (EP does not divide TP): the replicas share the
+  // experts, and their steps run together.
+  bool shares_experts() const { return dp > 1 && tp % ep != 0; }
   std::string describe() const;  // "EP4 DP1 TP4", as the seed names configurations
 };
 
@@ -42,7 +51,11 @@ struct RankShard {
   int64_t expert_begin = 0, expert_end = 0;
   int64_t vocab_begin = 0, vocab_end = 0;  // lm_head rows
   bool adds_o_bias = true;                 // tp_rank == 0: the O-projection bias enters the reduce once
-  uint64_t weight_bytes = 0;               // this rank's shard, experts in the plan's format
+  // Its EP group (ranks [ep_group_begin, ep_group_begin + EP)) holds ranks of several replicas: its MoE
+  // gathers the group's tokens and reduce-scatters their combine instead of all-reducing its own.
+  int ep_group_begin = 0;
+  bool shared_experts = false;
+  uint64_t weight_bytes = 0;  // this rank's shard, experts in the plan's format
 
   TensorSlice slice_of(const TensorSpec& t, const ModelConfig& c) const;
   int64_t num_q_heads() const { return q_head_end - q_head_begin; }

@@ -151,6 +151,12 @@ class Backend {
   // Runs the model on every new token, writes their K/V into the pages given, and samples where asked.
   // Throws orchid::Error for a batch that is invalid for this backend (bad token id, page out of range).
   virtual StepOutput forward(const StepBatch& batch) = 0;
+  // Data-parallel attention replicas whose ranks share collectives (the MoE's expert ranks span them):
+  // how many backends, this one included, must run every forward() at the same time, each on its own
+  // thread, with an empty StepBatch where one has nothing to do (engine::StepRound, runtime/lockstep.h).
+  // 1: this backend steps alone. A lockstep replica that refuses its batch (orchid::Error) has still taken
+  // part in the step's collectives.
+  virtual int32_t lockstep_replicas() const { return 1; }
 
   // K/V handoff (prefill/decode disaggregation). read_kv copies the pages out (full_pages[k] holds logical
   // page k; sliding_pages[k] logical page first_sliding_page + k); write_kv copies pages of the same layout

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace orchid::runtime {
@@ -25,6 +26,17 @@ class Communicator {
   // data = data_root on every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Variable counts (data-parallel replicas sharing the experts' ranks: each rank brings its own tokens).
+  // `bytes` (or `counts`) is the same list on every rank, one entry per rank, e.g. from all_gather_counts.
+  // recv = send_0 | send_1 | ... on every rank, send_r being bytes[r] long (zero allowed).
+  virtual void all_gather_v(const void* send, std::span<const size_t> bytes, void* recv);
+  // send holds sum(counts) floats on every rank, segment q (counts[q] floats, segments in rank order) meant
+  // for rank q. recv (counts[rank()] floats) = sum over ranks r = 0, 1, ... of segment rank() of send_r, in
+  // rank order: the same bits as the all-reduce's element of that segment.
+  virtual void reduce_scatter_v(const float* send, std::span<const size_t> counts, float* recv);
+  // Every rank's `mine`, in rank order (an all_gather of one integer).
+  std::vector<size_t> all_gather_counts(size_t mine);
 };
 
 // One rank alone: every collective is the identity.
@@ -36,6 +48,8 @@ class SoloCommunicator final : public Communicator {
   void all_gather(const void* send, size_t bytes, void* recv) override;
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
+  void all_gather_v(const void* send, std::span<const size_t> bytes, void* recv) override;
+  void reduce_scatter_v(const float* send, std::span<const size_t> counts, float* recv) override;
 };
 
 // `size` communicators for `size` threads of this process, rank i at index i. A rank that fails calls

@@ -8,9 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -176,6 +178,50 @@ class TcpGroup final : public Communicator {
       peers_[size_t(r)].recv_all(out + size_t(r) * bytes, bytes, "an all-gather part");
     for (int r = 1; r < world_; ++r)
       peers_[size_t(r)].send_all(out, bytes * size_t(world_), "an all-gather result");
+  }
+
+  void all_gather_v(const void* send, std::span<const size_t> bytes, void* recv) override {
+    ORCHID_CHECK(bytes.size() == size_t(world_), "all_gather_v: {} counts for a group of {}", bytes.size(),
+                 world_);
+    char* out = static_cast<char*>(recv);
+    const size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t(0));
+    if (rank_ != 0) {
+      root_.send_all(send, bytes[size_t(rank_)], "an all-gather part");
+      root_.recv_all(out, total, "an all-gather result");
+      return;
+    }
+    if (bytes[0] > 0) std::memmove(out, send, bytes[0]);
+    size_t at = bytes[0];
+    for (int r = 1; r < world_; ++r) {
+      peers_[size_t(r)].recv_all(out + at, bytes[size_t(r)], "an all-gather part");
+      at += bytes[size_t(r)];
+    }
+    for (int r = 1; r < world_; ++r) peers_[size_t(r)].send_all(out, total, "an all-gather result");
+  }
+
+  // Rank 0 receives every rank's whole buffer, sums in rank order and sends each rank its segment.
+  void reduce_scatter_v(const float* send, std::span<const size_t> counts, float* recv) override {
+    ORCHID_CHECK(counts.size() == size_t(world_), "reduce_scatter_v: {} counts for a group of {}",
+                 counts.size(), world_);
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+    if (rank_ != 0) {
+      root_.send_all(send, total * sizeof(float), "a reduce-scatter buffer");
+      root_.recv_all(recv, counts[size_t(rank_)] * sizeof(float), "a reduce-scatter result");
+      return;
+    }
+    std::vector<float> sum(total), part(total);
+    if (total > 0) std::copy_n(send, total, sum.data());
+    for (int r = 1; r < world_; ++r) {  // rank order: the same bits on every rank
+      peers_[size_t(r)].recv_all(part.data(), total * sizeof(float), "a reduce-scatter buffer");
+      for (size_t i = 0; i < total; ++i) sum[i] += part[i];
+    }
+    size_t at = counts[0];
+    for (int r = 1; r < world_; ++r) {
+      peers_[size_t(r)].send_all(sum.data() + at, counts[size_t(r)] * sizeof(float),
+                                 "a reduce-scatter result");
+      at += counts[size_t(r)];
+    }
+    if (counts[0] > 0) std::copy_n(sum.data(), counts[0], recv);
   }
 
   void broadcast(void* data, size_t bytes, int root) override {

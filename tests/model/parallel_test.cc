@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "model/config.h"
@@ -70,6 +71,17 @@ void check_plan(const ModelConfig& c, const ParallelConfig& pc, const std::strin
     EXPECT_EQ(r.num_experts(), c.num_experts / pc.ep);
   }
   for (int v : owners) EXPECT_EQ(v, 1);
+  // EP groups: runs of EP ranks; a group whose ranks are of several replicas shares its experts among them.
+  bool any_shared = false;
+  for (const auto& r : plan.ranks) {
+    EXPECT_EQ(r.ep_group_begin, r.rank - r.ep_rank);
+    std::set<int> replicas;
+    for (int q = r.ep_group_begin; q < r.ep_group_begin + pc.ep; ++q)
+      replicas.insert(plan.ranks[size_t(q)].dp_rank);
+    EXPECT_EQ(r.shared_experts, replicas.size() > 1) << "rank " << r.rank;
+    any_shared = any_shared || r.shared_experts;
+  }
+  EXPECT_EQ(pc.shares_experts(), any_shared);
   // Bytes per rank from the roles: TP-sharded dense tensors / TP, experts / EP, the rest whole.
   uint64_t replicated = 0, tp_part = 0, expert_biases = 0;
   for (const auto& t : gpt_oss_manifest(c)) {
@@ -135,6 +147,31 @@ TEST(ShardPlan, SeedConfigurations) {
   // Per-rank bytes shrink with the group: the experts dominate.
   EXPECT_LT(make_shard_plan(c, {8, 1, 8}, "mxfp4").ranks[0].weight_bytes,
             make_shard_plan(c, {1, 1, 1}, "mxfp4").ranks[0].weight_bytes / 4);
+}
+
+TEST(ShardPlan, ReplicasShareTheExpertsWhereEpGroupsSpanThem) {
+  const ModelConfig c = preset_config("20b");
+  struct Case {
+    ParallelConfig pc;
+    bool shared;
+  };
+  for (const Case& k :
+       {Case{{1, 4, 4}, true}, Case{{2, 4, 8}, true}, Case{{2, 2, 4}, true}, Case{{1, 8, 2}, true},
+        Case{{2, 2, 2}, false}, Case{{4, 2, 2}, false}, Case{{1, 4, 1}, false}, Case{{8, 1, 8}, false}}) {
+    SCOPED_TRACE(k.pc.describe());
+    const ShardPlan plan = make_shard_plan(c, k.pc, "mxfp4");
+    EXPECT_EQ(k.pc.shares_experts(), k.shared);
+    for (const auto& r : plan.ranks) EXPECT_EQ(r.shared_experts, k.shared) << "rank " << r.rank;
+    const std::string text = plan.describe(c);
+    if (k.pc.dp > 1)
+      EXPECT_NE(text.find(k.shared ? "replicas sharing the experts" : "replicas, each holding every expert"),
+                std::string::npos)
+          << text;
+  }
+  // EP4 DP4 TP2: two groups of four ranks, each shared by two replicas.
+  const ShardPlan plan = make_shard_plan(c, {2, 4, 4}, "mxfp4");
+  EXPECT_EQ(plan.ranks[5].ep_group_begin, 4);
+  EXPECT_NE(plan.describe(c).find("shared by ranks [4, 8)"), std::string::npos);
 }
 
 void expect_error(const ModelConfig& c, const ParallelConfig& pc, int devices, const std::string& needle) {

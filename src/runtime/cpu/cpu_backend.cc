@@ -27,19 +27,42 @@ struct CpuBackend::Rank {
   std::vector<int64_t> layer_slot;  // index of a layer among the layers of its kind
   std::vector<float> full_k, full_v, sliding_k, sliding_v;
   Communicator* tp = nullptr;             // all-reduce after O, all-gather of the logits
-  Communicator* ep = nullptr;             // all-reduce after the MoE
+  Communicator* ep = nullptr;             // all-reduce after the MoE, or the shared MoE's gather/scatter
   LocalCommunicator* tp_local = nullptr;  // for abort(); null when solo
   LocalCommunicator* ep_local = nullptr;
+  // The EP group holds ranks of several replicas: the MoE gathers the group's tokens (moe_block).
+  bool moe_gathers = false;
+  // This step's tokens per EP rank (share_counts): rows, bytes of the routed inputs, floats of the combine.
+  std::vector<size_t> ep_rows, ep_bytes, ep_floats;
+  size_t ep_row_begin = 0;  // this rank's first row among them
 
   float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
+  // Every rank calls it with its step's token count before the layers (a collective when moe_gathers).
+  void share_counts(int64_t n);
   void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
                      std::vector<float>& x, std::vector<int32_t>* topk);
+  // The MoE of the normed rows h [n, H] into out [n, H], whole (summed over the EP group).
+  void moe_block(const LayerWeights& L, const std::vector<float>& h, int64_t n, std::vector<float>& out,
+                 std::vector<int32_t>* topk);
   // Every layer, then the logits of `rows` (all ranks end with the whole vocabulary in `logits`). With
   // `aux_layers`, `aux` receives each token's hidden state at those layers' inputs (id num_layers: the last
   // layer's output), [tokens][ids][hidden].
   void forward(const StepBatch& b, const std::vector<int32_t>& positions, const std::vector<int64_t>& rows,
                std::vector<float>& logits, const std::vector<int64_t>* aux_layers = nullptr,
                std::vector<float>* aux = nullptr);
+};
+
+// What the replicas of one group share: the weights (one copy), the plan, and every rank's communicators.
+struct CpuBackend::Group {
+  model::LoadedModel model;
+  CpuWeights w;
+  model::RopeTables rope;
+  model::ShardPlan plan;
+  SoloCommunicator solo;
+  // In-process ranks: rank r's TP group (its replica's ranks) and EP group (runs of EP consecutive ranks).
+  std::vector<std::unique_ptr<LocalCommunicator>> tp, ep;
+
+  Group(model::LoadedModel m, const CpuBackendOptions& opts);
 };
 
 namespace {
@@ -70,49 +93,90 @@ CpuWeights shard_weights(const CpuWeights& all, const model::RankShard& s, const
 }
 }  // namespace
 
-CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
-    : model_(std::move(model)), w_(CpuWeights::resolve(model_)) {
-  const auto& c = model_.config;
-  rope_ = model::rope_tables(c.rope, c.head_dim);
+CpuBackend::Group::Group(model::LoadedModel m, const CpuBackendOptions& opts)
+    : model(std::move(m)), w(CpuWeights::resolve(model)) {
+  const auto& c = model.config;
+  rope = model::rope_tables(c.rope, c.head_dim);
   if (opts.page_size <= 0) fail("--block-size must be positive, got {}", opts.page_size);
+  plan = model::make_shard_plan(c, opts.parallel, c.experts_mxfp4 ? "mxfp4" : "bf16");
+  const int world = opts.parallel.world(), tp_size = opts.parallel.tp, ep_size = opts.parallel.ep;
+  if (opts.process_group) {
+    if (opts.parallel.dp != 1)
+      fail("--dp {} across processes (--nnodes): attention replicas run as threads of one process so far",
+           opts.parallel.dp);
+    if (opts.process_group->size() != world)
+      fail("--nnodes {} must equal the ranks of --tp {} x --dp {} (one rank per process)",
+           opts.process_group->size(), opts.parallel.tp, opts.parallel.dp);
+    if (ep_size != 1 && ep_size != world)
+      fail("--ep {} across processes: use --ep 1 or --ep {} (every rank)", ep_size, world);
+    return;
+  }
+  // TP groups are the replicas' ranks; EP groups are runs of `ep` consecutive ranks, which may cross
+  // replicas (then the MoE is shared).
+  for (int d = 0; d < opts.parallel.dp; ++d)
+    for (auto& comm : make_local_group(tp_size)) tp.push_back(std::move(comm));
+  for (int g = 0; g < world / ep_size; ++g)
+    for (auto& comm : make_local_group(ep_size)) ep.push_back(std::move(comm));
+  if (world > 1) spdlog::info("cpu backend: {}", plan.describe(c));
+}
+
+std::shared_ptr<CpuBackend::Group> CpuBackend::one_replica_group(model::LoadedModel model,
+                                                                 const CpuBackendOptions& opts) {
   if (opts.parallel.dp != 1)
-    fail("--dp {}: one engine runs one attention replica (orchid serve --dp N runs N engines)",
-         opts.parallel.dp);
-  plan_ = model::make_shard_plan(c, opts.parallel, c.experts_mxfp4 ? "mxfp4" : "bf16");
+    fail("--dp {}: a CpuBackend is one attention replica (CpuBackend::replicas makes the {} replicas)",
+         opts.parallel.dp, opts.parallel.dp);
+  return std::make_shared<Group>(std::move(model), opts);
+}
+
+CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
+    : CpuBackend(one_replica_group(std::move(model), opts), 0, opts) {}
+
+std::vector<std::shared_ptr<CpuBackend>> CpuBackend::replicas(model::LoadedModel model,
+                                                              const CpuBackendOptions& opts) {
+  auto group = std::make_shared<Group>(std::move(model), opts);
+  std::vector<std::shared_ptr<CpuBackend>> out;
+  for (int d = 0; d < opts.parallel.dp; ++d)
+    out.push_back(std::shared_ptr<CpuBackend>(new CpuBackend(group, d, opts)));
+  return out;
+}
+
+std::vector<std::shared_ptr<CpuBackend>> CpuBackend::create_replicas(const std::string& model_arg,
+                                                                     const CpuBackendOptions& opts) {
+  return replicas(model::load_model(model_arg), opts);
+}
+
+const model::ModelConfig& CpuBackend::model_config() const {
+  return group_->model.config;
+}
+
+const model::ShardPlan& CpuBackend::plan() const {
+  return group_->plan;
+}
+
+CpuBackend::CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBackendOptions& opts)
+    : group_(std::move(group)), replica_(replica) {
+  const auto& c = group_->model.config;
+  const model::ParallelConfig& pc = group_->plan.config;
   spec_.page_size = opts.page_size;
   spec_.sliding_window = c.num_sliding_layers() > 0 ? int32_t(c.sliding_window) : 0;
   const int32_t default_pages = int32_t((opts.max_tokens + opts.page_size - 1) / opts.page_size);
   spec_.num_full_pages = opts.num_full_pages > 0 ? opts.num_full_pages : default_pages;
   spec_.num_sliding_pages = opts.num_sliding_pages > 0 ? opts.num_sliding_pages : default_pages;
+  lockstep_ = pc.shares_experts() ? int32_t(pc.dp) : 1;
 
-  // Communicators: the TP group is every rank (DP1); EP groups are runs of `ep` consecutive ranks. In a
-  // process group this process holds one rank, whose TP group is the process group.
-  const int world = opts.parallel.world(), ep = opts.parallel.ep;
+  // In a process group this process holds one rank, whose TP group is the process group.
   process_group_ = opts.process_group;
-  if (process_group_) {
-    if (process_group_->size() != world)
-      fail("--nnodes {} must equal the ranks of --tp {} x --dp {} (one rank per process)",
-           process_group_->size(), opts.parallel.tp, opts.parallel.dp);
-    if (ep != 1 && ep != world)
-      fail("--ep {} across processes: use --ep 1 or --ep {} (every rank)", ep, world);
-  }
-  std::vector<std::unique_ptr<LocalCommunicator>> tp_group;
-  std::vector<std::vector<std::unique_ptr<LocalCommunicator>>> ep_groups;
-  if (!process_group_) {
-    tp_group = make_local_group(world);
-    for (int g = 0; g < world / ep; ++g) ep_groups.push_back(make_local_group(ep));
-  }
-  for (int r = 0; r < world; ++r) {
+  for (int r = replica * pc.tp; r < (replica + 1) * pc.tp; ++r) {
     if (process_group_ && r != process_group_->rank()) continue;
     auto rank = std::make_unique<Rank>();
-    rank->shard = plan_.ranks[size_t(r)];
+    rank->shard = group_->plan.ranks[size_t(r)];
     rank->cfg = c;
     rank->cfg.num_heads = rank->shard.num_q_heads();
     rank->cfg.num_kv_heads = rank->shard.num_kv_heads();
-    rank->full = &model_.config;
-    rank->rope = &rope_;
+    rank->full = &c;
+    rank->rope = &group_->rope;
     rank->spec = spec_;
-    rank->w = shard_weights(w_, rank->shard, c);
+    rank->w = shard_weights(group_->w, rank->shard, c);
     int64_t full = 0, sliding = 0;
     for (int64_t l = 0; l < c.num_layers; ++l)
       rank->layer_slot.push_back(c.is_sliding(l) ? sliding++ : full++);
@@ -123,26 +187,25 @@ CpuBackend::CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts)
     rank->sliding_v.assign(rank->sliding_k.size(), 0.0f);
     if (process_group_) {
       rank->tp = process_group_.get();
-      rank->ep = ep == 1 ? static_cast<Communicator*>(&solo_) : process_group_.get();
+      rank->ep = pc.ep == 1 ? static_cast<Communicator*>(&group_->solo) : process_group_.get();
     } else {
-      comms_.push_back(std::move(tp_group[size_t(r)]));
-      rank->tp_local = comms_.back().get();
+      rank->tp_local = group_->tp[size_t(r)].get();
       rank->tp = rank->tp_local;
-      comms_.push_back(std::move(ep_groups[size_t(r / ep)][size_t(r % ep)]));
-      rank->ep_local = comms_.back().get();
+      rank->ep_local = group_->ep[size_t(r)].get();
       rank->ep = rank->ep_local;
+      rank->moe_gathers = rank->shard.shared_experts;
     }
     ranks_.push_back(std::move(rank));
   }
   if (!opts.eagle3_head.empty()) {
-    head_ =
-        std::make_unique<CpuEagle3Head>(model::load_eagle3_head(opts.eagle3_head, c), w_.embedding, spec_);
-    spdlog::info("cpu backend: EAGLE-3 head {} (aux layers {}, draft vocabulary {})", opts.eagle3_head,
-                 fmt::join(head_->config().aux_layers, ", "), head_->config().draft_vocab_size);
+    head_ = std::make_unique<CpuEagle3Head>(model::load_eagle3_head(opts.eagle3_head, c), group_->w.embedding,
+                                            spec_);
+    if (replica == 0)
+      spdlog::info("cpu backend: EAGLE-3 head {} (aux layers {}, draft vocabulary {})", opts.eagle3_head,
+                   fmt::join(head_->config().aux_layers, ", "), head_->config().draft_vocab_size);
   }
-  if (world > 1)
-    spdlog::info("cpu backend: {}{}", plan_.describe(c),
-                 process_group_ ? fmt::format(" (this process: rank {})", process_group_->rank()) : "");
+  if (process_group_ && pc.world() > 1)
+    spdlog::info("cpu backend: {} (this process: rank {})", group_->plan.describe(c), process_group_->rank());
 }
 
 namespace {
@@ -257,12 +320,16 @@ void CpuBackend::serve_worker() {
       std::vector<int32_t> positions(static_cast<size_t>(n_tok));
       for (int64_t t = 0; t < n_tok; ++t) positions[size_t(t)] = int32_t(t);
       std::vector<int32_t> chosen;
+      me.share_counts(n_tok);
       me.layer_forward(layer, b, positions, x, want_topk ? &chosen : nullptr);
     }
   }
 }
 
 std::unique_ptr<CpuBackend> CpuBackend::create(const std::string& model_arg, const CpuBackendOptions& opts) {
+  if (opts.parallel.dp != 1)  // before loading anything
+    fail("--dp {}: a CpuBackend is one attention replica (CpuBackend::replicas makes the {} replicas)",
+         opts.parallel.dp, opts.parallel.dp);
   return std::make_unique<CpuBackend>(model::load_model(model_arg), opts);
 }
 
@@ -278,7 +345,7 @@ float* CpuBackend::Rank::kv_row(bool key, int64_t layer, int32_t page, int64_t s
 }
 
 std::string CpuBackend::kv_layout() const {
-  const auto& c = model_.config;
+  const auto& c = group_->model.config;
   // The model's shape too (not its weights): K/V of another model of the same attention shape is refused.
   return fmt::format(
       "cpu fp32: {} layers ({} sliding), {} KV heads x {}, page {}, {} ranks; hidden {}, {} experts, "
@@ -294,7 +361,7 @@ KvPages CpuBackend::read_kv(std::span<const int32_t> full_pages, std::span<const
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
   KvPages kv =
       kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
-  const auto& c = model_.config;
+  const auto& c = group_->model.config;
   for (const auto& r : ranks_) {
     const size_t bytes = size_t(r->cfg.kv_dim()) * size_t(spec_.page_size) * sizeof(float);
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -318,7 +385,7 @@ void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages
                           std::span<const int32_t> sliding_pages) {
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
   check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
-  const auto& c = model_.config;
+  const auto& c = group_->model.config;
   size_t at_full = 0, at_sliding = 0;
   for (const auto& r : ranks_) {
     const size_t bytes = size_t(r->cfg.kv_dim()) * size_t(spec_.page_size) * sizeof(float);
@@ -353,7 +420,7 @@ void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {
 }
 
 void CpuBackend::validate(const StepBatch& b) const {
-  validate_step(b, model_.config, spec_, model_.config.max_position_embeddings);
+  validate_step(b, group_->model.config, spec_, group_->model.config.max_position_embeddings);
   for (const auto& s : b.seqs)
     if (s.num_propose > max_proposals())
       fail("{} proposals asked of a backend whose draft head proposes at most {}", s.num_propose,
@@ -414,15 +481,58 @@ void CpuBackend::Rank::layer_forward(int64_t l, const StepBatch& b, const std::v
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
   rms_norm(x.data(), n, H, L.post_norm.data(), eps, h.data());
-  moe(h.data(), n, *full, L, o.data(), topk, shard.expert_begin, shard.expert_end);
-  ep->all_reduce_sum(o.data(), o.size());  // the other ranks' experts
+  moe_block(L, h, n, o, topk);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
+void CpuBackend::Rank::share_counts(int64_t n) {
+  if (!moe_gathers) return;
+  const auto H = size_t(full->hidden_size);
+  ep_rows = ep->all_gather_counts(size_t(n));
+  ep_bytes.clear();
+  ep_floats.clear();
+  for (size_t rows : ep_rows) {
+    ep_bytes.push_back(rows * H * sizeof(float));
+    ep_floats.push_back(rows * H);
+  }
+  ep_row_begin = 0;
+  for (int q = 0; q < ep->rank(); ++q) ep_row_begin += ep_rows[size_t(q)];
+}
+
+void CpuBackend::Rank::moe_block(const LayerWeights& L, const std::vector<float>& h, int64_t n,
+                                 std::vector<float>& out, std::vector<int32_t>* topk) {
+  if (!moe_gathers) {
+    // Every rank of the EP group has the same tokens: each runs its experts, the parts add up.
+    moe(h.data(), n, *full, L, out.data(), topk, shard.expert_begin, shard.expert_end);
+    ep->all_reduce_sum(out.data(), out.size());
+    return;
+  }
+  // The group's ranks belong to several replicas: gather everyone's tokens, run this rank's experts on all
+  // of them, and take back the sum over the group of this rank's own rows. (Ranks of one replica in the
+  // group bring the same rows: each gets its copy of the result, bitwise equal.)
+  ORCHID_CHECK(ep_rows.size() == size_t(ep->size()) && ep_rows[size_t(ep->rank())] == size_t(n),
+               "share_counts was not called for this step's {} tokens", n);
+  const int64_t H = full->hidden_size;
+  int64_t total = 0;
+  for (size_t rows : ep_rows) total += int64_t(rows);
+  std::vector<float> all_h(size_t(total * H)), part(size_t(total * H));
+  ep->all_gather_v(h.data(), ep_bytes, all_h.data());
+  std::vector<int32_t> all_topk;
+  moe(all_h.data(), total, *full, L, part.data(), topk ? &all_topk : nullptr, shard.expert_begin,
+      shard.expert_end);
+  ep->reduce_scatter_v(part.data(), ep_floats, out.data());
+  if (topk) {
+    const auto K = size_t(full->experts_per_token);
+    topk->assign(all_topk.begin() + long(ep_row_begin * K),
+                 all_topk.begin() + long((ep_row_begin + size_t(n)) * K));
+  }
 }
 
 void CpuBackend::Rank::forward(const StepBatch& b, const std::vector<int32_t>& positions,
                                const std::vector<int64_t>& rows, std::vector<float>& logits,
                                const std::vector<int64_t>* aux_layers, std::vector<float>* aux) {
   const int64_t n = b.num_tokens(), H = full->hidden_size, V = full->vocab_size;
+  share_counts(n);
   std::vector<float> x(size_t(n * H));
   for (int64_t t = 0; t < n; ++t)
     w.embedding.rows_f32(b.tokens[size_t(t)], b.tokens[size_t(t)] + 1, x.data() + t * H);
@@ -463,11 +573,14 @@ void CpuBackend::Rank::forward(const StepBatch& b, const std::vector<int32_t>& p
 
 std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                          std::vector<int32_t>* topk) {
-  const auto& c = model_.config;
-  if (layer < 0 || layer >= c.num_layers) fail("layer {} is outside [0, {})", layer, c.num_layers);
-  ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
-  StepBatch b = single_sequence_batch(spec_, int32_t(n));
-  validate(b);
+  const auto& c = group_->model.config;
+  StepBatch b;
+  refuse_in_step(/*one_layer=*/true, [&] {
+    if (layer < 0 || layer >= c.num_layers) fail("layer {} is outside [0, {})", layer, c.num_layers);
+    ORCHID_CHECK(int64_t(x.size()) == n * c.hidden_size);
+    b = single_sequence_batch(spec_, int32_t(n));
+    validate(b);
+  });
   std::vector<int32_t> positions(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = int32_t(t);
   if (process_group_) {
@@ -483,8 +596,9 @@ std::vector<float> CpuBackend::run_layer(int64_t layer, const std::vector<float>
   on_ranks([&](Rank& r) {
     std::vector<float> mine = x;
     std::vector<int32_t> chosen;
+    r.share_counts(n);
     r.layer_forward(layer, b, positions, mine, topk ? &chosen : nullptr);
-    if (r.shard.rank == 0) {
+    if (&r == ranks_[0].get()) {
       y = std::move(mine);
       if (topk) *topk = std::move(chosen);
     }
@@ -508,9 +622,35 @@ void CpuBackend::step_layout(const StepBatch& b, std::vector<int32_t>& positions
   }
 }
 
+void CpuBackend::refuse_in_step(bool one_layer, const std::function<void()>& checks) {
+  if (lockstep_ == 1) return checks();
+  try {
+    checks();
+  } catch (...) {
+    // The other replicas are in this step's collectives already: take part with nothing, then refuse.
+    const std::exception_ptr refused = std::current_exception();
+    try {
+      const StepBatch none;
+      on_ranks([&](Rank& r) {
+        std::vector<float> nothing;
+        if (one_layer) {
+          r.share_counts(0);
+          r.layer_forward(0, none, {}, nothing, nullptr);
+        } else {
+          r.forward(none, {}, {}, nothing);
+        }
+      });
+    } catch (const std::exception& e) {
+      spdlog::error("cpu backend: replica {}: the empty step after a refused batch failed: {}", replica_,
+                    e.what());
+    }
+    std::rethrow_exception(refused);
+  }
+}
+
 StepOutput CpuBackend::forward(const StepBatch& b) {
-  validate(b);
-  const int64_t n = b.num_tokens(), V = model_.config.vocab_size;
+  refuse_in_step(/*one_layer=*/false, [&] { validate(b); });
+  const int64_t n = b.num_tokens(), V = group_->model.config.vocab_size;
   StepOutput out;
   std::vector<int32_t> positions;
   std::vector<int64_t> rows;
@@ -520,9 +660,10 @@ StepOutput CpuBackend::forward(const StepBatch& b) {
   on_ranks([&](Rank& r) {
     std::vector<float> mine;
     // Every rank's hidden states are the whole model's after each all-reduce: rank 0's serve the head.
-    const bool head = head_ && r.shard.rank == 0;
+    const bool first = &r == ranks_[0].get();  // the replica's TP rank 0
+    const bool head = head_ && first;
     r.forward(b, positions, rows, mine, head ? &head_->config().aux_layers : nullptr, head ? &aux : nullptr);
-    if (r.shard.rank == 0) logits = std::move(mine);
+    if (first) logits = std::move(mine);
   });
 
   b.wait_token_masks();

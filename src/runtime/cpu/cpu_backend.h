@@ -6,6 +6,13 @@
 // (its heads, KV heads, experts and vocabulary rows) with explicit collective points: all-reduce after the O
 // projection (TP group) and after the MoE (EP group), all-gather of the vocab-parallel logits. One rank is
 // the same code with no-op collectives.
+//
+// Data parallel (--dp D): D attention replicas, each a CpuBackend of its own (its TP ranks, their KV pools,
+// an engine of its own), over one copy of the weights (CpuBackend::replicas). Where an EP group holds ranks
+// of several replicas (--ep not dividing --tp) the MoE block is shared: a rank all-gathers the routed inputs
+// of its EP group's tokens (every replica's, variable counts), runs its experts on all of them, and a
+// reduce-scatter gives each rank the combine of its own replica's tokens. Those replicas' forward() calls
+// must then run together (lockstep_replicas()), an empty StepBatch where a replica has nothing to do.
 #pragma once
 
 #include <functional>
@@ -40,15 +47,22 @@ struct CpuBackendOptions {
 
 class CpuBackend final : public Backend {
  public:
+  // One attention replica: opts.parallel.dp must be 1 (replicas() makes several).
   CpuBackend(model::LoadedModel model, const CpuBackendOptions& opts);
   ~CpuBackend() override;
   static std::unique_ptr<CpuBackend> create(const std::string& model_arg, const CpuBackendOptions& opts = {});
+  // The opts.parallel.dp attention replicas, replica i holding ranks [i * TP, (i + 1) * TP), sharing the
+  // weights, the plan and (where the EP groups span replicas) the MoE's collectives.
+  static std::vector<std::shared_ptr<CpuBackend>> replicas(model::LoadedModel model,
+                                                           const CpuBackendOptions& opts);
+  static std::vector<std::shared_ptr<CpuBackend>> create_replicas(const std::string& model_arg,
+                                                                  const CpuBackendOptions& opts);
 
   std::string name() const override { return "cpu"; }
   bool applies_token_masks() const override { return true; }
   int32_t max_draft_tokens() const override { return 64; }
   int32_t max_proposals() const override { return head_ ? 16 : 0; }
-  const model::ModelConfig& model_config() const override { return model_.config; }
+  const model::ModelConfig& model_config() const override;
   KvCacheSpec kv_spec() const override { return spec_; }
   StepOutput forward(const StepBatch& batch) override;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
@@ -60,13 +74,23 @@ class CpuBackend final : public Backend {
                   int32_t first_sliding_page, int32_t num_tokens) override;
   void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                 std::span<const int32_t> sliding_pages) override;
-  const model::ShardPlan& plan() const { return plan_; }
+  int32_t lockstep_replicas() const override { return lockstep_; }
+  int replica() const { return replica_; }
+  // The whole group's plan (every replica's ranks).
+  const model::ShardPlan& plan() const;
   // Ranks > 0 of a process group: run every step rank 0 sends until rank 0's backend closes.
   void serve_worker();
 
  private:
   struct Rank;
+  struct Group;  // what the replicas share: weights, plan, communicators
+  CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBackendOptions& opts);
+  static std::shared_ptr<Group> one_replica_group(model::LoadedModel model, const CpuBackendOptions& opts);
   void validate(const StepBatch& b) const;
+  // Runs `checks` (of a batch, or of run_layer's inputs); when they throw in a replica that steps in
+  // lockstep, first takes part in the step's collectives with no tokens (a whole forward, or one layer), so
+  // the other replicas are not left waiting, then rethrows.
+  void refuse_in_step(bool one_layer, const std::function<void()>& checks);
   // Each new token's position, and the token rows whose logits the step needs.
   static void step_layout(const StepBatch& b, std::vector<int32_t>& positions, std::vector<int64_t>& rows);
   // Runs fn on every rank (rank 0 on this thread, the others on their own), rethrowing the first failure;
@@ -76,15 +100,12 @@ class CpuBackend final : public Backend {
   // is now known (K/V of the head at their positions) and proposes what sequences asked for.
   void run_head(const StepBatch& b, const std::vector<float>& aux, StepOutput& out);
 
-  model::LoadedModel model_;
-  CpuWeights w_;
-  model::RopeTables rope_;
+  std::shared_ptr<Group> group_;
+  int replica_ = 0;
+  int32_t lockstep_ = 1;  // replicas whose forward() calls must run together (this one included)
   KvCacheSpec spec_;
-  model::ShardPlan plan_;
   std::shared_ptr<Communicator> process_group_;
-  SoloCommunicator solo_;
-  std::vector<std::unique_ptr<LocalCommunicator>> comms_;  // each rank's TP and EP communicators
-  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::unique_ptr<Rank>> ranks_;  // this replica's
 
   std::unique_ptr<CpuEagle3Head> head_;
   Eagle3PendingRows pending_rows_;  // the head's rows waiting for the next chunk (eagle3_rows.h)
