@@ -28,10 +28,11 @@
 // weights of a stage as one 2-D tensor copy (box 64 bytes x the CTA's rows: one bulk copy per 64-byte row was
 // 4.5x slower, the copy engine's cost is per request), the token rows as one tensor copy per MX block (box
 // 64 bytes x the tile, the layer gathers the permuted rows in mxfp4_tiled_activation), the CTA's MX scales
-// once. Consumers release a stage when the wgmmas reading it have completed (after the first block of the
-// next stage). Nothing is zero-filled: token rows past the tile's rows and weight rows past n compute on
-// whatever the stage holds and the epilogue drops them (an MMA's output rows and columns are independent),
-// and the k tail of the last stage is skipped.
+// once. Consumers release a stage once nothing reads it any more: at its end on the mma.sync path, after
+// the first block of the next stage on the wgmma path (whose last group may still be reading its tokens).
+// Nothing is zero-filled: token rows past the tile's rows and weight rows past n compute on whatever the
+// stage holds and the epilogue drops them (an MMA's output rows and columns are independent), and the k tail
+// of the last stage is skipped.
 //
 // NOTES: the tensor copies use the 64-byte swizzle (the 16-byte column c of a 64-byte row r lands at
 // c ^ ((r >> 1) & 3)). For the weights it keeps a quarter warp's fragment loads on distinct banks; for the
