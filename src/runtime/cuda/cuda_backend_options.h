@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/parallel.h"
+#include "runtime/kv_cache_dtype.h"
 
 namespace orchid::runtime::cuda {
 
@@ -22,6 +23,7 @@ struct CudaBackendOptions {
   int64_t max_model_len = 131072;  // page-table capacity per sequence
   double gpu_memory_utilization = 0.90;
   int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;  // --kv-cache-dtype (runtime/kv_cache_dtype.h)
   // Replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off).
   bool cuda_graphs = true;
   // Routing as an fp32 model would route (cuda_rank.h); --bf16-routing turns it off.
