@@ -63,6 +63,8 @@ check eagle3-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
 check eagle3-kernels "$build"/tests/kernels/eagle3/eagle3_kernels_test
 bench sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 check golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
+# The FP8 (e4m3) KV cache: its accuracy against the same references, reported.
+check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-cache-dtype fp8
 # The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
 check trained-tiny python3 tools/train/check_reference.py --orchid "$bin" --model models/orchid-tiny \
   --reference tests/golden/orchid_tiny --backend cuda --weights mxfp4,bf16
@@ -75,11 +77,18 @@ ck20=$(mktemp -d)/ck20  # 13.8 GB, removed at the end
 check synth-20b "$bin" synth "$ck20" --preset 20b
 check layer-check-20b python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
   --layers "$(seq -s, 0 23)" --tokens 1024 --orchid "$bin"
+check layer-check-20b-fp8kv python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
+  --layers "$(seq -s, 0 23)" --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--kv-cache-dtype fp8" --report-only
 check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck20" --layers 0,1,23 \
   --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--tp 8 --ep 8 --collectives local"
 check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
+# Long-context decode with a BF16 and an FP8 KV cache (the FP8 cache's point: half the bytes a key).
+for kv in bf16 fp8; do
+  bench "bench-decode-32k-$kv" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 32768 \
+    --batch-sizes 1,64 --steps 8 --kv-cache-dtype $kv
+done
 # Speculative decoding's verify step (1 + K tokens a sequence) against the plain step, 20b and 120b.
 bench bench-verify-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,32 \
   --steps 8 --draft-tokens 0,1,2,3,4

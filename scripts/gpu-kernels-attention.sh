@@ -99,6 +99,10 @@ run_sanitizer memcheck "$attn_test" '*Small*:PreciseAttention.*' "memcheck atten
 run_sanitizer memcheck "$norm_test" '*Small*:*Split*' "memcheck norm *Small*, split"
 race_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallMixedStepWithPadding:PreciseAttention.Sliding*'
 ORCHID_TEST_PREFILL=mma.sync run_sanitizer racecheck "$attn_test" "$race_filter" "racecheck mma.sync prefill+decode"
+# The FP8 KV cache's kernels (the e4m3 ring and the per-warp / per-CTA widening into f16 tiles).
+run_sanitizer memcheck "$attn_test" 'SinkAttention.Fp8KvMixedStepWithPadding:RopeKvWrite.Fp8Pools' \
+  "memcheck fp8 kv"
+run_sanitizer racecheck "$attn_test" 'SinkAttention.Fp8KvMixedStepWithPadding' "racecheck fp8 kv"
 # The Hopper prefill kernel (the runtime's default) in both tile shapes, with sliding windows (64-key tiles).
 hopper_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallPrefillSlidingWindow'
 for cfg in hopper-128 hopper-192; do

@@ -52,4 +52,9 @@ KvPoolPlan plan_kv_pools(const KvPoolInput& in) {
   return p;
 }
 
+int64_t sequences_that_fit(const KvPoolPlan& plan, int32_t page_size, int64_t tokens) {
+  if (page_size <= 0 || tokens <= 0) return 0;
+  return int64_t(plan.full_pages) / ceil_div(tokens, page_size);
+}
+
 }  // namespace orchid::runtime

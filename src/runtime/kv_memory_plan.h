@@ -38,4 +38,8 @@ struct KvPoolPlan {
 // min(max_model_len, 8192) tokens.
 KvPoolPlan plan_kv_pools(const KvPoolInput& in);
 
+// Sequences of `tokens` tokens each that the plan's full-attention pool holds at once (the sliding pool is
+// sized for every running sequence already).
+int64_t sequences_that_fit(const KvPoolPlan& plan, int32_t page_size, int64_t tokens);
+
 }  // namespace orchid::runtime

@@ -88,6 +88,8 @@ class DeviceBuffer {
 // A bf16 NaN pattern used to poison outputs; kernels produce only the canonical NaN, so an element still
 // holding it after a launch was not written.
 inline constexpr uint16_t kPoisonBf16 = 0xffff;
+// The e4m3 (fp8 e4m3fn) NaN pattern: unused pages of an FP8 KV cache, so that reading them shows up.
+inline constexpr uint8_t kPoisonFp8 = 0x7f;
 
 inline std::vector<uint16_t> random_bf16(std::mt19937_64& rng, size_t n, float stddev, float mean = 0.0f) {
   std::normal_distribution<float> dist(mean, stddev);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace orchid::runtime {
@@ -74,6 +76,33 @@ TEST(PlanKvPools, KvPagesOverridesAndModelsWithoutSlidingLayers) {
   const KvPoolPlan p = plan_kv_pools(in);
   EXPECT_EQ(p.sliding_pages, 0);
   EXPECT_EQ(p.bytes, size_t(4096) * 12 * in.page_layer_bytes);
+}
+
+// An FP8 (e4m3) cache: half the bytes a page, the precise fp32 layer now 4 sliding layers' worth
+// (12 + 3 units): at least twice the full pages, so at least twice the 128k-token sequences.
+TEST(PlanKvPools, Fp8PagesHoldTwiceTheSequences) {
+  const KvPoolInput bf16 = gpt_oss_20b(1);
+  KvPoolInput fp8 = bf16;
+  fp8.page_layer_bytes = bf16.page_layer_bytes / 2;
+  fp8.sliding_units = 12 + 3;
+  const KvPoolPlan a = plan_kv_pools(bf16), b = plan_kv_pools(fp8);
+  EXPECT_GE(b.full_pages, 2 * a.full_pages);
+  EXPECT_LE(double(b.bytes), double(fp8.budget - fp8.allocated - fp8.reserve));
+  const int64_t seqs_bf16 = sequences_that_fit(a, 16, 131072), seqs_fp8 = sequences_that_fit(b, 16, 131072);
+  EXPECT_EQ(seqs_bf16, int64_t(a.full_pages) / 8192);
+  EXPECT_GE(seqs_fp8, 2 * seqs_bf16);
+  std::printf("  20b, 104 GiB for the cache: %d bf16 pages (%lld sequences of 131072), %d fp8 pages (%lld)\n",
+              a.full_pages, (long long)seqs_bf16, b.full_pages, (long long)seqs_fp8);
+}
+
+TEST(PlanKvPools, SequencesThatFitRoundsPagesUp) {
+  KvPoolPlan p;
+  p.full_pages = 100;
+  EXPECT_EQ(sequences_that_fit(p, 16, 160), 10);  // 10 pages each
+  EXPECT_EQ(sequences_that_fit(p, 16, 161), 9);   // 11 pages each
+  EXPECT_EQ(sequences_that_fit(p, 16, 1601), 0);
+  EXPECT_EQ(sequences_that_fit(p, 0, 16), 0);
+  EXPECT_EQ(sequences_that_fit(p, 16, 0), 0);
 }
 
 TEST(PlanKvPools, TooLittleMemoryNamesTheFlags) {

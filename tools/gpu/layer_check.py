@@ -124,6 +124,9 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--orchid-args", default="",
                     help="more flags for `orchid layer`, e.g. '--tp 8 --ep 8 --collectives local'")
+    ap.add_argument("--report-only", action="store_true",
+                    help="print the verdicts against the BF16 bounds but exit 0 (e.g. the FP8 KV cache's "
+                         "accuracy, which those bounds were not made for)")
     args = ap.parse_args()
     layers = [int(x) for x in args.layers.split(",")]
     ok = True
@@ -162,7 +165,9 @@ def main():
                       f"{agree * 100:11.2f}% of {int(decided.sum())} {hf_agree * 100:15.2f}%  "
                       f"{'PASS' if passed else 'FAIL'}      [{int((~same).sum())} / {int((~hf_same).sum())}; "
                       f"{rel_l2(got[both], rr['ref'][both]):.3e} / {rel_l2(rr['out16'][both], rr['ref'][both]):.3e}]")
-    sys.exit(0 if ok else 1)
+    if args.report_only:
+        print(f"(reported only: {'every layer within' if ok else 'some layers outside'} the BF16 bounds)")
+    sys.exit(0 if ok or args.report_only else 1)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ constexpr double kPeakTBs = 4.17;         // measured HBM copy, H200
 constexpr double kPeakFp32Tflops = 67.0;  // FP32 FMA on CUDA cores, H200 SXM datasheet
 constexpr int kHq = 64, kHkv = 8, kHidden = 2880;
 
+constexpr int kE4m3One = 0x38;  // e4m3 1.0 (0.0111.000): FP8 pools for timing
+
 struct Row {
   std::string kernel, shape;
   double us = 0, tflops = 0, gbs = 0;
@@ -252,8 +254,10 @@ struct OneSequenceStep {
 
 // Prefill of `num_q` new tokens after `start` cached ones, one sequence; returns microseconds.
 // `rows`: the plan's prefill tile (128, or 192 for the Hopper kernel's three consumer warpgroups).
+// `fp8`: an e4m3 KV cache (the mma.sync kernel's FP8 variant); its pools hold e4m3 1.0 everywhere (the
+// kernels' time does not depend on the values).
 double bench_prefill(int num_q, int start, int window, int ps, const char* label, PrefillVariant variant,
-                     int rows = kPrefillBlockM) {
+                     int rows = kPrefillBlockM, bool fp8 = false) {
   const OneSequenceStep st(num_q, start, ps, 2, rows);
   const size_t pool = st.pool;
   const size_t qn = size_t(num_q) * kHq * 64;
@@ -267,6 +271,10 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
     random_bf16(q.back()->p, qn, 2.0f);
     random_bf16(k.back()->p, pool, 2.0f);
     random_bf16(v.back()->p, pool, 1.0f);
+    if (fp8) {
+      ORCHID_CUDA_CHECK(cudaMemset(k.back()->p, kE4m3One, pool));
+      ORCHID_CUDA_CHECK(cudaMemset(v.back()->p, kE4m3One, pool));
+    }
   }
   Dev<float> sinks(kHq);
   random_f32(sinks.p, kHq, 2.0f, 1.0f);
@@ -278,6 +286,7 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   a.sinks = sinks.p;
   a.window = window;
   a.prefill_variant = variant;
+  a.kv_fp8 = fp8;
   const double us = median_us(
       [&](int s) {
         SinkAttentionArgs x = a;
@@ -296,8 +305,9 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   const double flops = 4.0 * 64 * kHq * keys;
   std::string shape = std::string(label) + " q=" + std::to_string(num_q) + "@" + std::to_string(start) +
                       (window > 0 ? " win " + std::to_string(window) : " causal") + " p" + std::to_string(ps);
-  const std::string kernel =
-      variant == PrefillVariant::kHopper ? "prefill_hopper_" + std::to_string(rows) : "prefill_mma_sync";
+  const std::string kernel = variant == PrefillVariant::kHopper ? "prefill_hopper_" + std::to_string(rows)
+                             : fp8                              ? "prefill_mma_fp8kv"
+                                                                : "prefill_mma_sync";
   add_row({kernel, shape, us, flops / us / 1e6, 0});
   return us;
 }
@@ -356,7 +366,9 @@ double bench_precise(int num_q, int start, int ps) {
 // `batch` decodes at context `ctx` each; returns microseconds. With queries > 1, a speculative verify step
 // (1 + k query tokens a sequence, the last at ctx - 1), through the decode kernel, or with
 // `through_prefill` the prefill kernel the plan sent such sequences to before (for the comparison).
-double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, bool through_prefill = false) {
+// `fp8`: an e4m3 KV cache (pools of e4m3 1.0: the time does not depend on the values), half the K/V bytes.
+double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, bool through_prefill = false,
+                    bool fp8 = false) {
   std::mt19937_64 rng(3);
   const int pages_per_seq = (ctx + ps - 1) / ps;
   const int num_pages = pages_per_seq * batch;
@@ -378,7 +390,7 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   const size_t pool = kv_pool_elements(num_pages, kHkv, ps);
   const size_t qn = size_t(batch) * queries * kHq * 64;
   const int keys = window > 0 ? std::min(ctx, window + queries - 1) : ctx;
-  const size_t bytes = size_t(batch) * keys * kHkv * 64 * 2 * 2 + 2 * qn * 2;
+  const size_t bytes = size_t(batch) * keys * kHkv * 64 * 2 * (fp8 ? 1 : 2) + 2 * qn * 2;
   const int sets = rotation_sets(bytes, 32);
   std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> q, k, v, out;
   for (int s = 0; s < sets; ++s) {
@@ -389,6 +401,10 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
     random_bf16(q.back()->p, qn, 2.0f);
     random_bf16(k.back()->p, pool, 2.0f);
     random_bf16(v.back()->p, pool, 1.0f);
+    if (fp8) {
+      ORCHID_CUDA_CHECK(cudaMemset(k.back()->p, kE4m3One, pool));
+      ORCHID_CUDA_CHECK(cudaMemset(v.back()->p, kE4m3One, pool));
+    }
   }
   Dev<float> sinks(kHq);
   random_f32(sinks.p, kHq, 2.0f, 1.0f);
@@ -399,6 +415,7 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   a.page_size = ps;
   a.sinks = sinks.p;
   a.window = window;
+  a.kv_fp8 = fp8;
   const double us = median_us(
       [&](int s) {
         SinkAttentionArgs x = a;
@@ -411,7 +428,7 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
       sets);
   std::string shape = "B=" + std::to_string(batch) + " ctx " + std::to_string(ctx) +
                       (window > 0 ? " win " + std::to_string(window) : " full") + " p" + std::to_string(ps) +
-                      (queries > 1 ? " q" + std::to_string(queries) : "") +
+                      (queries > 1 ? " q" + std::to_string(queries) : "") + (fp8 ? " fp8kv" : "") +
                       (through_prefill ? " prefill kernel"
                                        : " splits " + std::to_string(window > 0 ? view.decode_splits_window
                                                                                 : view.decode_splits));
@@ -467,6 +484,20 @@ int run(bool quick, bool prefill_only) {
     bench_decode(64, 4096, 0, 16);
     bench_decode(64, 32768, 0, 16);
     bench_decode(64, 4096, 128, 16);
+  }
+  // The FP8 KV cache: decode reads half the bytes (the same shapes), prefill pays the widening.
+  bench_decode(1, 4096, 0, 16, 1, false, true);
+  if (!quick) {
+    bench_decode(1, 32768, 0, 16, 1, false, true);
+    bench_decode(1, 131072, 0, 64, 1, false, true);
+    bench_decode(8, 8192, 0, 16, 1, false, true);
+    bench_decode(64, 4096, 0, 16, 1, false, true);
+    bench_decode(64, 32768, 0, 16, 1, false, true);
+    bench_decode(64, 4096, 128, 16, 1, false, true);
+    bench_decode(32, 8192, 0, 16, 5, false, true);
+    bench_prefill(8192, 0, 0, 16, "20b", PrefillVariant::kMmaSync, kPrefillBlockM, true);
+    bench_prefill(32768, 0, 0, 16, "20b", PrefillVariant::kMmaSync, kPrefillBlockM, true);
+    bench_prefill(2048, 30720, 0, 16, "chunk", PrefillVariant::kMmaSync, kPrefillBlockM, true);
   }
   // Speculative verify steps (1 + 4 queries a sequence): the decode kernel, and the prefill kernel for
   // comparison (K/V bytes as for one query: each is read once).

@@ -18,6 +18,13 @@
 // Napkin math (batch 1, gpt-oss-20b full layer, 32k context): K+V = 32768 x 8 heads x 256 B = 67 MB,
 // 16 us at 4.17 TB/s; FLOPs (2 x 2 x 64 x 64 heads x 32768 = 0.5 GFLOP) are irrelevant. Splits are chosen so
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
+//
+// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages instead of 4 (the f16
+// tiles below take the rest of the same shared memory), so more keys are in flight; each warp widens its own 16 keys
+// of K and V to f16 (one cvt per two elements) into a swizzled f16 tile, and the MMAs run on f16 with the
+// queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. The extra
+// work per 64-key tile and thread is 4 16-byte loads, 32 conversions and 8 16-byte stores, against ~400
+// cycles of memory time per tile and SM at B = 64, 32k: decode stays bound by reading K/V.
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/sink_attention.h"
 #include "kernels/attention/warp_mma.cuh"
@@ -34,24 +41,34 @@ using namespace detail;
 constexpr int kBlockN = 64;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 4;
-constexpr int kTileBytes = kBlockN * kHeadDim * 2;
 constexpr int kComboStride = kHeadDim + 8;  // fp32 row stride of the warp-combine buffer (fewer conflicts)
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int kMTiles>
+// The K/V ring of a KV-cache precision: BF16 tiles of 128-byte rows, or e4m3 tiles of 64-byte rows in twice
+// the stages plus the f16 K and V tiles the warps widen into.
+template <bool kFp8>
+struct DecodeRing {
+  static constexpr int kStages = kFp8 ? 6 : 4;  // 66 KB with one m16 tile either way: 3 CTAs an SM
+  static constexpr int kTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);
+  static constexpr int kWideBytes = kFp8 ? 2 * kBlockN * kHeadDim * 2 : 0;
+  static constexpr int kBytes = 2 * kStages * kTileBytes + kWideBytes;
+};
+
+template <int kMTiles, bool kFp8>
 struct DecodeSmem {
   static constexpr int kRows = 16 * kMTiles;
   static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kRingBytes = 2 * kStages * kTileBytes;
+  static constexpr int kRingBytes = DecodeRing<kFp8>::kBytes;
   static constexpr int kComboBytes = kWarps * kRows * (kComboStride + 2) * 4;
   static constexpr int kBytes = kQBytes + (kRingBytes > kComboBytes ? kRingBytes : kComboBytes);
 };
 
 struct DecodeParams {
   const __nv_bfloat16* q;
-  const __nv_bfloat16* k_pool;
-  const __nv_bfloat16* v_pool;
+  const void* k_pool;  // bf16, or e4m3 (kFp8)
+  const void* v_pool;
+  const float* k_scale;  // [Hkv] or null (1.0): FP8 pools only
+  const float* v_scale;
   const int32_t* page_table;
   const float* sinks;
   __nv_bfloat16* out;
@@ -70,15 +87,20 @@ struct DecodeParams {
   float scale_log2;
 };
 
-template <int kMTiles>
+template <int kMTiles, bool kFp8>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  using Smem = DecodeSmem<kMTiles>;
+  using Smem = DecodeSmem<kMTiles, kFp8>;
+  using Ring = DecodeRing<kFp8>;
+  constexpr int kStages = Ring::kStages;
+  constexpr int kTileBytes = Ring::kTileBytes;
   constexpr int kRows = Smem::kRows;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_addr(smem);
   const uint32_t sK = sQ + Smem::kQBytes;
   const uint32_t sV = sK + kStages * kTileBytes;
+  const uint32_t sKw = sV + kStages * kTileBytes;  // kFp8: the f16 K and V tiles the warps compute on
+  const uint32_t sVw = sKw + kBlockN * kHeadDim * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int split = blockIdx.x, kvh = blockIdx.y, slot = blockIdx.z;
@@ -112,6 +134,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   const int n_tiles = my_te - my_tb;
   const int32_t* table = p.page_table + (&p.seqs[seq_idx].table_begin[0])[p.table_kind];
   const int ps_mask = (1 << p.page_size_log2) - 1;
+  // K's scale multiplies every score of the CTA's KV head, V's its output (FP8 pools; 1 otherwise).
+  const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  const float v_scale = p.v_scale != nullptr ? p.v_scale[kvh] : 1.0f;
 
   // Q rows (`rows` valid, the rest zero).
   for (int i = tid; i < kRows * 8; i += kThreads) {
@@ -123,6 +148,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     cp_async_16(sQ + swz(r, chunk), src, valid);
   }
   cp_async_commit();
+  const uint8_t* k_pool = static_cast<const uint8_t*>(p.k_pool);
+  const uint8_t* v_pool = static_cast<const uint8_t*>(p.v_pool);
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
   // Each fragment row's own key range [row_lo, row_hi) (padding rows take the last token's).
   int row_lo[kMTiles][2], row_hi[kMTiles][2];
 #pragma unroll
@@ -134,26 +162,44 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       row_lo[mi][h] = p.window > 0 ? max(0, first + t - p.window + 1) : 0;
     }
 
+  // A tile's rows: 8 16-byte chunks (bf16) or 4 (e4m3) each, 16-byte copies, rows outside the range or in
+  // kNoPage pages zero-filled.
   auto load_kv = [&](int j, int stage) {
-    const int chunk = tid & 7;
+    constexpr int kChunks = kHeadDim * kElemBytes / 16;
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int chunk = tid % kChunks;
     const uint32_t k_dst = sK + stage * kTileBytes, v_dst = sV + stage * kTileBytes;
 #pragma unroll
-    for (int i = 0; i < kBlockN / 16; ++i) {
-      const int r = (tid >> 3) + 16 * i;
+    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
+      const int r = tid / kChunks + kRowsPerPass * i;
       const int t = j * kBlockN + r;
       int32_t page = kNoPage;
       if (t >= kv_begin && t < kv_end) page = table[t >> p.page_size_log2];
       const bool valid = page >= 0;
       const size_t off =
-          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) + size_t(chunk) * 8 : 0;
-      cp_async_16(k_dst + swz(r, chunk), p.k_pool + off, valid);
-      cp_async_16(v_dst + swz(r, chunk), p.v_pool + off, valid);
+          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) * kElemBytes + size_t(chunk) * 16
+                : 0;
+      const uint32_t at = kFp8 ? swz8(r, chunk) : swz(r, chunk);
+      cp_async_16(k_dst + at, k_pool + off, valid);
+      cp_async_16(v_dst + at, v_pool + off, valid);
     }
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_tiles) load_kv(my_tb + s, s);
     cp_async_commit();
+  }
+  if constexpr (kFp8) {
+    // The queries as f16, in place: each thread converts the chunks it copied (the loop's first barrier
+    // publishes them).
+    cp_async_wait<kStages - 1>();
+    for (int i = tid; i < kRows * 8; i += kThreads) {
+      uint4* q16 = reinterpret_cast<uint4*>(smem + swz(i >> 3, i & 7));
+      uint4 v = *q16;
+      v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y), v.z = bf16x2_to_f16x2(v.z),
+      v.w = bf16x2_to_f16x2(v.w);
+      *q16 = v;
+    }
   }
 
   float m_run[kMTiles][2], l_run[kMTiles][2], o[kMTiles][8][4];
@@ -176,8 +222,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       cp_async_commit();
     }
     const int j = my_tb + it;
-    const uint32_t kb = sK + (it % kStages) * kTileBytes;
-    const uint32_t vb = sV + (it % kStages) * kTileBytes;
+    uint32_t kb = sK + (it % kStages) * kTileBytes;
+    uint32_t vb = sV + (it % kStages) * kTileBytes;
+    if constexpr (kFp8) {  // this warp's 16 keys of K and V, widened to f16 (no other warp reads them)
+      widen_e4m3_rows<16, 32>(kb, sKw, warp * 16, lane);
+      widen_e4m3_rows<16, 32>(vb, sVw, warp * 16, lane);
+      __syncwarp();
+      kb = sKw, vb = sVw;
+    }
 
     // S = Q K^T for this warp's 16 keys.
     float s[kMTiles][2][4];
@@ -196,8 +248,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
         // Q fragments are re-read from shared memory (cheap here) to keep registers for kMTiles > 1.
         uint32_t qf[4];
         ldmatrix_x4(sQ + swz(mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 2 + (lane >> 4)), qf);
-        mma_bf16(s[mi][0], qf, b[0], b[1]);
-        mma_bf16(s[mi][1], qf, b[2], b[3]);
+        mma_16816<kFp8>(s[mi][0], qf, b[0], b[1]);
+        mma_16816<kFp8>(s[mi][1], qf, b[2], b[3]);
       }
     }
     const int k0 = j * kBlockN;
@@ -221,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
             fmaxf(fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]), fmaxf(s[mi][1][2 * h], s[mi][1][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mi][h], mx * p.scale_log2);
+        const float m_new = fmaxf(m_run[mi][h], mx * scale_log2);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a warp whose keys are all masked so far
         const float alpha = fast_exp2(m_run[mi][h] - m_use);
         m_run[mi][h] = m_new;
@@ -230,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float pv = fast_exp2(fmaf(s[mi][nt][e], p.scale_log2, -m_use));
+            const float pv = fast_exp2(fmaf(s[mi][nt][e], scale_log2, -m_use));
             s[mi][nt][e] = pv;
             rs += pv;
           }
@@ -247,18 +299,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
       uint32_t pa[4];
-      pa[0] = pack_bf16(s[mi][0][0], s[mi][0][1]);
-      pa[1] = pack_bf16(s[mi][0][2], s[mi][0][3]);
-      pa[2] = pack_bf16(s[mi][1][0], s[mi][1][1]);
-      pa[3] = pack_bf16(s[mi][1][2], s[mi][1][3]);
+      pa[0] = pack_16<kFp8>(s[mi][0][0], s[mi][0][1]);
+      pa[1] = pack_16<kFp8>(s[mi][0][2], s[mi][0][3]);
+      pa[2] = pack_16<kFp8>(s[mi][1][0], s[mi][1][1]);
+      pa[3] = pack_16<kFp8>(s[mi][1][2], s[mi][1][3]);
 #pragma unroll
       for (int dp = 0; dp < 4; ++dp) {
         uint32_t b[4];
         ldmatrix_x4_trans(vb + swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)), b);
-        mma_bf16(o[mi][2 * dp], pa, b[0], b[1]);
-        mma_bf16(o[mi][2 * dp + 1], pa, b[2], b[3]);
+        mma_16816<kFp8>(o[mi][2 * dp], pa, b[0], b[1]);
+        mma_16816<kFp8>(o[mi][2 * dp + 1], pa, b[2], b[3]);
       }
     }
+    if constexpr (kFp8) __syncwarp();  // the warp's f16 tiles are rewritten by the next tile
   }
   cp_async_wait<0>();
   __syncthreads();          // the K/V ring becomes the combine buffer
@@ -316,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       const float4 v = *reinterpret_cast<const float4*>(combo + (w * kRows + r) * kComboStride + d);
       acc.x += v.x * wt, acc.y += v.y * wt, acc.z += v.z * wt, acc.w += v.w * wt;
     }
-    const float inv = 1.0f / l;
+    const float inv = v_scale / l;
     acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
     if (direct) {
       uint2 packed = make_uint2(pack_bf16(acc.x, acc.y), pack_bf16(acc.z, acc.w));
@@ -362,13 +415,23 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
                                2 * lane) = pack_bf16(acc.x * inv, acc.y * inv);
 }
 
-template <int kMTiles>
+template <int kMTiles, bool kFp8>
 void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
-  constexpr int bytes = DecodeSmem<kMTiles>::kBytes;
-  ensure_dynamic_smem<DecodeSmem<kMTiles>>(decode_kernel<kMTiles>, bytes);
+  using Smem = DecodeSmem<kMTiles, kFp8>;
+  ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8>, Smem::kBytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
-  launch_pdl(decode_kernel<kMTiles>, dim3(grid), dim3(kThreads), bytes, stream, p);
+  launch_pdl(decode_kernel<kMTiles, kFp8>, dim3(grid), dim3(kThreads), Smem::kBytes, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kFp8>
+void launch_decode_rows(const DecodeParams& p, int rows, int bucket, cudaStream_t stream) {
+  if (rows <= 16)
+    launch_decode<1, kFp8>(p, bucket, stream);
+  else if (rows <= 32)
+    launch_decode<2, kFp8>(p, bucket, stream);
+  else
+    launch_decode<4, kFp8>(p, bucket, stream);
 }
 
 }  // namespace
@@ -400,6 +463,8 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.q = a.q;
   p.k_pool = a.k_pool;
   p.v_pool = a.v_pool;
+  p.k_scale = a.kv_fp8 ? a.k_scale : nullptr;
+  p.v_scale = a.kv_fp8 ? a.v_scale : nullptr;
   p.page_table = a.page_table;
   p.sinks = a.sinks;
   p.out = a.out;
@@ -418,12 +483,10 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
   const int rows = plan.decode_q * group;
-  if (rows <= 16)
-    launch_decode<1>(p, plan.decode_bucket, stream);
-  else if (rows <= 32)
-    launch_decode<2>(p, plan.decode_bucket, stream);
+  if (a.kv_fp8)
+    launch_decode_rows<true>(p, rows, plan.decode_bucket, stream);
   else
-    launch_decode<4>(p, plan.decode_bucket, stream);
+    launch_decode_rows<false>(p, rows, plan.decode_bucket, stream);
   if (splits > 1) {
     const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket),
                     unsigned(plan.decode_q));

@@ -21,6 +21,12 @@
 // its diagonal, 2048 CTAs x 8 heads x (16 KB x 256 tiles on average) = 69 GB from L2 per layer, well under L2
 // bandwidth at that time; from HBM the cache of a layer (32768 x 2 KB = 64 MB) is read about once.
 // Shared memory per CTA: Q 16 KB + 3 x (8 + 8) KB = 64 KB, two CTAs per SM.
+//
+// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8); once a tile has landed the CTA widens
+// it to f16 (one cvt per two elements) into one swizzled f16 K and V tile, a barrier later the warps compute
+// on it with f16 MMAs, Q's fragments rounded to f16 once (exact for bf16 values of normal f16 range). A
+// second barrier a tile and ~44 instructions a thread against the tile's ~460: the FP8 cache's point is
+// decode at long context, not prefill speed. Q 16 KB + 3 x (4 + 4) KB + 16 KB = 56 KB.
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/prefill_params.h"
 #include "kernels/attention/sink_attention.h"
@@ -28,6 +34,8 @@
 #include "kernels/common/smem_attribute.h"
 
 #include "kernels/common/cuda_check.h"
+
+#include <type_traits>
 
 namespace orchid::kernels::attention {
 namespace {
@@ -39,18 +47,25 @@ constexpr int kBlockN = 64;              // keys per tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 3;
-constexpr int kTileBytes = kBlockN * kHeadDim * 2;
+constexpr int kWideTileBytes = kBlockN * kHeadDim * 2;  // a bf16 or f16 tile
 constexpr int kQBytes = kBlockM * kHeadDim * 2;
-constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes;
+template <bool kFp8>
+struct PrefillSmem {
+  static constexpr int kTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);  // a ring stage's K (or V) tile
+  static constexpr int kBytes = kQBytes + 2 * kStages * kTileBytes + (kFp8 ? 2 * kWideTileBytes : 0);
+};
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kBlockM == kWarps * 32, "each warp owns 32 rows");
-struct MmaSyncKernelTag;
-
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_constant__ PrefillParams p) {
+  constexpr int kTileBytes = PrefillSmem<kFp8>::kTileBytes;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_addr(smem);
   const uint32_t sK = sQ + kQBytes;
   const uint32_t sV = sK + kStages * kTileBytes;
+  const uint32_t sKw = sV + kStages * kTileBytes;  // kFp8: the f16 tiles the warps compute on
+  const uint32_t sVw = sKw + kWideTileBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int kvh = blockIdx.x % p.num_kv_heads;
@@ -70,6 +85,11 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   const size_t tok0 = size_t(seq.q_start) + size_t(tile.q0);
   const int hq = p.num_q_heads, hkv = p.num_kv_heads;
   const int ps_mask = (1 << p.page_size_log2) - 1;
+  // K's scale multiplies every score of the CTA's KV head, V's its output (FP8 pools; 1 otherwise).
+  const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  const float v_scale = p.v_scale != nullptr ? p.v_scale[kvh] : 1.0f;
+  const uint8_t* k_pool = static_cast<const uint8_t*>(p.k_pool);
+  const uint8_t* v_pool = static_cast<const uint8_t*>(p.v_pool);
 
   // Q tile: 128 rows x 8 chunks, 8 per thread; rows past the tile's tokens are zero.
   {
@@ -86,20 +106,26 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
     cp_async_commit();
   }
 
+  // A tile's rows: 8 16-byte chunks (bf16) or 4 (e4m3) each; rows outside the range or in kNoPage pages
+  // zero-filled.
   auto load_kv = [&](int j, int stage) {
-    const int chunk = tid & 7;
+    constexpr int kChunks = kHeadDim * kElemBytes / 16;
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int chunk = tid % kChunks;
     const uint32_t k_dst = sK + stage * kTileBytes, v_dst = sV + stage * kTileBytes;
 #pragma unroll
-    for (int i = 0; i < kBlockN / 16; ++i) {
-      const int r = (tid >> 3) + 16 * i;
+    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
+      const int r = tid / kChunks + kRowsPerPass * i;
       const int t = j * kBlockN + r;
       int32_t page = kNoPage;
       if (t >= kv_begin && t < kv_end) page = table[t >> p.page_size_log2];
       const bool valid = page >= 0;
       const size_t off =
-          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) + size_t(chunk) * 8 : 0;
-      cp_async_16(k_dst + swz(r, chunk), p.k_pool + off, valid);
-      cp_async_16(v_dst + swz(r, chunk), p.v_pool + off, valid);
+          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) * kElemBytes + size_t(chunk) * 16
+                : 0;
+      const uint32_t at = kFp8 ? swz8(r, chunk) : swz(r, chunk);
+      cp_async_16(k_dst + at, k_pool + off, valid);
+      cp_async_16(v_dst + at, v_pool + off, valid);
     }
   };
 
@@ -149,6 +175,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
     for (int ks = 0; ks < 4; ++ks) {
       const int r = warp * 32 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
       ldmatrix_x4(sQ + swz(r, ks * 2 + (lane >> 4)), qf[mi][ks]);
+      if constexpr (kFp8)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) qf[mi][ks][e] = bf16x2_to_f16x2(qf[mi][ks][e]);
     }
 
   for (int it = 0; it < n_tiles; ++it) {
@@ -160,8 +189,16 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
       cp_async_commit();
     }
     const int j = j_last - it;
-    const uint32_t kb = sK + (it % kStages) * kTileBytes;
-    const uint32_t vb = sV + (it % kStages) * kTileBytes;
+    uint32_t kb = sK + (it % kStages) * kTileBytes;
+    uint32_t vb = sV + (it % kStages) * kTileBytes;
+    if constexpr (kFp8) {
+      // The whole tile widened to f16 by the CTA; the barrier above also ended every warp's reads of the f16
+      // tiles for the previous key tile.
+      widen_e4m3_rows<kBlockN, kThreads>(kb, sKw, 0, tid);
+      widen_e4m3_rows<kBlockN, kThreads>(vb, sVw, 0, tid);
+      __syncthreads();
+      kb = sKw, vb = sVw;
+    }
 
     // S = Q K^T for 32 rows x 64 keys per warp.
     float s[2][8][4];
@@ -179,8 +216,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
         ldmatrix_x4(kb + swz(np * 16 + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)), b);
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
-          mma_bf16(s[mi][2 * np], qf[mi][ks], b[0], b[1]);
-          mma_bf16(s[mi][2 * np + 1], qf[mi][ks], b[2], b[3]);
+          mma_16816<kFp8>(s[mi][2 * np], qf[mi][ks], b[0], b[1]);
+          mma_16816<kFp8>(s[mi][2 * np + 1], qf[mi][ks], b[2], b[3]);
         }
       }
     }
@@ -210,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
         for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mi][h], mx * p.scale_log2);
+        const float m_new = fmaxf(m_run[mi][h], mx * scale_log2);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         const float alpha = fast_exp2(m_run[mi][h] - m_use);
         m_run[mi][h] = m_new;
@@ -219,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float pv = fast_exp2(fmaf(s[mi][nt][e], p.scale_log2, -m_use));
+            const float pv = fast_exp2(fmaf(s[mi][nt][e], scale_log2, -m_use));
             s[mi][nt][e] = pv;
             rs += pv;
           }
@@ -239,10 +276,10 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
       uint32_t pa[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        pa[mi][0] = pack_bf16(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-        pa[mi][1] = pack_bf16(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-        pa[mi][2] = pack_bf16(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-        pa[mi][3] = pack_bf16(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+        pa[mi][0] = pack_16<kFp8>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        pa[mi][1] = pack_16<kFp8>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        pa[mi][2] = pack_16<kFp8>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        pa[mi][3] = pack_16<kFp8>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < 4; ++dp) {
@@ -250,8 +287,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
         ldmatrix_x4_trans(vb + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)), b);
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
-          mma_bf16(o[mi][2 * dp], pa[mi], b[0], b[1]);
-          mma_bf16(o[mi][2 * dp + 1], pa[mi], b[2], b[3]);
+          mma_16816<kFp8>(o[mi][2 * dp], pa[mi], b[0], b[1]);
+          mma_16816<kFp8>(o[mi][2 * dp + 1], pa[mi], b[2], b[3]);
         }
       }
     }
@@ -267,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
       float l = l_run[mi][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float inv = l > 0.0f ? v_scale / l : 0.0f;
       const int r = warp * 32 + mi * 16 + h * 8 + (lane >> 2);
 #pragma unroll
       for (int dt = 0; dt < 8; ++dt) {
@@ -306,6 +343,9 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
       "sink_attention: plan built for another prefill tile shape");
   ORCHID_KERNEL_REQUIRE(!hopper || (log2_page >= 3 && a.num_pages > 0),
                         "sink_attention: the Hopper prefill kernel needs pages of >= 8 tokens and num_pages");
+  ORCHID_KERNEL_REQUIRE(!hopper || !a.kv_fp8,
+                        "sink_attention: the Hopper prefill kernel reads BF16 pages; FP8 ones take the mma.sync "
+                        "kernel");
   ORCHID_KERNEL_REQUIRE(a.window >= 0, "sink_attention: negative window");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   ORCHID_KERNEL_REQUIRE(aligned(a.q) && aligned(a.k_pool) && aligned(a.v_pool) && aligned(a.out),
@@ -314,6 +354,8 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   p.q = a.q;
   p.k_pool = a.k_pool;
   p.v_pool = a.v_pool;
+  p.k_scale = a.kv_fp8 ? a.k_scale : nullptr;
+  p.v_scale = a.kv_fp8 ? a.v_scale : nullptr;
   p.page_table = a.page_table;
   p.sinks = a.sinks;
   p.out = a.out;
@@ -335,9 +377,17 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
     launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(blocks), stream);
     return;
   }
-  ensure_dynamic_smem<MmaSyncKernelTag>(prefill_kernel, kSmemBytes);
-  prefill_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(p);
-  ORCHID_CUDA_CHECK_LAUNCH();
+  auto launch = [&](auto fp8) {
+    constexpr bool kFp8 = decltype(fp8)::value;
+    constexpr int bytes = PrefillSmem<kFp8>::kBytes;
+    ensure_dynamic_smem<PrefillSmem<kFp8>>(prefill_kernel<kFp8>, bytes);
+    prefill_kernel<kFp8><<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+    ORCHID_CUDA_CHECK_LAUNCH();
+  };
+  if (a.kv_fp8)
+    launch(std::true_type{});
+  else
+    launch(std::false_type{});
 }
 
 }  // namespace orchid::kernels::attention

@@ -12,8 +12,10 @@ namespace orchid::kernels::attention::detail {
 
 struct PrefillParams {
   const __nv_bfloat16* q;
-  const __nv_bfloat16* k_pool;
-  const __nv_bfloat16* v_pool;
+  const void* k_pool;  // bf16, or e4m3 (the mma.sync kernel's FP8 variant)
+  const void* v_pool;
+  const float* k_scale;  // [Hkv] or null (1.0): FP8 pools only
+  const float* v_scale;
   const int32_t* page_table;
   const float* sinks;
   __nv_bfloat16* out;

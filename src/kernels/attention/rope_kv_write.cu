@@ -12,6 +12,10 @@
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/rope_kv_write.h"
 
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
 
@@ -25,8 +29,10 @@ struct RopeParams {
   const T* qkv;
   const void* bias;
   T* q_out;
-  T* k_pool;
-  T* v_pool;
+  void* k_pool;  // T, or e4m3 bytes (kFp8Kv)
+  void* v_pool;
+  const float* k_scale;
+  const float* v_scale;
   int q_stride;
   const int32_t* page_table;
   const AttnSeq* seqs;
@@ -73,6 +79,30 @@ __device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
   reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }
 
+// Eight values as e4m3(x / scale) (8 bytes; saturating, round to nearest even).
+__device__ __forceinline__ void store8_e4m3(uint8_t* p, const float (&f)[8], float scale) {
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(f[4 * i], scale), __fdiv_rn(f[4 * i + 1], scale)),
+                                           __NV_SATFINITE, __NV_E4M3);
+    uint32_t hi = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fdiv_rn(f[4 * i + 2], scale), __fdiv_rn(f[4 * i + 3], scale)), __NV_SATFINITE, __NV_E4M3);
+    w[i] = lo | (hi << 16);
+  }
+  *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+}
+
+// One K or V row piece of 8 values into a pool of the cache's precision.
+template <typename T, bool kFp8Kv>
+__device__ __forceinline__ void store8_kv(void* pool, size_t at, const float (&f)[8], const float* scale,
+                                          int head) {
+  if constexpr (kFp8Kv)
+    store8_e4m3(static_cast<uint8_t*>(pool) + at, f, scale != nullptr ? scale[head] : 1.0f);
+  else
+    store8(static_cast<T*>(pool) + at, f);
+}
+
 template <bool kBiasFp32>
 __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)[8]) {
   if (bias == nullptr) {
@@ -87,7 +117,7 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
   }
 }
 
-template <typename T, bool kBiasFp32>
+template <typename T, bool kBiasFp32, bool kFp8Kv>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams<T> p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int t = blockIdx.x;
@@ -132,15 +162,16 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
         y1[e] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
         y2[e] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
       }
-      T* dst;
       if (head < hq) {
-        dst = p.q_out + size_t(t) * size_t(p.q_stride) + size_t(head) * kHeadDim + j0;
+        T* dst = p.q_out + size_t(t) * size_t(p.q_stride) + size_t(head) * kHeadDim + j0;
+        store8(dst, y1);
+        store8(dst + 32, y2);
       } else {
         if (page < 0) continue;
-        dst = p.k_pool + kv_offset(page, head - hq, slot, hkv, p.page_size_log2) + j0;
+        const size_t at = kv_offset(page, head - hq, slot, hkv, p.page_size_log2) + j0;
+        store8_kv<T, kFp8Kv>(p.k_pool, at, y1, p.k_scale, head - hq);
+        store8_kv<T, kFp8Kv>(p.k_pool, at + 32, y2, p.k_scale, head - hq);
       }
-      store8(dst, y1);
-      store8(dst + 32, y2);
     } else {
       if (page < 0) continue;
       const int v_item = item - n_rot;
@@ -152,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
       load_bias8<kBiasFp32>(p.bias, col, b);
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = __fadd_rn(x[e], b[e]);
-      store8(p.v_pool + kv_offset(page, kh, slot, hkv, p.page_size_log2) + c, x);
+      store8_kv<T, kFp8Kv>(p.v_pool, kv_offset(page, kh, slot, hkv, p.page_size_log2) + c, x, p.v_scale, kh);
     }
   }
 }
@@ -164,8 +195,10 @@ void launch(const RopeKvWriteArgs& a, const AttentionPlan& plan, int log2_page, 
   p.bias = a.bias;
   p.q_out = static_cast<T*>(a.q_out);
   p.q_stride = a.q_stride ? a.q_stride : plan.num_q_heads * kHeadDim;
-  p.k_pool = static_cast<T*>(a.k_pool);
-  p.v_pool = static_cast<T*>(a.v_pool);
+  p.k_pool = a.k_pool;
+  p.v_pool = a.v_pool;
+  p.k_scale = a.k_scale;
+  p.v_scale = a.v_scale;
   p.page_table = a.page_table;
   p.seqs = plan.seqs;
   p.token_seq = plan.token_seq;
@@ -175,10 +208,23 @@ void launch(const RopeKvWriteArgs& a, const AttentionPlan& plan, int log2_page, 
   p.num_q_heads = plan.num_q_heads;
   p.num_kv_heads = plan.num_kv_heads;
   p.page_size_log2 = log2_page;
-  if (a.bias_fp32)
-    launch_pdl(rope_kv_write_kernel<T, true>, dim3(plan.num_tokens), dim3(kThreads), 0, stream, p);
-  else
-    launch_pdl(rope_kv_write_kernel<T, false>, dim3(plan.num_tokens), dim3(kThreads), 0, stream, p);
+  auto go = [&](auto kernel) { launch_pdl(kernel, dim3(plan.num_tokens), dim3(kThreads), 0, stream, p); };
+  if constexpr (std::is_same_v<T, float>) {  // precise layers: fp32 pools
+    if (a.bias_fp32)
+      go(rope_kv_write_kernel<T, true, false>);
+    else
+      go(rope_kv_write_kernel<T, false, false>);
+  } else if (a.kv_fp8) {
+    if (a.bias_fp32)
+      go(rope_kv_write_kernel<T, true, true>);
+    else
+      go(rope_kv_write_kernel<T, false, true>);
+  } else {
+    if (a.bias_fp32)
+      go(rope_kv_write_kernel<T, true, false>);
+    else
+      go(rope_kv_write_kernel<T, false, false>);
+  }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -194,6 +240,7 @@ void rope_kv_write(const RopeKvWriteArgs& a, const AttentionPlan& plan, cudaStre
       "rope_kv_write: pointers must be 16-byte aligned");
   ORCHID_KERNEL_REQUIRE(a.q_stride == 0 || (a.q_stride >= plan.num_q_heads * kHeadDim && a.q_stride % 8 == 0),
                         "rope_kv_write: q_stride below the row or not a multiple of 8");
+  ORCHID_KERNEL_REQUIRE(!(a.fp32 && a.kv_fp8), "rope_kv_write: an FP8 KV cache takes bf16 rows");
   if (plan.num_tokens == 0) return;
   if (a.fp32)
     launch<float>(a, plan, log2_page, stream);

@@ -8,6 +8,7 @@
 //     rounding)
 //   q -> q_out [T, Hq, 64];  k, v -> the layer's K/V pools at page = table[pos / page_size],
 //   slot = pos % page_size (kv_layout.h). A kNoPage entry means the write is skipped (never dereferenced).
+// With kv_fp8, k and v go to the pools as e4m3(x / scale) instead (sink_attention.h reads them).
 // Padding tokens (plan.token_seq[t] < 0) are skipped. With fp32 the same arithmetic without the final
 // rounding; q_out may then alias qkv (each thread reads its elements before it writes them back).
 #pragma once
@@ -39,6 +40,12 @@ struct RopeKvWriteArgs {
   int q_stride = 0;        // 0: Hq * 64
   void* k_pool = nullptr;  // this layer's pools (kv_layout.h)
   void* v_pool = nullptr;
+  // FP8 KV cache (bf16 rows only): the pools hold e4m3(x / scale), rounded once from the fp32 result
+  // (saturating at +-448, to nearest even), with one fp32 scale per KV head for K and for V ([Hkv] on the
+  // device; null: 1.0).
+  bool kv_fp8 = false;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const int32_t* page_table = nullptr;  // flat table of this layer's kind
   TableKind table_kind = kFullTable;
   int page_size = 16;

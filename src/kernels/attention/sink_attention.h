@@ -33,8 +33,15 @@ enum class PrefillVariant : uint8_t { kMmaSync, kHopper };
 
 struct SinkAttentionArgs {
   const __nv_bfloat16* q = nullptr;       // [num_tokens, Hq, 64] (roped)
-  const __nv_bfloat16* k_pool = nullptr;  // this layer's pools (kv_layout.h)
-  const __nv_bfloat16* v_pool = nullptr;
+  const void* k_pool = nullptr;  // this layer's pools (kv_layout.h): bf16, or e4m3 bytes with kv_fp8
+  const void* v_pool = nullptr;
+  // FP8 KV cache (kv_layout.h): the pools hold e4m3(x / scale) with one fp32 scale per KV head for K and one
+  // for V ([Hkv] on the device; null: 1.0). K's scale is folded into the softmax scale, V's into the output.
+  // The MMAs then run on f16 (e4m3 widens to f16 exactly; queries are rounded to f16, probabilities too).
+  // Prefill takes the mma.sync kernel (the Hopper kernel reads BF16 pages only).
+  bool kv_fp8 = false;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const int32_t* page_table = nullptr;  // flat table of this layer's kind
   TableKind table_kind = kFullTable;
   int page_size = 16;            // power of two
@@ -45,6 +52,12 @@ struct SinkAttentionArgs {
   __nv_bfloat16* out = nullptr;  // [num_tokens, Hq * 64]
   PrefillVariant prefill_variant = PrefillVariant::kMmaSync;
 };
+
+// The Hopper prefill kernel serves these arguments (BF16 pages of >= 8 tokens); callers fall back to
+// PrefillVariant::kMmaSync otherwise.
+inline bool hopper_prefill_supports(const SinkAttentionArgs& a) {
+  return !a.kv_fp8 && a.page_size >= 8;
+}
 
 // Prefill part of the plan (no-op without prefill tiles).
 void sink_attention_prefill(const SinkAttentionArgs& args, const AttentionPlan& plan, cudaStream_t stream);

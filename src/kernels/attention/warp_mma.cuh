@@ -1,6 +1,6 @@
 // Warp-level tensor-core and async-copy primitives used by the attention kernels (PTX available on sm_80+,
 // run here on sm_90a): cp.async 16-byte copies with zero-fill, ldmatrix (plain and transposed), and
-// mma.sync m16n8k16 bf16 x bf16 -> fp32.
+// mma.sync m16n8k16 bf16 x bf16 (or f16 x f16) -> fp32; the widening of an FP8 (e4m3) KV cache's rows.
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), which every caller relies on:
 //   A (16x16, row-major)  a0: (g, 2t..2t+1)  a1: (g+8, 2t..)  a2: (g, 2t+8..)  a3: (g+8, 2t+8..)
@@ -57,10 +57,97 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c += a * b (m16n8k16, f16 inputs, fp32 accumulators): the FP8 KV cache's path, where e4m3 widens to f16
+// exactly in one instruction (f16 holds every e4m3 value; bf16 would need several).
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The MMA of a kernel's element type: bf16 (a BF16 KV cache) or f16 (an FP8 one).
+template <bool kF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF16)
+    mma_f16(c, a, b0, b1);
+  else
+    mma_bf16(c, a, b0, b1);
+}
+
+// Two floats -> packed f16x2 (round to nearest even), `lo` in the low half; softmax probabilities only
+// (in [0, 1], where f16 is 8x finer than bf16).
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// A bf16x2 word as f16x2: exact for magnitudes in [2^-14, 65504] (bf16's 8 significant bits fit in f16's
+// 11); larger ones saturate to +-65504 (a query row that large has no meaningful softmax anyway), smaller
+// ones round into f16's subnormals. NaN stays NaN.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t v) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n"
+      : "=r"(r)
+      : "f"(__uint_as_float(v & 0xffff0000u)), "f"(__uint_as_float(v << 16)));
+  return r;
+}
+
+// Four e4m3 bytes (byte i = element i) -> f16x2 words lo (elements 0, 1) and hi (elements 2, 3), exactly.
+__device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t v, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(v));
+}
+
+// Byte offset of (row, 16-byte chunk) in a swizzled [rows][64] e4m3 tile (64-byte rows, two a 128-byte
+// line): chunk c of row r lives at chunk c ^ ((r / 2) % 4), so the 16-byte reads of 8 consecutive rows at one
+// chunk, and the 16-byte cp.async writes, hit 8 different bank groups.
+__device__ __forceinline__ uint32_t swz8(int row, int chunk) {
+  return uint32_t(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+// Rows [row0, row0 + rows) of a swizzled e4m3 tile (swz8) widened into the same rows of a swizzled f16 tile
+// (swz), by `threads` threads of which this is `thread` (16 e4m3 -> two 16-byte f16 chunks per item).
+template <int kRows, int kThreads>
+__device__ __forceinline__ void widen_e4m3_rows(uint32_t src, uint32_t dst, int row0, int thread) {
+  static_assert((kRows * 4) % kThreads == 0, "whole items per thread");
+#pragma unroll
+  for (int i = 0; i < kRows * 4 / kThreads; ++i) {
+    const int item = thread + i * kThreads;
+    const int r = row0 + (item >> 2), c = item & 3;
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(src + swz8(r, c))
+                 : "memory");
+    uint32_t h[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) e4m3x4_to_f16x4(w[k], h[2 * k], h[2 * k + 1]);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swz(r, 2 * c)), "r"(h[0]), "r"(h[1]),
+                 "r"(h[2]), "r"(h[3])
+                 : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swz(r, 2 * c + 1)), "r"(h[4]),
+                 "r"(h[5]), "r"(h[6]), "r"(h[7])
+                 : "memory");
+  }
+}
+
 // Two floats -> packed bf16x2 (round to nearest even), `lo` in the low half (the lower column index).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Softmax probabilities packed for the PV product in the kernel's element type.
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack_16(float lo, float hi) {
+  if constexpr (kF16)
+    return pack_f16(lo, hi);
+  else
+    return pack_bf16(lo, hi);
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

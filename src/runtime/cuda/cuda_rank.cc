@@ -188,29 +188,58 @@ void CudaRank::plan_workspace() {
   for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
 }
 
+size_t CudaRank::kv_page_bytes(int64_t l, int32_t page_size) const {
+  const size_t element = l == precise_layer_ ? 4 : size_t(kv_element_bytes(opts_.kv_cache_dtype));
+  return size_t(local_.num_kv_heads) * size_t(page_size) * 64 * element;
+}
+
 KvCacheSpec CudaRank::kv_capacity() const {
   const auto& c = local_;
   int64_t full = 0, sliding = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) (c.is_sliding(l) ? sliding : full)++;
-  KvPoolInput in;
-  in.budget = budget_;
-  in.allocated = weights_.arena.capacity() + ws_.capacity();
-  in.full_layers = full;
-  if (head_) {  // the head's K/V: one more full layer (or the layers its page takes)
-    const size_t layer_page = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * 2;
-    const size_t head_page = CudaEagle3Head::page_bytes(head_->config(), opts_.page_size);
-    in.allocated += head_->device_bytes();
-    in.full_layers += int64_t((head_page + layer_page - 1) / layer_page);
+  // The plan for a cache of either precision (the head's pages and the precise layer's stay as they are).
+  auto plan_for = [&](KvCacheDtype dtype, int32_t kv_pages) {
+    const size_t element = size_t(kv_element_bytes(dtype));
+    KvPoolInput in;
+    in.budget = budget_;
+    in.allocated = weights_.arena.capacity() + ws_.capacity();
+    in.full_layers = full;
+    in.page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * element;
+    if (head_) {  // the head's K/V: one more full layer (or the layers its page takes)
+      const size_t head_page = CudaEagle3Head::page_bytes(head_->config(), opts_.page_size);
+      in.allocated += head_->device_bytes();
+      in.full_layers += int64_t((head_page + in.page_layer_bytes - 1) / in.page_layer_bytes);
+    }
+    // A precise layer's pools hold fp32: 4 / element sliding layers' worth.
+    in.sliding_units = sliding + (precise_layer_ >= 0 ? int64_t(4 / element) - 1 : 0);
+    in.page_size = opts_.page_size;
+    in.sliding_window = c.sliding_window;
+    in.max_step_tokens = opts_.max_step_tokens;
+    in.max_step_seqs = opts_.max_step_seqs;
+    in.max_model_len = opts_.max_model_len;
+    in.kv_pages = kv_pages;
+    return plan_kv_pools(in);
+  };
+  const KvPoolPlan p = plan_for(opts_.kv_cache_dtype, opts_.kv_pages);
+  if (shard_.rank == 0 && opts_.kv_pages == 0) {
+    // What each precision would hold on this budget (--kv-cache-dtype), in sequences of the longest
+    // context. Sequences of 128k tokens are the long-context case (gpt-oss's 131072-token window).
+    const int64_t longest = std::min<int64_t>(opts_.max_model_len, 131072);
+    std::string both;
+    for (KvCacheDtype d : {KvCacheDtype::kBf16, KvCacheDtype::kFp8E4M3}) {
+      if (!both.empty()) both += "; ";
+      try {
+        const KvPoolPlan q = d == opts_.kv_cache_dtype ? p : plan_for(d, 0);
+        both += fmt::format("{} {:.2f} GiB = {} tokens = {} sequences of {} tokens", kv_cache_dtype_name(d),
+                            double(q.bytes) / (1 << 30), int64_t(q.full_pages) * opts_.page_size,
+                            sequences_that_fit(q, opts_.page_size, longest), longest);
+      } catch (const Error&) {  // the other precision may not fit where this one does
+        both += fmt::format("{} does not fit", kv_cache_dtype_name(d));
+      }
+    }
+    spdlog::info("KV cache by precision (--kv-cache-dtype {}): {}", kv_cache_dtype_name(opts_.kv_cache_dtype),
+                 both);
   }
-  in.sliding_units = sliding + (precise_layer_ >= 0 ? 1 : 0);  // a precise layer's pools hold fp32
-  in.page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * 2;
-  in.page_size = opts_.page_size;
-  in.sliding_window = c.sliding_window;
-  in.max_step_tokens = opts_.max_step_tokens;
-  in.max_step_seqs = opts_.max_step_seqs;
-  in.max_model_len = opts_.max_model_len;
-  in.kv_pages = opts_.kv_pages;
-  const KvPoolPlan p = plan_kv_pools(in);
   KvCacheSpec spec;
   spec.page_size = opts_.page_size;
   spec.sliding_window = sliding > 0 ? int32_t(c.sliding_window) : 0;
@@ -223,29 +252,31 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
   const auto& c = local_;
   spec_ = spec;
-  const size_t page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(spec.page_size) * 64 * 2;
-  const size_t pool_full = size_t(spec_.num_full_pages) * page_layer_bytes / 2;  // one of K or V
-  const size_t pool_sliding = size_t(spec_.num_sliding_pages) * page_layer_bytes / 2;
+  // One of K or V of layer l.
+  auto pool_bytes = [&](int64_t l) {
+    return size_t(c.is_sliding(l) ? spec_.num_sliding_pages : spec_.num_full_pages) *
+           kv_page_bytes(l, spec_.page_size);
+  };
   size_t total = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    total += 2 * (c.is_sliding(l) ? pool_sliding : pool_full) * (l == precise_layer_ ? 2 : 1);
+  for (int64_t l = 0; l < c.num_layers; ++l) total += 2 * pool_bytes(l);
   kv_ = DeviceBuffer(total, "KV cache");
   if (head_) head_->allocate_kv(spec_.num_full_pages);
   uint8_t* p = kv_.data();
   k_pool_.clear();
   v_pool_.clear();
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const size_t bytes = (c.is_sliding(l) ? pool_sliding : pool_full) * (l == precise_layer_ ? 2 : 1);
+    const size_t bytes = pool_bytes(l);
     k_pool_.push_back(p);
     v_pool_.push_back(p + bytes);
     p += 2 * bytes;
   }
   if (shard_.rank == 0) {
     spdlog::info(
-        "GPU memory{}: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB ({} full pages = {} tokens, "
+        "GPU memory{}: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB {} ({} full pages = {} tokens, "
         "{} sliding pages)",
         tp_->size() * ep_->size() > 1 ? " (rank 0)" : "", double(weights_.arena.used()) / (1 << 30),
-        double(ws_.capacity()) / (1 << 30), double(kv_.size()) / (1 << 30), spec_.num_full_pages,
+        double(ws_.capacity()) / (1 << 30), double(kv_.size()) / (1 << 30),
+        kv_cache_dtype_name(opts_.kv_cache_dtype), spec_.num_full_pages,
         int64_t(spec_.num_full_pages) * opts_.page_size, spec_.num_sliding_pages);
     if (opts_.precise_routing)
       spdlog::info("precise routing: router inputs at fp32 accuracy{} (--bf16-routing turns it off)",
@@ -256,9 +287,10 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
 std::string CudaRank::kv_layout() const {
   const auto& c = local_;
   return fmt::format(
-      "cuda bf16 (layer {} fp32): {} layers ({} sliding), {} KV heads x 64, page {}; hidden {}, {} "
+      "cuda {} (layer {} fp32): {} layers ({} sliding), {} KV heads x 64, page {}; hidden {}, {} "
       "experts, vocabulary {}",
-      precise_layer_, c.num_layers, c.num_sliding_layers(), c.num_kv_heads, spec_.page_size, c.hidden_size,
+      kv_cache_dtype_name(opts_.kv_cache_dtype), precise_layer_, c.num_layers, c.num_sliding_layers(),
+      c.num_kv_heads, spec_.page_size, c.hidden_size,
       c.num_experts, c.vocab_size);
 }
 
@@ -266,12 +298,11 @@ void CudaRank::for_each_kv_page(
     std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
     const std::function<void(bool sliding, uint8_t* page, size_t bytes)>& fn) const {
   const auto& c = local_;
-  const size_t page_bytes = size_t(c.num_kv_heads) * size_t(spec_.page_size) * 64 * 2;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool is_sliding = c.is_sliding(l);
     const std::span<const int32_t> pages = is_sliding ? sliding_pages : full_pages;
     const int32_t pool = is_sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
-    const size_t bytes = page_bytes * (l == precise_layer_ ? 2 : 1);  // the precise layer's pages are fp32
+    const size_t bytes = kv_page_bytes(l, spec_.page_size);
     for (void* base : {k_pool_[size_t(l)], v_pool_[size_t(l)]}) {
       for (int32_t page : pages) {
         ORCHID_CHECK(page == kNoPage || (page >= 0 && page < pool), "page {} outside the pool", page);
@@ -454,6 +485,7 @@ void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
   r.q_out = q_;
   r.k_pool = k_pool_[size_t(l)];
   r.v_pool = v_pool_[size_t(l)];
+  r.kv_fp8 = kv_fp8();  // scales 1.0 (the checkpoints carry none)
   r.page_table = sliding ? m.sliding : m.full;
   r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
   r.page_size = spec_.page_size;
@@ -461,8 +493,9 @@ void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
 
   attn::SinkAttentionArgs a;
   a.q = q_;
-  a.k_pool = static_cast<const __nv_bfloat16*>(k_pool_[size_t(l)]);
-  a.v_pool = static_cast<const __nv_bfloat16*>(v_pool_[size_t(l)]);
+  a.k_pool = k_pool_[size_t(l)];
+  a.v_pool = v_pool_[size_t(l)];
+  a.kv_fp8 = kv_fp8();
   a.page_table = r.page_table;
   a.table_kind = r.table_kind;
   a.page_size = spec_.page_size;

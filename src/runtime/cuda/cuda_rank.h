@@ -90,7 +90,13 @@ class CudaRank {
   // Tokens the EAGLE-3 head proposes a sequence and step (0: no head on this rank).
   int32_t max_proposals() const { return head_ ? opts_.max_draft_tokens : 0; }
   // Prefill attention through the Hopper kernel (its tensor maps need pages of >= 8 tokens).
-  bool use_hopper_prefill() const { return opts_.hopper_prefill_attention && opts_.page_size >= 8; }
+  // The Hopper prefill kernel reads BF16 pages of >= 8 tokens; FP8 pages take the mma.sync kernel.
+  bool use_hopper_prefill() const {
+    return opts_.hopper_prefill_attention && opts_.page_size >= 8 && !kv_fp8();
+  }
+  bool kv_fp8() const { return opts_.kv_cache_dtype == KvCacheDtype::kFp8E4M3; }
+  // Bytes of one page of layer l's K (or V) pool: e4m3, bf16, or fp32 for the precise layer.
+  size_t kv_page_bytes(int64_t l, int32_t page_size) const;
   size_t weight_bytes() const { return weights_.arena.used(); }
 
  private:
@@ -144,7 +150,8 @@ class CudaRank {
   kernels::attention::RopeTable rope_{};
   std::vector<int64_t> layer_slot_;  // index among the layers of its kind
 
-  // KV pools: per layer K and V, [pages][Hkv][page_size][64] bf16 (fp32 for the precise layer).
+  // KV pools: per layer K and V, [pages][Hkv][page_size][64] bf16 or e4m3 (--kv-cache-dtype; fp32 for the
+  // precise layer).
   DeviceBuffer kv_;
   std::vector<void*> k_pool_, v_pool_;
   int64_t precise_layer_ = -1;  // layer run by precise_layer() (layer 0 when sliding), or -1

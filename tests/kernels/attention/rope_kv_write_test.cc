@@ -2,7 +2,8 @@
 // bias none / bf16 / fp32, page sizes 16..128, positions up to 131071, padding tokens, a page marked kNoPage
 // (its tokens' K/V must be skipped). Every element of q_out and of both pools is checked: written ones
 // against the reference, all others still holding the poison pattern. The fp32 mode of precise layers
-// likewise, with q rotated in place.
+// likewise, with q rotated in place. The FP8 KV cache: K and V as e4m3(x / scale) of the fp32 result, per
+// KV head scales, compared byte for byte (one e4m3 step allowed where cos/sin rounding moves x).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ namespace {
 
 using orchid::testing::DeviceBuffer;
 using orchid::testing::kPoisonBf16;
+using orchid::testing::kPoisonFp8;
 
 enum class Bias { kNone, kBf16, kFp32 };
 
@@ -36,7 +38,13 @@ struct RopeCase {
   std::vector<std::pair<int, int>> seqs;  // (num_q, start_pos)
   int extra_tokens = 0;
   bool drop_a_page = false;  // mark one page holding new tokens kNoPage
+  bool fp8 = false;          // e4m3 pools with per-head scales
 };
+
+// Signed-magnitude e4m3 bits -> a monotonic integer (steps between neighbouring values).
+int ordered_e4m3(uint8_t b) {
+  return (b & 0x80) ? -int(b & 0x7f) : int(b);
+}
 
 // Signed-magnitude bf16 bits -> a monotonic integer, so that |a - b| counts ulps (across zero too).
 int ordered(uint16_t b) {
@@ -150,6 +158,12 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   DeviceBuffer<uint16_t> d_q(std::vector<uint16_t>(size_t(token_rows) * hq * 64, kPoisonBf16));
   DeviceBuffer<uint16_t> d_k(std::vector<uint16_t>(pool_elems, kPoisonBf16));
   DeviceBuffer<uint16_t> d_v(std::vector<uint16_t>(pool_elems, kPoisonBf16));
+  DeviceBuffer<uint8_t> d_k8(std::vector<uint8_t>(pool_elems, kPoisonFp8));
+  DeviceBuffer<uint8_t> d_v8(std::vector<uint8_t>(pool_elems, kPoisonFp8));
+  std::vector<float> k_scale, v_scale;
+  std::uniform_real_distribution<float> scale(0.2f, 2.0f);  // 1 / scale widens |x| ~ 1 towards 448 too
+  for (int h = 0; h < hkv; ++h) k_scale.push_back(scale(rng)), v_scale.push_back(scale(rng));
+  DeviceBuffer<float> d_k_scale(k_scale), d_v_scale(v_scale);
   DeviceBuffer<int32_t> d_table(table), d_blob(plan.blob());
 
   RopeKvWriteArgs a;
@@ -161,8 +175,11 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   std::copy(freqs.inv_freq.begin(), freqs.inv_freq.end(), a.rope.inv_freq);
   a.rope.concentration = freqs.concentration;
   a.q_out = reinterpret_cast<__nv_bfloat16*>(d_q.get());
-  a.k_pool = reinterpret_cast<__nv_bfloat16*>(d_k.get());
-  a.v_pool = reinterpret_cast<__nv_bfloat16*>(d_v.get());
+  a.k_pool = rc.fp8 ? static_cast<void*>(d_k8.get()) : static_cast<void*>(d_k.get());
+  a.v_pool = rc.fp8 ? static_cast<void*>(d_v8.get()) : static_cast<void*>(d_v.get());
+  a.kv_fp8 = rc.fp8;
+  a.k_scale = rc.fp8 ? d_k_scale.get() : nullptr;
+  a.v_scale = rc.fp8 ? d_v_scale.get() : nullptr;
   a.page_table = d_table.get();
   a.table_kind = rc.kind;
   a.page_size = ps;
@@ -173,26 +190,36 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   // Expected images: poison everywhere except what the reference writes.
   std::vector<uint16_t> q_want(size_t(token_rows) * hq * 64, kPoisonBf16);
   std::vector<uint16_t> k_want(pool_elems, kPoisonBf16), v_want(pool_elems, kPoisonBf16);
+  std::vector<uint8_t> k8_want(pool_elems, kPoisonFp8), v8_want(pool_elems, kPoisonFp8);
   const std::vector<float> xf = orchid::testing::bf16_to_floats(qkv);
   std::vector<uint16_t> kr(size_t(hkv) * 64), vr(size_t(hkv) * 64);
+  std::vector<float> qf(size_t(hq) * 64), kf(size_t(hkv) * 64), vf(size_t(hkv) * 64);
   for (const PlanSequence& s : seqs) {
     for (int i = 0; i < s.num_q; ++i) {
       const int t = s.q_start + i, pos = s.start_pos + i;
       reference::qkv_rope_row(&xf[size_t(t) * width], rc.bias == Bias::kNone ? nullptr : bias_f.data(), pos,
                               freqs, hq, hkv, &q_want[size_t(t) * hq * 64], kr.data(), vr.data());
+      if (rc.fp8)
+        reference::qkv_rope_row_f32(&xf[size_t(t) * width], rc.bias == Bias::kNone ? nullptr : bias_f.data(),
+                                    pos, freqs, hq, hkv, qf.data(), kf.data(), vf.data());
       const int row = rc.kind == kFullTable ? s.full_table_begin : s.sliding_table_begin;
       const int32_t page = table[size_t(row + pos / ps)];
       if (page < 0) continue;
       for (int h = 0; h < hkv; ++h)
         for (int d = 0; d < 64; ++d) {
           const size_t at = ((size_t(page) * hkv + h) * ps + size_t(pos % ps)) * 64 + d;
-          k_want[at] = kr[size_t(h) * 64 + d];
-          v_want[at] = vr[size_t(h) * 64 + d];
+          if (rc.fp8) {
+            k8_want[at] = float_to_fp8e4m3(kf[size_t(h) * 64 + d] / k_scale[size_t(h)]);
+            v8_want[at] = float_to_fp8e4m3(vf[size_t(h) * 64 + d] / v_scale[size_t(h)]);
+          } else {
+            k_want[at] = kr[size_t(h) * 64 + d];
+            v_want[at] = vr[size_t(h) * 64 + d];
+          }
         }
     }
   }
   std::ostringstream name;
-  name << "hq " << hq << " hkv " << hkv << " page " << ps << " bias " << int(rc.bias) << " tokens "
+  name << (rc.fp8 ? "fp8 kv, " : "") << "hq " << hq << " hkv " << hkv << " page " << ps << " bias " << int(rc.bias) << " tokens "
        << token_rows;
   auto check = [&](const char* what, const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
                    size_t row_elems) {
@@ -219,8 +246,37 @@ void run_case(const RopeCase& rc, uint64_t seed) {
                 untouched_bad);
   };
   check("q", d_q.download(), q_want, size_t(hq) * 64);
-  check("k_pool", d_k.download(), k_want, 64);
-  check("v_pool", d_v.download(), v_want, 64);
+  if (!rc.fp8) {
+    check("k_pool", d_k.download(), k_want, 64);
+    check("v_pool", d_v.download(), v_want, 64);
+    return;
+  }
+  // e4m3 pools: one e4m3 step where x / scale sits at a rounding boundary that the cos/sin ulp crosses
+  // (rarer than for bf16: e4m3 steps are 16x coarser); nothing written outside the new tokens' rows.
+  auto check8 = [&](const char* what, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+    size_t compared = 0, off_by_one = 0, bad = 0, stray = 0;
+    int64_t first_bad = -1;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (want[i] == kPoisonFp8) {
+        stray += got[i] != kPoisonFp8;
+        continue;
+      }
+      ++compared;
+      const int d = std::abs(ordered_e4m3(got[i]) - ordered_e4m3(want[i]));
+      if ((got[i] & 0x7f) == 0x7f || d > 1) {
+        if (bad++ == 0) first_bad = int64_t(i);
+      } else if (d == 1) {
+        ++off_by_one;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << name.str() << " " << what << ": first at element " << first_bad;
+    EXPECT_LE(double(off_by_one), 1e-3 * double(compared) + 2) << name.str() << " " << what;
+    EXPECT_EQ(stray, 0u) << name.str() << " " << what << ": elements written that should not be";
+    std::printf("    %s %s: %zu compared, %zu differ by > 1 e4m3 step or NaN, %zu by one, %zu stray\n",
+                name.str().c_str(), what, compared, bad, off_by_one, stray);
+  };
+  check8("k_pool (e4m3)", d_k8.download(), k8_want);
+  check8("v_pool (e4m3)", d_v8.download(), v8_want);
 }
 
 // fp32 mode (precise layers): fp32 qkv rows with an fp32 bias, q rotated in place inside the qkv buffer
@@ -348,6 +404,25 @@ TEST_F(RopeKvWrite, HeadCountsAndManyTokens) {
     rc.seqs = {{3000, 0}, {1000, 50000}};
     run_case(rc, seed_ + ++k);
   }
+}
+
+TEST_F(RopeKvWrite, Fp8Pools) {
+  SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
+  RopeCase rc;
+  rc.fp8 = true;
+  rc.seqs = {{37, 0}, {1, 4095}, {5, 100}, {0, 3}, {20, 131000}, {1, 131071}};
+  rc.extra_tokens = 3;
+  for (Bias b : {Bias::kNone, Bias::kBf16, Bias::kFp32}) {
+    rc.bias = b;
+    run_case(rc, seed_ + uint64_t(b));
+  }
+  rc.page_size = 32;
+  rc.kind = kSlidingTable;
+  rc.drop_a_page = true;
+  rc.hq = 10;
+  rc.hkv = 2;
+  rc.seqs = {{70, 10}, {200, 1000}, {1, 64}};
+  run_case(rc, seed_ + 7);
 }
 
 TEST_F(RopeKvWrite, SmallFp32InPlace) {

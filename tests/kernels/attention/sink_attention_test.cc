@@ -4,6 +4,10 @@
 //
 // Cache contents outside what a step may read (positions before the first query's window, after the
 // context, pages marked kNoPage, decoy rows of the other table kind) are NaN, so reading them shows up.
+//
+// FP8 KV cache scenarios store e4m3(x / scale) with a random scale per KV head for K and for V; the reference
+// reads the dequantized values (byte's value x scale), so it is the kernels' exact arithmetic target, and
+// the tolerance is the BF16 cache's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention/attention_plan.h"
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/sink_attention.h"
@@ -26,6 +31,7 @@ namespace {
 
 using orchid::testing::DeviceBuffer;
 using orchid::testing::kPoisonBf16;
+using orchid::testing::kPoisonFp8;
 
 struct SeqSpec {
   int num_q;
@@ -41,10 +47,11 @@ struct Scenario {
   int seq_bucket = 0, decode_bucket = 0, decode_splits = 0;
   int max_decode_queries = 1;  // PlanOptions': > 1 sends verify-sized sequences to the decode kernel
   float q_std = 1.5f, k_std = 1.5f, v_std = 1.0f;
+  bool fp8 = false;  // an e4m3 KV cache with per-head scales
 
   std::string describe() const {
     std::ostringstream s;
-    s << "hq " << hq << " hkv " << hkv << " page " << page_size << " window " << window << " table "
+    s << (fp8 ? "fp8 kv, " : "") << "hq " << hq << " hkv " << hkv << " page " << page_size << " window " << window << " table "
       << (kind == kFullTable ? "full" : "sliding") << (sinks ? " sinks" : " no-sinks") << " splits "
       << decode_splits << " decode queries <= " << max_decode_queries << " seqs [";
     for (auto& q : seqs) s << "(" << q.num_q << "@" << q.start_pos << ")";
@@ -60,7 +67,9 @@ struct Problem {
   std::vector<PlanSequence> plan_seqs;
   std::vector<uint16_t> q;                       // [token_rows][hq][64]
   std::vector<std::vector<float>> k_log, v_log;  // per sequence [ctx][hkv][64]
-  std::vector<uint16_t> k_pool, v_pool;
+  std::vector<uint16_t> k_pool, v_pool;  // bf16 cache
+  std::vector<uint8_t> k_pool8, v_pool8;  // fp8 cache
+  std::vector<float> k_scale, v_scale;    // fp8 cache: per KV head
   std::vector<int32_t> table;
   std::vector<float> sinks;
   int num_pages = 0;
@@ -127,8 +136,16 @@ Problem make_problem(const Scenario& sc, std::mt19937_64& rng) {
   if (pr.table.empty()) pr.table.push_back(-7);
 
   const size_t pool_elems = kv_pool_elements(pr.num_pages, sc.hkv, ps);
-  pr.k_pool.assign(pool_elems, kPoisonBf16);
-  pr.v_pool.assign(pool_elems, kPoisonBf16);
+  if (sc.fp8) {
+    pr.k_pool8.assign(pool_elems, kPoisonFp8);
+    pr.v_pool8.assign(pool_elems, kPoisonFp8);
+    // Scales that are not powers of two, some below 1 (finer steps) and some above (a wider range).
+    std::uniform_real_distribution<float> scale(0.3f, 3.0f);
+    for (int h = 0; h < sc.hkv; ++h) pr.k_scale.push_back(scale(rng)), pr.v_scale.push_back(scale(rng));
+  } else {
+    pr.k_pool.assign(pool_elems, kPoisonBf16);
+    pr.v_pool.assign(pool_elems, kPoisonBf16);
+  }
   pr.k_log.resize(static_cast<size_t>(n));
   pr.v_log.resize(static_cast<size_t>(n));
   std::normal_distribution<float> kd(0.0f, sc.k_std), vd(0.0f, sc.v_std);
@@ -141,12 +158,22 @@ Problem make_problem(const Scenario& sc, std::mt19937_64& rng) {
       EXPECT_GE(page, 0);
       for (int h = 0; h < sc.hkv; ++h)
         for (int d = 0; d < 64; ++d) {
-          const uint16_t kb = float_to_bf16(kd(rng)), vb = float_to_bf16(vd(rng));
           const size_t at = ((size_t(page) * sc.hkv + h) * ps + size_t(t % ps)) * 64 + d;
-          pr.k_pool[at] = kb;
-          pr.v_pool[at] = vb;
-          pr.k_log[size_t(i)][(size_t(t) * sc.hkv + h) * 64 + d] = bf16_to_float(kb);
-          pr.v_log[size_t(i)][(size_t(t) * sc.hkv + h) * 64 + d] = bf16_to_float(vb);
+          const size_t log = (size_t(t) * sc.hkv + h) * 64 + d;
+          if (sc.fp8) {
+            const float ks = pr.k_scale[size_t(h)], vs = pr.v_scale[size_t(h)];
+            const uint8_t kb = float_to_fp8e4m3(kd(rng) / ks), vb = float_to_fp8e4m3(vd(rng) / vs);
+            pr.k_pool8[at] = kb;
+            pr.v_pool8[at] = vb;
+            pr.k_log[size_t(i)][log] = fp8e4m3_to_float(kb) * ks;
+            pr.v_log[size_t(i)][log] = fp8e4m3_to_float(vb) * vs;
+          } else {
+            const uint16_t kb = float_to_bf16(kd(rng)), vb = float_to_bf16(vd(rng));
+            pr.k_pool[at] = kb;
+            pr.v_pool[at] = vb;
+            pr.k_log[size_t(i)][log] = bf16_to_float(kb);
+            pr.v_log[size_t(i)][log] = bf16_to_float(vb);
+          }
         }
     }
   }
@@ -159,8 +186,9 @@ Problem make_problem(const Scenario& sc, std::mt19937_64& rng) {
 // Device copies of a Problem's inputs. Capacities may exceed a problem's sizes (graph replay reuses them).
 struct DeviceProblem {
   DeviceBuffer<uint16_t> q, k_pool, v_pool, out;
+  DeviceBuffer<uint8_t> k_pool8, v_pool8;
   DeviceBuffer<int32_t> table, blob;
-  DeviceBuffer<float> sinks;
+  DeviceBuffer<float> sinks, k_scale, v_scale;
   DeviceBuffer<uint8_t> workspace;
 };
 
@@ -188,6 +216,10 @@ void upload(const Problem& pr, const AttentionPlanBuilder& plan, DeviceProblem& 
   copy_into(d.q, pr.q, d.q.size());
   copy_into(d.k_pool, pr.k_pool, d.k_pool.size());
   copy_into(d.v_pool, pr.v_pool, d.v_pool.size());
+  copy_into(d.k_pool8, pr.k_pool8, d.k_pool8.size());
+  copy_into(d.v_pool8, pr.v_pool8, d.v_pool8.size());
+  copy_into(d.k_scale, pr.k_scale, d.k_scale.size());
+  copy_into(d.v_scale, pr.v_scale, d.v_scale.size());
   copy_into(d.table, pr.table, d.table.size());
   copy_into(d.sinks, pr.sinks, d.sinks.size());
   copy_into(d.blob, plan.blob(), d.blob.size());
@@ -199,8 +231,16 @@ void upload(const Problem& pr, const AttentionPlanBuilder& plan, DeviceProblem& 
 SinkAttentionArgs make_args(const Problem& pr, const DeviceProblem& d) {
   SinkAttentionArgs a;
   a.q = reinterpret_cast<const __nv_bfloat16*>(d.q.get());
-  a.k_pool = reinterpret_cast<const __nv_bfloat16*>(d.k_pool.get());
-  a.v_pool = reinterpret_cast<const __nv_bfloat16*>(d.v_pool.get());
+  if (pr.sc.fp8) {
+    a.k_pool = d.k_pool8.get();
+    a.v_pool = d.v_pool8.get();
+    a.kv_fp8 = true;
+    a.k_scale = d.k_scale.get();
+    a.v_scale = d.v_scale.get();
+  } else {
+    a.k_pool = d.k_pool.get();
+    a.v_pool = d.v_pool.get();
+  }
   a.page_table = d.table.get();
   a.table_kind = pr.sc.kind;
   a.page_size = pr.sc.page_size;
@@ -301,7 +341,7 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
   DeviceProblem d;
   for (const PrefillConfig& cfg : kPrefillConfigs) {
     if (only != nullptr && std::string(only) != cfg.name) continue;
-    if (cfg.variant == PrefillVariant::kHopper && sc.page_size < 8) continue;
+    if (cfg.variant == PrefillVariant::kHopper && (sc.page_size < 8 || sc.fp8)) continue;
     AttentionPlanBuilder plan;
     plan.build(pr.plan_seqs, pr.num_tokens, [&] {
       PlanOptions o = plan_options(sc);
@@ -422,10 +462,12 @@ TEST_F(SinkAttention, PrefillLargeLogits) {
 
 // The sequences under every split choice (one, automatic, a few, more than there are tiles) and both table
 // kinds (full, 128-key window).
-void run_split_grid(const std::vector<SeqSpec>& seqs, int max_decode_queries, uint64_t seed) {
+void run_split_grid(const std::vector<SeqSpec>& seqs, int max_decode_queries, uint64_t seed,
+                    bool fp8 = false) {
   for (int splits : {1, 0, 3, 64}) {
     for (int window : {0, 128}) {
       Scenario sc;
+      sc.fp8 = fp8;
       sc.window = window;
       sc.kind = window > 0 ? kSlidingTable : kFullTable;
       sc.decode_splits = splits;
@@ -444,9 +486,10 @@ TEST_F(SinkAttention, SmallDecode) {
 // Long contexts (64-token pages) under automatic, one and 13 splits; with `window_too` a 128-key sliding
 // window over the same positions as well.
 void run_long_contexts(const std::vector<SeqSpec>& seqs, int max_decode_queries, bool window_too,
-                       uint64_t seed) {
+                       uint64_t seed, bool fp8 = false) {
   for (int splits : {0, 1, 13}) {
     Scenario sc;
+    sc.fp8 = fp8;
     sc.page_size = 64;
     sc.decode_splits = splits;
     sc.max_decode_queries = max_decode_queries;
@@ -555,8 +598,9 @@ TEST_F(SinkAttention, SmallEmptyBatches) {
 // A decode step captured once in a CUDA graph and replayed after a new plan (other sequences and lengths,
 // same buckets) was copied to the same device buffers: the launches read every length on the device.
 // `n` query tokens a sequence: 1 for plain decode, 1 + k for a speculative verify step.
-void graph_replay(int n, uint64_t seed) {
+void graph_replay(int n, uint64_t seed, bool fp8 = false) {
   Scenario a;
+  a.fp8 = fp8;
   a.page_size = 16;
   a.decode_splits = 8;
   a.decode_bucket = 4;
@@ -583,6 +627,10 @@ void graph_replay(int n, uint64_t seed) {
   // Capacities for both problems first, so that no buffer moves between capture and replay.
   d.k_pool.resize(std::max(pa.k_pool.size(), pb.k_pool.size()));
   d.v_pool.resize(d.k_pool.size());
+  d.k_pool8.resize(std::max(pa.k_pool8.size(), pb.k_pool8.size()));
+  d.v_pool8.resize(d.k_pool8.size());
+  d.k_scale.resize(std::max(pa.k_scale.size(), pb.k_scale.size()));
+  d.v_scale.resize(d.k_scale.size());
   d.table.resize(std::max(pa.table.size(), pb.table.size()));
   d.workspace.resize(std::max(plan_a.decode_workspace_bytes(), plan_b.decode_workspace_bytes()));
   upload(pa, plan_a, d);
@@ -625,6 +673,117 @@ TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
 TEST_F(SinkAttention, VerifyGraphReplayWithNewPlan) {
   SEED_TRACE();
   graph_replay(4, seed_);
+}
+
+// ---- FP8 (e4m3) KV cache: the mma.sync prefill kernel and the decode kernel on e4m3 pages ----
+
+TEST_F(SinkAttention, Fp8KvPrefill) {
+  SEED_TRACE();
+  Scenario sc;
+  sc.fp8 = true;
+  sc.seqs = {{37, 0}, {5, 100}, {0, 10}, {130, 61}, {16, 16}, {2, 0}};
+  run_scenario(sc, seed_);
+  sc.page_size = 32;
+  sc.seqs = {{1024, 0}, {200, 3000}, {513, 511}};
+  run_scenario(sc, seed_ + 1);
+  for (int ps : {16, 64}) {
+    sc.page_size = ps;
+    sc.window = 128;
+    sc.kind = kSlidingTable;
+    sc.seqs = {{200, 0}, {3, 300}, {77, 129}, {128, 127}, {9, 1000}};
+    run_scenario(sc, seed_ + 2 + uint64_t(ps));
+  }
+  sc = Scenario{};
+  sc.fp8 = true;
+  sc.window = 33;
+  sc.sinks = false;
+  sc.seqs = {{100, 0}, {50, 40}};
+  run_scenario(sc, seed_ + 3);
+  sc = Scenario{};  // logits of a few tens: the running max matters
+  sc.fp8 = true;
+  sc.q_std = 4.0f;
+  sc.k_std = 4.0f;
+  sc.seqs = {{300, 0}, {40, 1000}};
+  run_scenario(sc, seed_ + 4);
+}
+
+TEST_F(SinkAttention, Fp8KvPrefillGqaRatios) {
+  SEED_TRACE();
+  const std::pair<int, int> heads[] = {{8, 8}, {10, 2}, {48, 2}, {128, 1}, {7, 7}};
+  uint64_t k = 0;
+  for (auto [hq, hkv] : heads) {
+    Scenario sc;
+    sc.fp8 = true;
+    sc.hq = hq;
+    sc.hkv = hkv;
+    sc.page_size = 64;
+    sc.seqs = {{150, 0}, {33, 70}, {1, 9}, {200, 300}};
+    run_scenario(sc, seed_ + ++k);
+  }
+}
+
+TEST_F(SinkAttention, Fp8KvDecode) {
+  SEED_TRACE();
+  run_split_grid({{1, 0}, {1, 1}, {1, 62}, {1, 63}, {1, 64}, {1, 128}, {1, 999}}, 1, seed_, true);
+  run_long_contexts({{1, 20000}, {1, 70001}, {1, 4095}}, 1, true, seed_ + 50, true);
+}
+
+TEST_F(SinkAttention, Fp8KvVerifyDecode) {
+  SEED_TRACE();
+  run_split_grid({{2, 0}, {8, 0}, {5, 60}, {7, 121}, {6, 126}, {8, 250}, {1, 5}}, 8, seed_, true);
+  const int shapes[][3] = {{8, 8, 33}, {10, 2, 12}, {64, 2, 2}, {64, 8, 7}};
+  uint64_t k = 100;
+  for (auto [hq, hkv, n] : shapes) {
+    Scenario sc;
+    sc.fp8 = true;
+    sc.hq = hq;
+    sc.hkv = hkv;
+    sc.page_size = 32;
+    sc.decode_splits = (k % 2) == 0 ? 0 : 5;
+    sc.max_decode_queries = 64;
+    sc.seqs = {{n, 0}, {n, 700}, {std::max(1, n / 2), 129}};
+    run_scenario(sc, seed_ + ++k);
+  }
+}
+
+TEST_F(SinkAttention, Fp8KvMixedStepWithPadding) {
+  SEED_TRACE();
+  Scenario sc;
+  sc.fp8 = true;
+  sc.seqs = {{1, 40}, {25, 0}, {0, 7}, {1, 300}, {90, 100}, {1, 0}};
+  sc.extra_tokens = 5;
+  sc.decode_bucket = 6;
+  sc.seq_bucket = 9;
+  run_scenario(sc, seed_);
+  sc.window = 128;
+  sc.kind = kSlidingTable;
+  sc.decode_splits = 4;
+  run_scenario(sc, seed_ + 1);
+}
+
+TEST_F(SinkAttention, Fp8KvDecodeGraphReplayWithNewPlan) {
+  SEED_TRACE();
+  graph_replay(1, seed_, true);
+  graph_replay(4, seed_ + 1, true);
+}
+
+TEST_F(SinkAttention, Fp8KvRefusedByTheHopperPrefillKernel) {
+  SEED_TRACE();
+  Scenario sc;
+  sc.fp8 = true;
+  sc.seqs = {{40, 0}};
+  std::mt19937_64 rng(seed_);
+  const Problem pr = make_problem(sc, rng);
+  AttentionPlanBuilder plan;
+  PlanOptions o = plan_options(sc);
+  o.prefill_rows = kPrefillBlockMHopper;
+  plan.build(pr.plan_seqs, pr.num_tokens, o);
+  DeviceProblem d;
+  upload(pr, plan, d);
+  SinkAttentionArgs args = make_args(pr, d);
+  args.prefill_variant = PrefillVariant::kHopper;
+  EXPECT_FALSE(hopper_prefill_supports(args));
+  EXPECT_THROW(sink_attention_prefill(args, plan.device_view(d.blob.get()), nullptr), orchid::InternalError);
 }
 
 }  // namespace
