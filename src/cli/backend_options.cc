@@ -38,6 +38,12 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--kv-pages", kv_pages, "KV pages per pool (0: derived from --max-model-len or GPU memory)")
       ->check(CLI::Range(0, 1 << 30));
+  // Checked where the backend is made (kv_dtype()), so a bad value is orchid's error, exit 2.
+  cmd->add_option(
+         "--kv-cache-dtype", kv_cache_dtype,
+         "precision of the KV cache: auto (= bf16), bf16, fp8 or fp8_e4m3 (e4m3 with scale 1.0, half "
+         "the bytes a cached token costs; the CPU stores fp32 values rounded through e4m3)")
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-utilization", gpu_memory_utilization, "fraction of GPU memory to use")
       ->check(CLI::Range(0.05, 0.99))
       ->capture_default_str();
@@ -133,6 +139,7 @@ runtime::cpu::CpuBackendOptions cpu_options(const BackendOptions& b) {
   if (b.dp > 1 && b.nnodes > 1)
     fail("--dp {} with --nnodes {}: attention replicas run as threads of one process so far", b.dp, b.nnodes);
   runtime::cpu::CpuBackendOptions o;
+  o.kv_cache_dtype = b.kv_dtype();
   o.page_size = b.block_size;
   o.max_tokens = b.max_model_len > 0 ? b.max_model_len : 8192;
   o.num_full_pages = o.num_sliding_pages = b.kv_pages;
@@ -187,6 +194,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
                                    : 0.0;
     o.gpu_memory_utilization = gpu_memory_utilization * (1.0 - draft_share);
     o.kv_pages = kv_pages;
+    o.kv_cache_dtype = kv_dtype();
     o.cuda_graphs = !enforce_eager;
     o.precise_routing = !bf16_routing;
     if (prefill_attention == "hopper" && block_size < 8)

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/parallel.h"
 #include "runtime/backend.h"
+#include "runtime/kv_cache_dtype.h"
 
 namespace orchid::cli {
 
@@ -19,6 +20,8 @@ struct BackendOptions {
   int32_t block_size = 16;        // KV page size in tokens
   int64_t max_model_len = 0;      // 0: the model's (CPU: 8192, to size its KV pools)
   int32_t kv_pages = 0;           // 0: derived
+  // --kv-cache-dtype: auto | bf16 | fp8 | fp8_e4m3, checked by kv_dtype() when the backend is made.
+  std::string kv_cache_dtype = "auto";
   double gpu_memory_utilization = 0.90;
   int32_t max_num_batched_tokens = 16384;  // tokens per step (the GPU workspace is sized for it)
   int32_t max_num_seqs = 256;              // sequences per step
@@ -42,6 +45,8 @@ struct BackendOptions {
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;                  // what `create` will pick
   model::ParallelConfig parallel() const;  // --tp, --dp, --ep (0 resolved)
+  // --kv-cache-dtype parsed (runtime/kv_cache_dtype.h); throws orchid::Error naming the flag.
+  runtime::KvCacheDtype kv_dtype() const { return runtime::parse_kv_cache_dtype(kv_cache_dtype); }
   // One backend. With --dp N: the N replicas behind a runtime::LeadReplica (replica 0 runs every step, the
   // others take part with empty steps when they share the experts): orchid forward, layer, bench prefill.
   std::unique_ptr<runtime::Backend> create(const std::string& model) const;

@@ -65,6 +65,7 @@ int wait_signal(const sigset_t& set, int ms) {
 
 void serve(const ServeArgs& a) {
   if (a.backend.run_as_worker(a.model)) return;  // rank 0 serves HTTP; the other ranks its steps
+  a.backend.kv_dtype();  // a bad --kv-cache-dtype fails before the server listens, not while it loads
   // Signals are taken synchronously by this thread; every thread started from here inherits the mask.
   sigset_t set;
   sigemptyset(&set);

@@ -40,6 +40,7 @@ def test_seeded_sampling_is_reproducible(orchid, golden):
     (["--min-tokens", "20", "--max-tokens", "5"], "--min-tokens"),
     (["--stop-ids", "5000"], "--stop-ids"),
     (["--backend", "cpu", "--prefill-attention", "hopper"], "--prefill-attention hopper is for the CUDA backend"),
+    (["--kv-cache-dtype", "fp16"], "--kv-cache-dtype must be auto, bf16, fp8 or fp8_e4m3, got 'fp16'"),
 ])
 def test_bad_engine_flags_are_clear_errors(orchid, args, words):
     res = orchid("generate", GOLDEN / "checkpoint", "--prompt-ids", "1,2,3", *args, check=False)

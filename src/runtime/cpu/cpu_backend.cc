@@ -9,6 +9,7 @@
 #include <functional>
 #include <type_traits>
 
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "runtime/cpu/cpu_blocks.h"
 #include "runtime/rank_threads.h"
@@ -26,6 +27,10 @@ struct CpuBackend::Rank {
   CpuWeights w;
   std::vector<int64_t> layer_slot;  // index of a layer among the layers of its kind
   std::vector<float> full_k, full_v, sliding_k, sliding_v;
+  // --kv-cache-dtype fp8: K/V are stored rounded through e4m3 with these scales, [layer][this rank's KV
+  // head] (all 1.0: no checkpoint scales), except layer `exact_layer`, kept as computed. Empty for bf16.
+  std::vector<float> k_scale, v_scale;
+  int64_t exact_layer = -1;
   Communicator* tp = nullptr;             // all-reduce after O, all-gather of the logits
   Communicator* ep = nullptr;             // all-reduce after the MoE, or the shared MoE's gather/scatter
   LocalCommunicator* tp_local = nullptr;  // for abort(); null when solo
@@ -37,6 +42,9 @@ struct CpuBackend::Rank {
   size_t ep_row_begin = 0;  // this rank's first row among them
 
   float* kv_row(bool key, int64_t layer, int32_t page, int64_t slot);
+  // Stores one token's K or V row (kv_dim floats) at kv_row(key, layer, page, slot), at the cache's
+  // precision.
+  void store_kv(bool key, int64_t layer, int32_t page, int64_t slot, const float* x);
   // Every rank calls it with its step's token count before the layers (a collective when moe_gathers).
   void share_counts(int64_t n);
   void layer_forward(int64_t l, const StepBatch& b, const std::vector<int32_t>& positions,
@@ -162,6 +170,7 @@ CpuBackend::CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBacke
   const int32_t default_pages = int32_t((opts.max_tokens + opts.page_size - 1) / opts.page_size);
   spec_.num_full_pages = opts.num_full_pages > 0 ? opts.num_full_pages : default_pages;
   spec_.num_sliding_pages = opts.num_sliding_pages > 0 ? opts.num_sliding_pages : default_pages;
+  kv_dtype_ = opts.kv_cache_dtype;
   lockstep_ = pc.shares_experts() ? int32_t(pc.dp) : 1;
 
   // In a process group this process holds one rank, whose TP group is the process group.
@@ -185,6 +194,13 @@ CpuBackend::CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBacke
     rank->full_v.assign(rank->full_k.size(), 0.0f);
     rank->sliding_k.assign(size_t(sliding) * size_t(spec_.num_sliding_pages) * row, 0.0f);
     rank->sliding_v.assign(rank->sliding_k.size(), 0.0f);
+    if (kv_dtype_ == KvCacheDtype::kFp8E4M3) {
+      rank->k_scale.assign(size_t(c.num_layers * rank->cfg.num_kv_heads), 1.0f);
+      rank->v_scale = rank->k_scale;
+      // The CUDA backend's precise layer (layer 0 when it is a sliding layer, cuda_rank.h) keeps fp32
+      // pages whatever --kv-cache-dtype says; the reference keeps that layer's K/V unrounded too.
+      rank->exact_layer = c.num_layers > 0 && c.is_sliding(0) ? 0 : -1;
+    }
     if (process_group_) {
       rank->tp = process_group_.get();
       rank->ep = pc.ep == 1 ? static_cast<Communicator*>(&group_->solo) : process_group_.get();
@@ -197,6 +213,10 @@ CpuBackend::CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBacke
     }
     ranks_.push_back(std::move(rank));
   }
+  if (kv_dtype_ != KvCacheDtype::kBf16 && replica == 0)
+    spdlog::info("cpu backend: KV cache {}: K/V rounded through e4m3 with scale 1.0{}",
+                 kv_cache_dtype_name(kv_dtype_),
+                 c.num_layers > 0 && c.is_sliding(0) ? " (layer 0 kept fp32)" : "");
   if (!opts.eagle3_head.empty()) {
     head_ = std::make_unique<CpuEagle3Head>(model::load_eagle3_head(opts.eagle3_head, c), group_->w.embedding,
                                             spec_);
@@ -344,14 +364,34 @@ float* CpuBackend::Rank::kv_row(bool key, int64_t layer, int32_t page, int64_t s
   return pool.data() + idx;
 }
 
+void CpuBackend::Rank::store_kv(bool key, int64_t layer, int32_t page, int64_t slot, const float* x) {
+  float* row = kv_row(key, layer, page, slot);
+  const int64_t D = cfg.head_dim;
+  if (k_scale.empty() || layer == exact_layer) {
+    std::copy_n(x, cfg.kv_dim(), row);
+    return;
+  }
+  // e4m3(x / scale), as the GPU's KV-write kernel stores it (__fdiv_rn, rope_kv_write.cu): a division, not
+  // a multiplication by 1 / scale, which for a scale other than a power of two can land on the other side
+  // of a rounding boundary. Widened back as value * scale (the GPU folds K's scale into the softmax scale
+  // and V's into the output: the same product, rounded elsewhere). The pool holds the widened fp32 value.
+  const float* scale = (key ? k_scale : v_scale).data() + layer * cfg.num_kv_heads;
+  for (int64_t h = 0; h < cfg.num_kv_heads; ++h)
+    for (int64_t d = 0; d < D; ++d)
+      row[h * D + d] = fp8e4m3_to_float(float_to_fp8e4m3(x[h * D + d] / scale[h])) * scale[h];
+}
+
 std::string CpuBackend::kv_layout() const {
   const auto& c = group_->model.config;
   // The model's shape too (not its weights): K/V of another model of the same attention shape is refused.
   return fmt::format(
       "cpu fp32: {} layers ({} sliding), {} KV heads x {}, page {}, {} ranks; hidden {}, {} experts, "
-      "vocabulary {}",
+      "vocabulary {}{}",
       c.num_layers, c.num_sliding_layers(), c.num_kv_heads, c.head_dim, spec_.page_size, ranks_.size(),
-      c.hidden_size, c.num_experts, c.vocab_size);
+      c.hidden_size, c.num_experts, c.vocab_size,
+      // The values' precision (the bytes are fp32 either way): bf16 keeps the string it always had.
+      kv_dtype_ == KvCacheDtype::kBf16 ? std::string()
+                                       : fmt::format(", kv {}", kv_cache_dtype_name(kv_dtype_)));
 }
 
 // A page of one pool, every layer of that kind and rank, K then V: the bytes of kv_row(key, layer, page, 0)
@@ -456,8 +496,8 @@ void CpuBackend::Rank::layer_forward(int64_t l, const StepBatch& b, const std::v
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t t = s.token_begin + i, pos = s.start_pos + i;
       const int32_t page = page_of(pos);
-      std::copy_n(k.data() + t * kvd, kvd, kv_row(true, l, page, pos % spec.page_size));
-      std::copy_n(v.data() + t * kvd, kvd, kv_row(false, l, page, pos % spec.page_size));
+      store_kv(true, l, page, pos % spec.page_size, k.data() + t * kvd);
+      store_kv(false, l, page, pos % spec.page_size, v.data() + t * kvd);
     }
     if (s.num_tokens == 0) continue;
     const int64_t window = sliding ? full->sliding_window : 0;

@@ -29,6 +29,7 @@
 #include "runtime/cpu/cpu_eagle3.h"
 #include "runtime/cpu/cpu_weights.h"
 #include "runtime/eagle3_rows.h"
+#include "runtime/kv_cache_dtype.h"
 
 namespace orchid::runtime::cpu {
 
@@ -43,6 +44,12 @@ struct CpuBackendOptions {
   std::shared_ptr<Communicator> process_group;
   // An EAGLE-3 draft head (model/eagle3.h: a directory or `synthetic[@seed]`); empty: none.
   std::string eagle3_head;
+  // --kv-cache-dtype. The pools stay fp32: kBf16 keeps K/V as computed; kFp8E4M3 stores every element
+  // rounded through e4m3 as the CUDA backend stores it (Rank::store_kv), so this backend's outputs are the
+  // GPU's reference. Not rounded either way: layer 0 when it is a sliding layer (the GPU's precise layer
+  // keeps fp32 pages; under --bf16-routing the GPU has none and rounds layer 0 too, which this does not
+  // follow) and the draft head's K/V (the GPU head keeps bf16 pages).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;
 };
 
 class CpuBackend final : public Backend {
@@ -104,6 +111,7 @@ class CpuBackend final : public Backend {
   int replica_ = 0;
   int32_t lockstep_ = 1;  // replicas whose forward() calls must run together (this one included)
   KvCacheSpec spec_;
+  KvCacheDtype kv_dtype_ = KvCacheDtype::kBf16;
   std::shared_ptr<Communicator> process_group_;
   std::vector<std::unique_ptr<Rank>> ranks_;  // this replica's
 
