@@ -1,7 +1,7 @@
 // K/V handed between two CUDA backends on one GPU through host memory (prefill/decode disaggregation): a
 // prompt prefilled on one backend, its pages read out and written into other pages of a second backend, and
-// the next decode step on each gives the same logits bit for bit. Pages of another layout are refused. The same
-// with an FP8 (e4m3) KV cache, whose pages are half the bytes and whose layout is not the BF16 one.
+// the next decode step on each gives the same logits bit for bit. Pages of another layout are refused. The
+// same with an FP8 (e4m3) KV cache, whose pages are half the bytes and whose layout is not the BF16 one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,7 +95,8 @@ TEST(CudaKvHandoff, Fp8PagesWrittenIntoAnotherBackendDecodeAlike) {
 // bits of K and V: a few 1e-2 relative on the logits of this tiny random model).
 TEST(CudaKvHandoff, Fp8CacheAgainstBf16) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  CudaBackend bf16("synthetic:tiny", small_options()), fp8("synthetic:tiny", small_options(KvCacheDtype::kFp8E4M3));
+  CudaBackend bf16("synthetic:tiny", small_options()),
+      fp8("synthetic:tiny", small_options(KvCacheDtype::kFp8E4M3));
   EXPECT_NE(bf16.kv_layout(), fp8.kv_layout());
   const KvCacheSpec spec = bf16.kv_spec();
   std::vector<int32_t> prompt;
@@ -119,8 +120,8 @@ TEST(CudaKvHandoff, Fp8CacheAgainstBf16) {
   }
   const double rel = std::sqrt(num / den);
   std::printf("  next-step logits, FP8 vs BF16 KV cache: rel. L2 %.3e\n", rel);
-  EXPECT_GT(rel, 0.0);   // the cache is really e4m3
-  EXPECT_LT(rel, 0.1);   // and still the same model
+  EXPECT_GT(rel, 0.0);  // the cache is really e4m3
+  EXPECT_LT(rel, 0.1);  // and still the same model
 }
 
 }  // namespace

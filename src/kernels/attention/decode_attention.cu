@@ -20,10 +20,10 @@
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
 //
 // FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages instead of 4 (the f16
-// tiles below take the rest of the same shared memory), so more keys are in flight; each warp widens its own 16 keys
-// of K and V to f16 (one cvt per two elements) into a swizzled f16 tile, and the MMAs run on f16 with the
-// queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. The extra
-// work per 64-key tile and thread is 4 16-byte loads, 32 conversions and 8 16-byte stores, against ~400
+// tiles below take the rest of the same shared memory), so more keys are in flight; each warp widens its own
+// 16 keys of K and V to f16 (one cvt per two elements) into a swizzled f16 tile, and the MMAs run on f16 with
+// the queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. The
+// extra work per 64-key tile and thread is 4 16-byte loads, 32 conversions and 8 16-byte stores, against ~400
 // cycles of memory time per tile and SM at B = 64, 32k: decode stays bound by reading K/V.
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/sink_attention.h"

@@ -343,9 +343,10 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
       "sink_attention: plan built for another prefill tile shape");
   ORCHID_KERNEL_REQUIRE(!hopper || (log2_page >= 3 && a.num_pages > 0),
                         "sink_attention: the Hopper prefill kernel needs pages of >= 8 tokens and num_pages");
-  ORCHID_KERNEL_REQUIRE(!hopper || !a.kv_fp8,
-                        "sink_attention: the Hopper prefill kernel reads BF16 pages; FP8 ones take the mma.sync "
-                        "kernel");
+  ORCHID_KERNEL_REQUIRE(
+      !hopper || !a.kv_fp8,
+      "sink_attention: the Hopper prefill kernel reads BF16 pages; FP8 ones take the mma.sync "
+      "kernel");
   ORCHID_KERNEL_REQUIRE(a.window >= 0, "sink_attention: negative window");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   ORCHID_KERNEL_REQUIRE(aligned(a.q) && aligned(a.k_pool) && aligned(a.v_pool) && aligned(a.out),

@@ -84,10 +84,11 @@ __device__ __forceinline__ void store8_e4m3(uint8_t* p, const float (&f)[8], flo
   uint32_t w[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(f[4 * i], scale), __fdiv_rn(f[4 * i + 1], scale)),
-                                           __NV_SATFINITE, __NV_E4M3);
-    uint32_t hi = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fdiv_rn(f[4 * i + 2], scale), __fdiv_rn(f[4 * i + 3], scale)), __NV_SATFINITE, __NV_E4M3);
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fdiv_rn(f[4 * i], scale), __fdiv_rn(f[4 * i + 1], scale)), __NV_SATFINITE, __NV_E4M3);
+    uint32_t hi =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(f[4 * i + 2], scale), __fdiv_rn(f[4 * i + 3], scale)),
+                                 __NV_SATFINITE, __NV_E4M3);
     w[i] = lo | (hi << 16);
   }
   *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);

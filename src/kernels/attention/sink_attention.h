@@ -32,8 +32,8 @@ namespace orchid::kernels::attention {
 enum class PrefillVariant : uint8_t { kMmaSync, kHopper };
 
 struct SinkAttentionArgs {
-  const __nv_bfloat16* q = nullptr;       // [num_tokens, Hq, 64] (roped)
-  const void* k_pool = nullptr;  // this layer's pools (kv_layout.h): bf16, or e4m3 bytes with kv_fp8
+  const __nv_bfloat16* q = nullptr;  // [num_tokens, Hq, 64] (roped)
+  const void* k_pool = nullptr;      // this layer's pools (kv_layout.h): bf16, or e4m3 bytes with kv_fp8
   const void* v_pool = nullptr;
   // FP8 KV cache (kv_layout.h): the pools hold e4m3(x / scale) with one fp32 scale per KV head for K and one
   // for V ([Hkv] on the device; null: 1.0). K's scale is folded into the softmax scale, V's into the output.

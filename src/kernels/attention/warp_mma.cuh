@@ -97,7 +97,8 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t v) {
 
 // Four e4m3 bytes (byte i = element i) -> f16x2 words lo (elements 0, 1) and hi (elements 2, 3), exactly.
 __device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t v, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, "
+      "h;\n}\n"
       : "=r"(lo), "=r"(hi)
       : "r"(v));
 }
@@ -126,8 +127,8 @@ __device__ __forceinline__ void widen_e4m3_rows(uint32_t src, uint32_t dst, int 
     uint32_t h[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) e4m3x4_to_f16x4(w[k], h[2 * k], h[2 * k + 1]);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swz(r, 2 * c)), "r"(h[0]), "r"(h[1]),
-                 "r"(h[2]), "r"(h[3])
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swz(r, 2 * c)), "r"(h[0]),
+                 "r"(h[1]), "r"(h[2]), "r"(h[3])
                  : "memory");
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swz(r, 2 * c + 1)), "r"(h[4]),
                  "r"(h[5]), "r"(h[6]), "r"(h[7])

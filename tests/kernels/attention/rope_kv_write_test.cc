@@ -219,8 +219,8 @@ void run_case(const RopeCase& rc, uint64_t seed) {
     }
   }
   std::ostringstream name;
-  name << (rc.fp8 ? "fp8 kv, " : "") << "hq " << hq << " hkv " << hkv << " page " << ps << " bias " << int(rc.bias) << " tokens "
-       << token_rows;
+  name << (rc.fp8 ? "fp8 kv, " : "") << "hq " << hq << " hkv " << hkv << " page " << ps << " bias "
+       << int(rc.bias) << " tokens " << token_rows;
   auto check = [&](const char* what, const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
                    size_t row_elems) {
     UlpCheck c;

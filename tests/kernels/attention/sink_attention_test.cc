@@ -51,9 +51,9 @@ struct Scenario {
 
   std::string describe() const {
     std::ostringstream s;
-    s << (fp8 ? "fp8 kv, " : "") << "hq " << hq << " hkv " << hkv << " page " << page_size << " window " << window << " table "
-      << (kind == kFullTable ? "full" : "sliding") << (sinks ? " sinks" : " no-sinks") << " splits "
-      << decode_splits << " decode queries <= " << max_decode_queries << " seqs [";
+    s << (fp8 ? "fp8 kv, " : "") << "hq " << hq << " hkv " << hkv << " page " << page_size << " window "
+      << window << " table " << (kind == kFullTable ? "full" : "sliding") << (sinks ? " sinks" : " no-sinks")
+      << " splits " << decode_splits << " decode queries <= " << max_decode_queries << " seqs [";
     for (auto& q : seqs) s << "(" << q.num_q << "@" << q.start_pos << ")";
     return s.str() + "]";
   }
@@ -67,9 +67,9 @@ struct Problem {
   std::vector<PlanSequence> plan_seqs;
   std::vector<uint16_t> q;                       // [token_rows][hq][64]
   std::vector<std::vector<float>> k_log, v_log;  // per sequence [ctx][hkv][64]
-  std::vector<uint16_t> k_pool, v_pool;  // bf16 cache
-  std::vector<uint8_t> k_pool8, v_pool8;  // fp8 cache
-  std::vector<float> k_scale, v_scale;    // fp8 cache: per KV head
+  std::vector<uint16_t> k_pool, v_pool;          // bf16 cache
+  std::vector<uint8_t> k_pool8, v_pool8;         // fp8 cache
+  std::vector<float> k_scale, v_scale;           // fp8 cache: per KV head
   std::vector<int32_t> table;
   std::vector<float> sinks;
   int num_pages = 0;
