@@ -140,6 +140,8 @@ runtime::cpu::CpuBackendOptions cpu_options(const BackendOptions& b) {
     fail("--dp {} with --nnodes {}: attention replicas run as threads of one process so far", b.dp, b.nnodes);
   runtime::cpu::CpuBackendOptions o;
   o.kv_cache_dtype = b.kv_dtype();
+  o.kv_share_bytes = b.kv_share_bytes;
+  o.kv_share_timeout_ms = b.kv_share_timeout_ms;
   o.page_size = b.block_size;
   o.max_tokens = b.max_model_len > 0 ? b.max_model_len : 8192;
   o.num_full_pages = o.num_sliding_pages = b.kv_pages;
@@ -195,6 +197,8 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     o.gpu_memory_utilization = gpu_memory_utilization * (1.0 - draft_share);
     o.kv_pages = kv_pages;
     o.kv_cache_dtype = kv_dtype();
+    o.kv_share_bytes = kv_share_bytes;
+    o.kv_share_timeout_ms = kv_share_timeout_ms;
     o.cuda_graphs = !enforce_eager;
     o.precise_routing = !bf16_routing;
     if (prefill_attention == "hopper" && block_size < 8)
@@ -299,6 +303,7 @@ std::shared_ptr<engine::Proposer> BackendOptions::draft_proposer(const engine::S
     fail("speculative decoding: the {} backend verifies at most {} drafts per sequence ({} asked)",
          target.name(), target.max_draft_tokens(), c.num_speculative_tokens);
   BackendOptions plain = *this;  // the draft itself verifies nothing
+  plain.kv_share_bytes = 0;      // nor hands K/V over
   plain.gpu_memory_utilization = gpu_memory_utilization * draft_memory_share(target.model_config());
   plain.speculative_config.clear();
   plain.dp = 1;  // one draft per engine (replica), its experts its own

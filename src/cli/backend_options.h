@@ -41,6 +41,10 @@ struct BackendOptions {
   // --speculative-config, a JSON object as vLLM takes it: {"method": "ngram", "num_speculative_tokens": 4,
   // "prompt_lookup_max": 4, "prompt_lookup_min": 2}.
   std::string speculative_config;
+  // K/V handed over in place (runtime/kv_share.h), set by serve --role prefill (--kv-share-buffer,
+  // --kv-share-timeout), not flags here: each rank's export buffer (0: none) and a lease's time.
+  uint64_t kv_share_bytes = 0;
+  int64_t kv_share_timeout_ms = 60000;
 
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;                  // what `create` will pick

@@ -36,6 +36,8 @@ struct ServeArgs {
   double shutdown_timeout_s = 30;
   std::vector<std::string> prefill_urls;  // --role decode
   double prefill_timeout_s = 300;
+  double kv_share_buffer_gib = -1;  // --role prefill: the K/V export buffer (-1: 2 GiB there, 0 elsewhere)
+  double kv_share_timeout_s = 60;
 };
 
 std::shared_ptr<runtime::Backend> make_backend(const ServeArgs& a,
@@ -208,6 +210,19 @@ void add_serve_command(CLI::App& app) {
                   "seconds to wait for a prefill instance before computing the prompt here")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
+  cmd->add_option("--kv-transfer", a->server.kv_transfer,
+                  "--role decode: take prompts' K/V in place from a prefill instance on this machine (auto: "
+                  "CUDA IPC or shared memory when both sides can) or always as bytes over HTTP (host)")
+      ->check(CLI::IsMember({"auto", "host"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-share-buffer", a->kv_share_buffer_gib,
+                  "--role prefill: GiB a rank keeps for K/V handed over in place, held until the decode "
+                  "instance releases them (default 2; 0: always as bytes)")
+      ->check(CLI::Range(0.0, 1024.0));
+  cmd->add_option("--kv-share-timeout", a->kv_share_timeout_s,
+                  "--role prefill: seconds a range of the K/V export buffer waits for its decode instance")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--served-model-name", a->server.served_model_name,
                   "model name in the API (default: the MODEL argument)");
   cmd->add_option("--max-waiting-requests", a->server.max_waiting_requests,
@@ -257,6 +272,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--replay", a->replay_file, "")->group("");
   a->backend.add_flags(cmd);
   cmd->callback([a] {
+    if (a->server.role != "prefill" && a->kv_share_buffer_gib > 0)
+      fail("--kv-share-buffer is for --role prefill");
+    const double gib = a->server.role != "prefill"  ? 0.0
+                       : a->kv_share_buffer_gib < 0 ? 2.0
+                                                    : a->kv_share_buffer_gib;
+    a->backend.kv_share_bytes = uint64_t(gib * double(uint64_t(1) << 30));
+    a->backend.kv_share_timeout_ms = int64_t(a->kv_share_timeout_s * 1000);
     if (a->model.empty()) {
       a->model = default_model_dir();
       if (a->server.served_model_name.empty()) a->server.served_model_name = kDefaultModelName;

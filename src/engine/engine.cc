@@ -153,6 +153,7 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     seq->params.seed = spec.seed ? *spec.seed : splitmix64(seed_state_);
     seq->constraint = std::move(spec.constraint);
     seq->kv_export = spec.kv_export;
+    seq->kv_share = std::move(spec.kv_share);
     if (import_len > 0) {
       seq->kv_import = std::move(spec.kv_import);
       seq->import_len = import_len;
@@ -195,6 +196,7 @@ int32_t Engine::checked_import(const RequestSpec& spec) const {
   const runtime::KvPages& kv = *spec.kv_import;
   if (kv.layout != backend_->kv_layout())
     fail("K/V handed over in another layout ({}); this instance's is {}", kv.layout, backend_->kv_layout());
+  if (kv.share) check_share(*kv.share);
   // The prefix the prompt shares with the handed-over positions, less the last prompt token: it is always
   // computed here, to have logits to sample from.
   if (kv.tokens.size() != size_t(kv.num_tokens))
@@ -214,6 +216,32 @@ int32_t Engine::checked_import(const RequestSpec& spec) const {
   return len;
 }
 
+void Engine::open_kv_share(const runtime::KvShare& share) {
+  check_share(share);
+}
+
+void Engine::check_share(const runtime::KvShare& share) const {
+  if (share.transport != backend_->kv_share_transport())
+    fail("K/V shared over {}; this instance takes {}", share.transport,
+         backend_->kv_share_transport().empty() ? "none" : backend_->kv_share_transport());
+  backend_->open_kv_share(share);
+}
+
+void Engine::drop_expiring_shares() {
+  // A waiting sequence may be admitted in this step and copy its pages right after; a lease that ends
+  // before then (kKvShareMarginMs to spare) may already hold other pages, so the prompt is computed here.
+  constexpr int64_t kKvShareMarginMs = 2000;
+  const int64_t now = runtime::steady_now_ms();
+  for (Sequence* s : scheduler_.waiting()) {
+    if (!s->kv_import || !s->kv_import->share || s->kv_import->share->expires_ms - now > kKvShareMarginMs)
+      continue;
+    spdlog::warn("engine: request {}: the shared K/V's lease ends in {} ms; computing the prompt here", s->id,
+                 s->kv_import->share->expires_ms - now);
+    s->kv_import.reset();
+    s->import_len = 0;
+  }
+}
+
 void Engine::import_kv(Sequence* s) {
   const runtime::KvPages& kv = *s->kv_import;
   const int32_t pages = (s->import_len + blocks_.page_size() - 1) / blocks_.page_size();
@@ -226,7 +254,8 @@ void Engine::import_kv(Sequence* s) {
       sliding[size_t(j)] = s->pages.sliding[size_t(logical)];
   }
   backend_->write_kv(kv, full, sliding);
-  kv_import_bytes_ += int64_t(kv.full.size() + kv.sliding.size());
+  kv_import_bytes_ += int64_t(kv.bytes());
+  if (kv.share) ++kv_shared_imports_;
   s->kv_import.reset();
 }
 
@@ -243,11 +272,15 @@ void Engine::finish(Sequence* s, FinishReason reason, RequestEvent ev) {
     try {
       const SeqPages& p = s->pages;
       const std::vector<int32_t> sliding(p.sliding.begin() + p.sliding_begin, p.sliding.end());
+      std::optional<runtime::KvPages> shared;
+      if (!s->kv_share.empty() && s->kv_share == backend_->kv_share_transport())
+        shared = backend_->share_kv(p.full, sliding, p.sliding_begin, s->num_computed);
+      if (shared) ++kv_shared_exports_;
       auto kv = std::make_shared<runtime::KvPages>(
-          backend_->read_kv(p.full, sliding, p.sliding_begin, s->num_computed));
+          shared ? std::move(*shared) : backend_->read_kv(p.full, sliding, p.sliding_begin, s->num_computed));
       kv->tokens.assign(s->tokens.begin(), s->tokens.begin() + s->num_computed);
       ev.kv = std::move(kv);
-      kv_export_bytes_ += int64_t(ev.kv->full.size() + ev.kv->sliding.size());
+      kv_export_bytes_ += int64_t(ev.kv->bytes());
     } catch (const Error& e) {
       spdlog::error("engine: request {}: K/V not handed over: {}", s->id, e.what());
     }
@@ -276,6 +309,7 @@ bool Engine::step() {
 bool Engine::step_once() {
   if (round_) round_epoch_ = round_->work_epoch();  // before the inbox: later work wakes this engine
   take_inbox();
+  drop_expiring_shares();
   const auto t0 = Sequence::Clock::now();
   if (!scheduler_.schedule(plan_)) {
     ORCHID_CHECK(scheduler_.num_running() == 0 && scheduler_.num_waiting() == 0,
@@ -477,6 +511,8 @@ void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds
   m.kv_imported_tokens = c.imported_tokens;
   m.kv_import_bytes = kv_import_bytes_;
   m.kv_export_bytes = kv_export_bytes_;
+  m.kv_shared_exports = kv_shared_exports_;
+  m.kv_shared_imports = kv_shared_imports_;
   m.spec_drafts = c.spec_drafts;
   m.spec_draft_tokens = c.spec_draft_tokens;
   m.spec_accepted_tokens = c.spec_accepted_tokens;
@@ -509,6 +545,7 @@ EngineMetrics Engine::metrics() const {
   std::lock_guard<std::mutex> lock(inbox_mu_);
   m.num_waiting += int64_t(inbox_.added.size());
   m.requests_submitted = submitted_;
+  m.kv_share_leases = int64_t(backend_->kv_share_leases());  // live: releases come between steps
   return m;
 }
 

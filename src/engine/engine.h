@@ -75,6 +75,9 @@ class Engine final : public ServingEngine {
   int32_t max_model_len() const override { return max_model_len_; }
   int64_t outstanding() const override { return outstanding_.load(); }
   int32_t vocab_size() const override { return vocab_size_; }
+  std::string kv_share_transport() const override { return backend_->kv_share_transport(); }
+  bool release_kv_share(uint64_t lease) override { return backend_->release_kv_share(lease); }
+  void open_kv_share(const runtime::KvShare& share) override;
   const runtime::KvCacheSpec& kv_spec() const { return blocks_.spec(); }
   runtime::Backend& backend() { return *backend_; }
   // The logits of the last step (when config.logits asks for them).
@@ -101,6 +104,10 @@ class Engine final : public ServingEngine {
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
   // The positions of spec.kv_import this engine takes (0: none); throws orchid::Error for K/V it cannot.
   int32_t checked_import(const RequestSpec& spec) const;
+  // The share's transport is the backend's and its regions map; throws orchid::Error otherwise.
+  void check_share(const runtime::KvShare& share) const;
+  // Waiting sequences whose shared K/V (runtime/kv_share.h) would expire before the copy compute instead.
+  void drop_expiring_shares();
   // Writes a just-admitted sequence's handed-over K/V into its pages.
   void import_kv(Sequence* seq);
   // One sampled token of a sequence, already in seq->tokens[length - 1]: constraint, stop checks, streaming.
@@ -147,6 +154,7 @@ class Engine final : public ServingEngine {
   std::vector<double> step_ttft_, step_itl_;
   int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0;
   int64_t kv_import_bytes_ = 0, kv_export_bytes_ = 0;
+  int64_t kv_shared_exports_ = 0, kv_shared_imports_ = 0;
 
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;

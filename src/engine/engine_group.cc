@@ -75,6 +75,9 @@ EngineMetrics EngineGroup::metrics() const {
     sum.kv_imported_tokens += m.kv_imported_tokens;
     sum.kv_import_bytes += m.kv_import_bytes;
     sum.kv_export_bytes += m.kv_export_bytes;
+    sum.kv_shared_exports += m.kv_shared_exports;
+    sum.kv_shared_imports += m.kv_shared_imports;
+    sum.kv_share_leases += m.kv_share_leases;
     sum.spec_drafts += m.spec_drafts;
     sum.spec_draft_tokens += m.spec_draft_tokens;
     sum.spec_accepted_tokens += m.spec_accepted_tokens;

@@ -31,6 +31,17 @@ class EngineGroup final : public ServingEngine {
   int32_t max_model_len() const override;
   int64_t outstanding() const override;
   int32_t vocab_size() const override { return engines_[0]->vocab_size(); }
+  std::string kv_share_transport() const override { return engines_[0]->kv_share_transport(); }
+  // Lease ids are unique in the process: the engine that exported it takes it.
+  bool release_kv_share(uint64_t lease) override {
+    for (const auto& e : engines_)
+      if (e->release_kv_share(lease)) return true;
+    return false;
+  }
+  // Any engine may be given the request.
+  void open_kv_share(const runtime::KvShare& share) override {
+    for (const auto& e : engines_) e->open_kv_share(share);
+  }
   void stop() override;
   size_t size() const { return engines_.size(); }
   Engine& engine(size_t i) { return *engines_[i]; }

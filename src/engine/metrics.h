@@ -64,6 +64,8 @@ struct EngineMetrics {
   int64_t kv_evictions = 0;
   // Disaggregation: prompt tokens whose K/V were handed over to this engine, and K/V bytes in and out.
   int64_t kv_imported_tokens = 0, kv_import_bytes = 0, kv_export_bytes = 0;
+  int64_t kv_shared_exports = 0, kv_shared_imports = 0;  // handed over in place (runtime/kv_share.h)
+  int64_t kv_share_leases = 0;                           // export leases held now
   // Speculative decoding: sequence-steps that carried drafts, their drafts, and the drafts accepted.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // Latencies, seconds.

@@ -32,7 +32,12 @@ struct RequestSpec {
   // sequence's K/V as it stood at the end (RequestEvent::kv). kv_import: K/V of this prompt's leading
   // positions, computed by another instance of the same model and layout: written into this engine's pages
   // at admission, so only the rest of the prompt (at least its last token) is computed here.
+  // kv_share: with kv_export, hand the K/V over in place over this transport (runtime/kv_share.h) when the
+  // backend exports over it and its buffer has room; otherwise as bytes. An import that is shared is mapped
+  // at submission (an error there refuses the request) and dropped, the prompt then computed here, when its
+  // lease would expire before admission.
   bool kv_export = false;
+  std::string kv_share;
   std::shared_ptr<const runtime::KvPages> kv_import;
 };
 

@@ -58,6 +58,7 @@ class Scheduler {
   void finish(Sequence* seq);
 
   size_t num_waiting() const { return waiting_.size(); }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
   size_t num_running() const { return running_.size(); }
   size_t num_sequences() const { return seqs_.size(); }
   const SchedulerCounters& counters() const { return counters_; }

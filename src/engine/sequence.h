@@ -38,6 +38,7 @@ struct Sequence {
   SeqPages pages;
   std::unique_ptr<TokenConstraint> constraint;        // structured outputs; null: any token
   bool kv_export = false;                             // RequestSpec::kv_export
+  std::string kv_share;                               // RequestSpec::kv_share
   std::shared_ptr<const runtime::KvPages> kv_import;  // until written into the pages at admission
   int32_t import_len = 0;                             // the leading positions kv_import covers here
   std::string constraint_error;                       // the constraint failed this step: the request ends

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "core/error.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
@@ -25,6 +27,14 @@ class ServingEngine {
   virtual int64_t outstanding() const = 0;
   // Stops serving; requests still in flight finish with kAbort.
   virtual void stop() = 0;
+  // K/V handed over in place (runtime/kv_share.h): the transport this engine's backend takes ("" none),
+  // and the end of a lease it exported (any thread; false when unknown).
+  virtual std::string kv_share_transport() const { return {}; }
+  virtual bool release_kv_share(uint64_t /*lease*/) { return false; }
+  // Maps what a share names (any thread); throws orchid::Error when this engine cannot take it.
+  virtual void open_kv_share(const runtime::KvShare& share) {
+    fail("this engine cannot take K/V shared over {}", share.transport);
+  }
 };
 
 }  // namespace orchid::engine

@@ -38,6 +38,19 @@ void Backend::write_kv(const KvPages&, std::span<const int32_t>, std::span<const
   fail("the {} backend cannot take K/V handed over", name());
 }
 
+std::optional<KvPages> Backend::share_kv(std::span<const int32_t>, std::span<const int32_t>, int32_t,
+                                         int32_t) {
+  return std::nullopt;
+}
+
+bool Backend::release_kv_share(uint64_t) {
+  return false;
+}
+
+void Backend::open_kv_share(const KvShare& share) {
+  fail("the {} backend cannot take K/V shared over {}", name(), share.transport);
+}
+
 void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCacheSpec& spec,
                    int64_t max_positions) {
   for (int32_t id : b.tokens)

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model/config.h"
+#include "runtime/kv_share.h"
 #include "runtime/sampling_params.h"
 
 namespace orchid::runtime {
@@ -121,6 +123,9 @@ struct KvPages {
   int32_t first_sliding_page = 0;
   int32_t num_full_pages = 0, num_sliding_pages = 0;
   std::vector<uint8_t> full, sliding;
+  // Handed over in place (runtime/kv_share.h): the bytes lie in the exporter's buffer, not in full/sliding.
+  std::shared_ptr<const KvShare> share;
+  uint64_t bytes() const { return share ? share->bytes() : uint64_t(full.size() + sliding.size()); }
 };
 
 // What every backend's read_kv starts from (the counts, no bytes yet), and the checks every write_kv makes:
@@ -168,6 +173,18 @@ class Backend {
                           int32_t first_sliding_page, int32_t num_tokens);
   virtual void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                         std::span<const int32_t> sliding_pages);
+  // K/V handed over in place on one machine (runtime/kv_share.h). The transport this backend exports and
+  // imports ("cuda_ipc", "shm"), or "" for none. share_kv is read_kv into the export buffer under a lease:
+  // pages with `share` set and no bytes, or nullopt when the buffer has no room (engine thread).
+  // release_kv_share ends a lease, false when unknown (any thread). open_kv_share maps what a share names,
+  // throwing orchid::Error when it cannot, so that write_kv of it does not fail later (any thread).
+  virtual std::string kv_share_transport() const { return {}; }
+  virtual std::optional<KvPages> share_kv(std::span<const int32_t> full_pages,
+                                          std::span<const int32_t> sliding_pages, int32_t first_sliding_page,
+                                          int32_t num_tokens);
+  virtual bool release_kv_share(uint64_t lease);
+  virtual size_t kv_share_leases() const { return 0; }  // leases held now (any thread)
+  virtual void open_kv_share(const KvShare& share);
 
   // Verification (teacher forcing): decoder layer `layer` alone on hidden states x [n, hidden] at positions
   // 0..n-1 of a fresh sequence. Returns the layer's output residual stream [n, hidden]; fills `topk` with the

@@ -8,7 +8,7 @@ namespace orchid::runtime {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b56504f;  // "OPVK" little-endian: orchid pages of K/V
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;         // 2: a share section after the page bytes (1 is still read)
 constexpr uint64_t kMaxSection = uint64_t(1) << 40;
 
 template <typename T>
@@ -57,14 +57,29 @@ std::string encode_kv_pages(const KvPages& kv) {
   put_bytes(out, kv.tokens.data(), kv.tokens.size() * sizeof(int32_t));
   put_bytes(out, kv.full.data(), kv.full.size());
   put_bytes(out, kv.sliding.data(), kv.sliding.size());
+  put(out, uint8_t(kv.share ? 1 : 0));
+  if (kv.share) {
+    const KvShare& sh = *kv.share;
+    put_bytes(out, sh.transport.data(), sh.transport.size());
+    put(out, sh.lease);
+    put(out, sh.expires_ms);
+    put(out, uint32_t(sh.ranks.size()));
+    for (const KvShareRank& r : sh.ranks) {
+      put_bytes(out, r.region.data(), r.region.size());
+      put(out, r.offset);
+      put(out, r.full_bytes);
+      put(out, r.sliding_bytes);
+    }
+  }
   return out;
 }
 
 KvPages decode_kv_pages(std::string_view bytes) {
   Reader r{bytes};
   if (r.get<uint32_t>() != kMagic) fail("K/V pages: not an orchid K/V body");
-  if (const uint32_t v = r.get<uint32_t>(); v != kVersion)
-    fail("K/V pages: version {}, this build reads {}", v, kVersion);
+  const uint32_t version = r.get<uint32_t>();
+  if (version != 1 && version != kVersion)
+    fail("K/V pages: version {}, this build reads 1 and {}", version, kVersion);
   KvPages kv;
   kv.layout = std::string(r.bytes());
   kv.num_tokens = r.get<int32_t>();
@@ -80,6 +95,26 @@ KvPages decode_kv_pages(std::string_view bytes) {
   const std::string_view full = r.bytes(), sliding = r.bytes();
   kv.full.assign(full.begin(), full.end());
   kv.sliding.assign(sliding.begin(), sliding.end());
+  if (version >= 2 && r.get<uint8_t>() != 0) {
+    auto sh = std::make_shared<KvShare>();
+    sh->transport = std::string(r.bytes());
+    sh->lease = r.get<uint64_t>();
+    sh->expires_ms = r.get<int64_t>();
+    const uint32_t ranks = r.get<uint32_t>();
+    if (ranks == 0 || ranks > 4096) fail("K/V pages: a share of {} ranks", ranks);
+    for (uint32_t i = 0; i < ranks; ++i) {
+      KvShareRank k;
+      k.region = std::string(r.bytes());
+      k.offset = r.get<uint64_t>();
+      k.full_bytes = r.get<uint64_t>();
+      k.sliding_bytes = r.get<uint64_t>();
+      if (k.full_bytes > kMaxSection || k.sliding_bytes > kMaxSection || k.offset > kMaxSection)
+        fail("K/V pages: a share rank of {} + {} bytes at {}", k.full_bytes, k.sliding_bytes, k.offset);
+      sh->ranks.push_back(std::move(k));
+    }
+    if (!kv.full.empty() || !kv.sliding.empty()) fail("K/V pages: both page bytes and a share");
+    kv.share = std::move(sh);
+  }
   if (r.at != bytes.size()) fail("K/V pages: {} bytes after the end", bytes.size() - r.at);
   return kv;
 }

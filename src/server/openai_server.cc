@@ -188,6 +188,10 @@ HttpResponse OpenAIServer::route(const HttpRequest& r) {
       require_method(r, "POST");
       return handle_internal_prefill(ctx_, r);
     }
+    if (path == "/v1/internal/release" && ctx_.options().role == "prefill") {
+      require_method(r, "POST");
+      return handle_internal_release(ctx_, r);
+    }
   }
   throw ApiError(404, fmt::format("{} {}: no such route", r.method, path), {}, "not_found");
 }

@@ -76,6 +76,11 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
               "prompts a prefill instance did not answer (computed here)", double(p->failures));
     w.counter("orchid_remote_prefill_bytes_total", "K/V bytes received from prefill instances",
               double(p->bytes));
+    w.counter("orchid_remote_prefill_shared_total",
+              "prompts whose K/V a prefill instance handed over in place (shared memory, CUDA IPC)",
+              double(p->shared));
+    w.counter("orchid_remote_prefill_shared_bytes_total", "K/V bytes handed over in place",
+              double(p->shared_bytes));
     w.counter("orchid_remote_prefill_seconds_total", "time waiting for prefill instances, transfer included",
               p->seconds);
     w.histogram("orchid_remote_prefill_compute_seconds",
@@ -128,6 +133,12 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
             double(e->kv_import_bytes));
   w.counter("orchid_kv_export_bytes_total", "K/V bytes handed to another instance",
             double(e->kv_export_bytes));
+  w.counter("orchid_kv_shared_exports_total", "prompts whose K/V this instance handed over in place",
+            double(e->kv_shared_exports));
+  w.counter("orchid_kv_shared_imports_total", "prompts whose K/V this instance took in place",
+            double(e->kv_shared_imports));
+  w.gauge("orchid_kv_share_leases", "ranges of the K/V export buffer held for a decode instance",
+          double(e->kv_share_leases));
   w.counter("orchid_spec_decode_drafts_total", "sequence-steps that carried speculative drafts",
             double(e->spec_drafts));
   w.counter("orchid_spec_decode_draft_tokens_total", "speculative draft tokens verified",

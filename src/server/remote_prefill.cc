@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -30,11 +33,101 @@ int64_t now_ms() {
       .count();
 }
 
+// One POST of a JSON body to an instance; returns the response. Throws on any failure.
+http::response<http::string_body> post_json(const HttpUrl& url, const std::string& path,
+                                            const std::string& body, const std::string& api_key,
+                                            std::chrono::milliseconds timeout, uint64_t body_limit) {
+  boost::asio::io_context io;
+  tcp::resolver resolver(io);
+  beast::tcp_stream stream(io);
+  stream.expires_after(timeout);
+  stream.connect(resolver.resolve(url.host, url.port));
+  http::request<http::string_body> req{http::verb::post, url.base + path, 11};
+  req.set(http::field::host, url.host + ":" + url.port);
+  req.set(http::field::content_type, "application/json");
+  if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
+  req.body() = body;
+  req.prepare_payload();
+  http::write(stream, req);
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(body_limit);
+  http::read(stream, buf, parser);
+  return parser.release();
+}
+
 }  // namespace
+
+// Ends leases at prefill instances off the engine's thread: the pages' deleter only queues the lease.
+// A release that fails is dropped (the lease ends by itself at the prefill instance).
+class RemotePrefill::Releaser {
+ public:
+  explicit Releaser(std::string api_key) : api_key_(std::move(api_key)), thread_([this] { run(); }) {}
+  ~Releaser() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(const HttpUrl& url, uint64_t lease) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({url, lease});
+      ++pending_;
+    }
+    cv_.notify_one();
+  }
+  int64_t pending() const { return pending_.load(); }
+
+ private:
+  struct Item {
+    HttpUrl url;
+    uint64_t lease;
+  };
+  void run() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and every release sent
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      try {
+        const auto res = post_json(item.url, "/v1/internal/release", Json({{"lease", item.lease}}).dump(),
+                                   api_key_, std::chrono::milliseconds(2000), 1 << 16);
+        if (res.result_int() != 200)
+          spdlog::debug("remote prefill: release {}: {}", item.lease, res.result_int());
+      } catch (const std::exception& e) {
+        spdlog::debug("remote prefill: release {}: {}", item.lease, e.what());
+      }
+      --pending_;
+    }
+  }
+  std::string api_key_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::atomic<int64_t> pending_{0};
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+RemotePrefill::~RemotePrefill() = default;
+
+int64_t RemotePrefill::pending_releases() const {
+  return releaser_->pending();
+}
 
 RemotePrefill::RemotePrefill(const std::vector<std::string>& urls, std::string api_key,
                              std::chrono::milliseconds timeout, int32_t min_prompt_tokens)
-    : api_key_(std::move(api_key)), timeout_(timeout), min_prompt_tokens_(std::max(2, min_prompt_tokens)) {
+    : api_key_(std::move(api_key)),
+      timeout_(timeout),
+      min_prompt_tokens_(std::max(2, min_prompt_tokens)),
+      releaser_(std::make_shared<Releaser>(api_key_)) {
   if (urls.empty()) fail("--prefill-url: a decode instance needs at least one prefill instance");
   for (const std::string& u : urls) {
     auto in = std::make_unique<Instance>();
@@ -54,7 +147,8 @@ RemotePrefill::Instance* RemotePrefill::pick() {
   return best;
 }
 
-std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<int32_t>& prompt) {
+std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<int32_t>& prompt,
+                                                             const std::string& transport) {
   if (int32_t(prompt.size()) < min_prompt_tokens_) return nullptr;
   Instance* in = pick();
   if (!in) return nullptr;  // every instance failed lately: compute here
@@ -63,26 +157,26 @@ std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<i
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<const runtime::KvPages> kv;
   try {
-    boost::asio::io_context io;
-    tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(timeout_);
-    stream.connect(resolver.resolve(in->url.host, in->url.port));
-    http::request<http::string_body> req{http::verb::post, in->url.base + "/v1/internal/prefill", 11};
-    req.set(http::field::host, in->url.host + ":" + in->url.port);
-    req.set(http::field::content_type, "application/json");
-    if (!api_key_.empty()) req.set(http::field::authorization, "Bearer " + api_key_);
-    req.body() = Json({{"prompt", prompt}}).dump();
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(uint64_t(1) << 36);
-    http::read(stream, buf, parser);
-    const auto& res = parser.get();
+    Json body = {{"prompt", prompt}};
+    if (!transport.empty()) body["transport"] = transport;
+    const auto res =
+        post_json(in->url, "/v1/internal/prefill", body.dump(), api_key_, timeout_, uint64_t(1) << 36);
     if (res.result_int() != 200) fail("answered {}: {}", res.result_int(), res.body().substr(0, 200));
-    kv = std::make_shared<runtime::KvPages>(runtime::decode_kv_pages(res.body()));
+    auto pages = std::make_unique<runtime::KvPages>(runtime::decode_kv_pages(res.body()));
     bytes_ += int64_t(res.body().size());
+    if (pages->share) {
+      // In place: the lease ends when the engine is done with the pages (copied or dropped).
+      ++shared_;
+      shared_bytes_ += int64_t(pages->share->bytes());
+      const uint64_t lease = pages->share->lease;
+      kv = std::shared_ptr<const runtime::KvPages>(
+          pages.release(), [releaser = releaser_, url = in->url, lease](const runtime::KvPages* p) {
+            releaser->post(url, lease);
+            delete p;
+          });
+    } else {
+      kv = std::move(pages);
+    }
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double prefill = 0;
     if (auto it = res.find("X-Orchid-Prefill-Seconds"); it != res.end())
@@ -108,6 +202,8 @@ RemotePrefillCounters RemotePrefill::counters() const {
   c.failures = failures_.load();
   c.bytes = bytes_.load();
   c.seconds = double(micros_.load()) * 1e-6;
+  c.shared = shared_.load();
+  c.shared_bytes = shared_bytes_.load();
   std::lock_guard<std::mutex> lock(histograms_mu_);
   c.prefill_seconds = prefill_seconds_;
   c.transfer_seconds = transfer_seconds_;
@@ -120,6 +216,9 @@ HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
   const Json* prompt = f.get("prompt");
   if (!prompt || !prompt->is_array() || prompt->empty())
     throw ApiError(400, "prompt: expected a non-empty array of token ids", "prompt");
+  const Json* transport = f.get("transport");
+  if (transport && !transport->is_string())
+    throw ApiError(400, "transport: expected a string (shm, cuda_ipc)", "transport");
   f.reject_unknown();
   engine::RequestSpec spec;
   for (const Json& t : *prompt) {
@@ -132,6 +231,7 @@ HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
   spec.max_tokens = 1;
   spec.ignore_eos = true;
   spec.kv_export = true;
+  if (transport) spec.kv_share = transport->get<std::string>();  // taken when the backend shares over it
   Admission admitted = ctx.admit(1);
   const auto t0 = std::chrono::steady_clock::now();
   const engine::RequestEvent ev = ctx.submit(std::move(spec))->wait_all();
@@ -142,6 +242,18 @@ HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
   res.content_type = "application/octet-stream";
   res.headers.emplace_back("X-Orchid-Prefill-Seconds", fmt::format("{:.6f}", seconds));
   res.body = runtime::encode_kv_pages(*ev.kv);
+  return res;
+}
+
+HttpResponse handle_internal_release(ServerContext& ctx, const HttpRequest& r) {
+  const Json body = parse_json_body(r.body);
+  JsonFields f(body, "");
+  const Json* lease = f.get("lease");
+  if (!lease || !lease->is_number_unsigned())
+    throw ApiError(400, "lease: expected the lease id of a prefill answer", "lease");
+  f.reject_unknown();
+  HttpResponse res;
+  res.body = Json({{"released", ctx.engine().release_kv_share(lease->get<uint64_t>())}}).dump();
   return res;
 }
 

@@ -1,5 +1,7 @@
 #include "server/server_context.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <random>
 
@@ -67,7 +69,20 @@ std::shared_ptr<engine::RequestStream> ServerContext::submit(engine::RequestSpec
   } catch (const Error& err) {
     throw ApiError(400, err.what());
   }
-  if (remote_prefill_ && !spec.kv_import) spec.kv_import = remote_prefill_->fetch(spec.prompt);
+  if (remote_prefill_ && !spec.kv_import)
+    spec.kv_import = remote_prefill_->fetch(
+        spec.prompt, options_.kv_transfer == "host" ? std::string() : e.kv_share_transport());
+  // Shared K/V this engine cannot map (another GPU without peer access, a region gone): the request goes
+  // on without them (the pages' lease ends as they are dropped) and the prompt is computed here.
+  if (spec.kv_import && spec.kv_import->share) {
+    try {
+      e.open_kv_share(*spec.kv_import->share);
+    } catch (const Error& err) {
+      spdlog::warn("decode: K/V shared over {} not taken ({}); computing the prompt here",
+                   spec.kv_import->share->transport, err.what());
+      spec.kv_import.reset();
+    }
+  }
   try {
     return e.submit(std::move(spec));
   } catch (const Error& err) {  // the engine stopped

@@ -30,6 +30,9 @@ struct ServerOptions {
   // Disaggregation (server/remote_prefill.h): "both" (prefill and decode here), "prefill" (also answers
   // /v1/internal/prefill) or "decode" (prompts' K/V from prefill instances).
   std::string role = "both";
+  // --kv-transfer on a decode instance: "auto" takes a prompt's K/V in place (runtime/kv_share.h) when the
+  // backend can and the prefill instance offers it, "host" always as bytes over HTTP.
+  std::string kv_transfer = "auto";
 };
 
 enum class Phase { kLoading, kReady, kDraining };

@@ -3,7 +3,10 @@
 // its pages; a "decode" engine imports them, computes only the prompt's last token, and gives exactly the
 // tokens and logprobs one engine gives alone, for prompts across page and window boundaries, sampled or
 // greedy, next to other requests, and through preemption. K/V of another layout or that does not cover what
-// it claims is refused at submission with a clear error.
+// it claims is refused at submission with a clear error. The same in place (runtime/kv_share.h, shared
+// memory): pages left in the prefill side's export object under a lease, taken from there at admission; a
+// lease about to end is not copied from (the prompt is computed), a full buffer gives bytes, an object that
+// cannot be mapped is refused at submission.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -24,11 +27,14 @@ std::string checkpoint() {
 }
 
 std::shared_ptr<runtime::Backend> cpu_backend(int32_t full_pages, int32_t sliding_pages,
-                                              const std::string& model = checkpoint()) {
+                                              const std::string& model = checkpoint(),
+                                              uint64_t share_bytes = 0, int64_t share_timeout_ms = 60000) {
   runtime::cpu::CpuBackendOptions o;
   o.page_size = 4;
   o.num_full_pages = full_pages;
   o.num_sliding_pages = sliding_pages;
+  o.kv_share_bytes = share_bytes;
+  o.kv_share_timeout_ms = share_timeout_ms;
   return runtime::cpu::CpuBackend::create(model, o);
 }
 
@@ -74,11 +80,12 @@ void expect_same(const RequestEvent& got, const RequestEvent& want, size_t i) {
   }
 }
 
-// The prefill side: the prompt computed, one token drawn, the pages exported.
-std::shared_ptr<const runtime::KvPages> prefill(Engine& e, const Req& r) {
+// The prefill side: the prompt computed, one token drawn, the pages exported (in place over `share`).
+std::shared_ptr<const runtime::KvPages> prefill(Engine& e, const Req& r, const std::string& share = {}) {
   RequestSpec spec = r.spec();
   spec.max_tokens = 1;
   spec.kv_export = true;
+  spec.kv_share = share;
   const RequestEvent ev = run_one(e, std::move(spec));
   EXPECT_EQ(ev.token_ids.size(), 1u);
   EXPECT_TRUE(ev.kv);
@@ -182,6 +189,96 @@ TEST(KvHandoff, BackendsWithoutHandoffRefuseIt) {
   RequestSpec spec = r.spec();
   spec.kv_export = true;
   EXPECT_THROW(e.submit(std::move(spec)), Error);
+}
+
+TEST(KvHandoff, SharedInPlaceEqualsOneEngineAndEveryLeaseEnds) {
+  const std::vector<Req> reqs = requests();
+  Engine single(cpu_backend(64, 64), config());
+  Engine prefill_side(cpu_backend(64, 64, checkpoint(), 1 << 20), config());
+  Engine decode_side(cpu_backend(64, 64), config());
+  ASSERT_EQ(prefill_side.kv_share_transport(), "shm");
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<uint64_t> leases;
+  int64_t shared_bytes = 0, taken = 0;
+  for (const Req& r : reqs) {
+    auto kv = prefill(prefill_side, r, "shm");
+    ASSERT_TRUE(kv && kv->share);
+    EXPECT_TRUE(kv->full.empty() && kv->sliding.empty());
+    leases.push_back(kv->share->lease);
+    if (r.prompt.size() > 1) shared_bytes += int64_t(kv->bytes()), ++taken;
+    RequestSpec spec = r.spec();
+    spec.kv_import = kv;
+    streams.push_back(decode_side.submit(std::move(spec)));
+  }
+  EXPECT_EQ(prefill_side.metrics().kv_share_leases, int64_t(reqs.size()));
+  while (decode_side.step()) decode_side.check_invariants();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const RequestEvent got = streams[i]->wait_all();
+    expect_same(got, run_one(single, reqs[i].spec()), i);
+    EXPECT_EQ(got.usage.imported_tokens, int32_t(reqs[i].prompt.size()) - 1) << i;
+  }
+  const EngineMetrics m = decode_side.metrics();
+  EXPECT_EQ(m.kv_shared_imports, taken);
+  EXPECT_EQ(m.kv_import_bytes, shared_bytes);
+  EXPECT_EQ(prefill_side.metrics().kv_shared_exports, int64_t(reqs.size()));
+  for (uint64_t lease : leases) EXPECT_TRUE(prefill_side.release_kv_share(lease));
+  EXPECT_FALSE(prefill_side.release_kv_share(leases[0]));  // once
+  EXPECT_EQ(prefill_side.metrics().kv_share_leases, 0);
+}
+
+TEST(KvHandoff, ASharedImportAboutToExpireIsComputedHere) {
+  const Req r = requests()[9];  // 30 tokens
+  Engine single(cpu_backend(64, 64), config());
+  // Leases of one second: inside the decode side's two-second margin from the start.
+  Engine prefill_side(cpu_backend(64, 64, checkpoint(), 1 << 20, 1000), config());
+  Engine decode_side(cpu_backend(64, 64), config());
+  RequestSpec spec = r.spec();
+  spec.kv_import = prefill(prefill_side, r, "shm");
+  ASSERT_TRUE(spec.kv_import->share);
+  const RequestEvent got = run_one(decode_side, std::move(spec));
+  expect_same(got, run_one(single, r.spec()), 0);
+  EXPECT_EQ(got.usage.imported_tokens, 0);
+  EXPECT_EQ(decode_side.metrics().kv_shared_imports, 0);
+}
+
+TEST(KvHandoff, AFullExportBufferGivesBytesAndAnUnmappableShareIsRefused) {
+  const Req r = requests()[9];
+  Engine prefill_side(cpu_backend(64, 64, checkpoint(), 256), config());  // no room for 30 tokens
+  const auto kv = prefill(prefill_side, r, "shm");
+  ASSERT_TRUE(kv);
+  EXPECT_FALSE(kv->share);
+  EXPECT_GT(kv->full.size(), 0u);
+  EXPECT_EQ(prefill_side.metrics().kv_shared_exports, 0);
+
+  Engine big(cpu_backend(64, 64, checkpoint(), 1 << 20), config());
+  const auto shared = prefill(big, r, "shm");
+  ASSERT_TRUE(shared && shared->share);
+  Engine decode_side(cpu_backend(64, 64), config());
+  auto refused = [&](const runtime::KvShare& share, const std::string& message) {
+    runtime::KvPages bad = *shared;
+    bad.share = std::make_shared<runtime::KvShare>(share);
+    RequestSpec spec = r.spec();
+    spec.kv_import = std::make_shared<runtime::KvPages>(std::move(bad));
+    try {
+      decode_side.submit(std::move(spec));
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  runtime::KvShare gone = *shared->share;
+  gone.ranks[0].region = "/orchid-kv-1-999999";
+  refused(gone, "No such file");
+  runtime::KvShare past = *shared->share;
+  past.ranks[0].offset = uint64_t(1) << 30;
+  refused(past, "outside");
+  runtime::KvShare ipc = *shared->share;
+  ipc.transport = "cuda_ipc";
+  refused(ipc, "cuda_ipc");
+  runtime::KvShare foreign = *shared->share;
+  foreign.ranks[0].region = "/etc-passwd";
+  refused(foreign, "not an orchid export object");
+  EXPECT_EQ(decode_side.metrics().requests_submitted, 0);
 }
 
 }  // namespace

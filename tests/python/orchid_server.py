@@ -99,12 +99,13 @@ class OrchidServer:
         raise RuntimeError("orchid serve did not become ready:\n" + self.log_text())
 
     def wait_idle(self, timeout=30):
-        """Waits until no request runs or waits and no KV page is held; returns the last metrics."""
+        """Waits until no request runs or waits, no KV page is held and no K/V export lease is held (a
+        decode instance releases them from a thread of its own); returns the last metrics."""
         deadline = time.monotonic() + timeout
         while True:
             m = self.metrics()
             if (m["orchid_kv_full_pages_used"] == 0 and m["orchid_num_requests_running"] == 0
-                    and m["orchid_num_requests_waiting"] == 0):
+                    and m["orchid_num_requests_waiting"] == 0 and m.get("orchid_kv_share_leases", 0) == 0):
                 return m
             if time.monotonic() > deadline:
                 return m

@@ -2,10 +2,14 @@
 (`--role decode --prefill-url ...`) takes each prompt's K/V from a prefill instance (`--role prefill`) and gives,
 for chat, completions and responses, streamed or not, greedy or seeded, exactly what one `--role both` server
 gives; with its prefill instance gone it computes prompts itself and still answers every request the same; and
-no KV page is left held on either side."""
+no KV page is left held on either side. The K/V go in place through shared memory by default (the prefill
+instance's export buffer, leases released by the decode instance) and as bytes over HTTP with
+--kv-transfer host, a full buffer or an expired lease; every way gives the same outputs."""
 import concurrent.futures
 import json
+import os
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -36,6 +40,11 @@ def test_outputs_equal_one_server(plain, pair):
         want = run(want_client, kind, kw)
         assert run(got_client, kind, kw) == want, (kind, kw)
     d, p = decode.wait_idle(), prefill.wait_idle()
+    # In place through the prefill instance's shared-memory buffer, every lease released.
+    assert d["orchid_remote_prefill_shared_total"] == d["orchid_remote_prefill_requests_total"] > 0
+    assert d["orchid_kv_shared_imports_total"] > 0
+    assert p["orchid_kv_shared_exports_total"] == d["orchid_remote_prefill_shared_total"]
+    assert p["orchid_kv_share_leases"] == 0
     assert d["orchid_remote_prefill_requests_total"] >= len(requests())
     assert d["orchid_remote_prefill_failures_total"] == 0
     assert d["orchid_kv_imported_tokens_total"] > 0
@@ -53,10 +62,50 @@ def test_outputs_equal_one_server(plain, pair):
 def test_prefill_endpoint_only_on_prefill_instances_and_checks_its_input(plain, pair):
     prefill, _ = pair
     assert plain.post("/v1/internal/prefill", {"prompt": [1, 2, 3]})[0] == 404
+    assert plain.post("/v1/internal/release", {"lease": 1})[0] == 404
     for bad in ({"prompt": []}, {"prompt": "text"}, {"prompt": [1, -2]}, {"prompt": [1], "extra": 1},
-                {"prompt": [10 ** 9]}):
+                {"prompt": [10 ** 9]}, {"prompt": [1, 2], "transport": 5}):
         status, body = prefill.post("/v1/internal/prefill", bad)
         assert status == 400, (bad, status, body)
+    for bad in ({}, {"lease": -1}, {"lease": "x"}, {"lease": 1, "extra": 2}):
+        status, body = prefill.post("/v1/internal/release", bad)
+        assert status == 400, (bad, status, body)
+    status, body = prefill.post("/v1/internal/release", {"lease": 12345})  # no such lease: nothing happens
+    assert status == 200 and body == {"released": False}, body
+    # A transport the backend does not share over: the bytes (the body holds the pages), as without one;
+    # the backend's own (shm): a share (the body holds where they are, and is small).
+    sizes = {}
+    for transport in ("carrier-pigeon", "shm"):
+        req = urllib.request.Request(prefill.url("/v1/internal/prefill"), method="POST",
+                                     data=json.dumps({"prompt": list(range(1, 40)), "transport": transport}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 200
+            sizes[transport] = len(r.read())
+    assert sizes["shm"] < 1024 < sizes["carrier-pigeon"], sizes
+    assert prefill.metrics()["orchid_kv_share_leases"] == 1  # nobody releases the one shared here
+
+
+
+@pytest.mark.parametrize("prefill_args, decode_args, shared", [
+    ([], ["--kv-transfer", "host"], False),                  # bytes over HTTP, as asked
+    (["--kv-share-buffer", "0.00001"], [], False),           # ~10 KB: no room, the bytes instead
+    (["--kv-share-timeout", "0.5"], [], True),               # leases end before admission's margin
+])
+def test_other_transports_give_the_same_outputs(plain, prefill_args, decode_args, shared):
+    with OrchidServer(*MODEL, "--role", "prefill", *prefill_args) as prefill, \
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", prefill.base_url, *decode_args) as decode:
+        want_client, got_client = openai_client(plain), openai_client(decode)
+        for kind, kw in requests()[:4]:
+            assert run(got_client, kind, kw) == run(want_client, kind, kw), (kind, kw)
+        d, p = decode.wait_idle(), prefill.wait_idle()
+        assert d["orchid_remote_prefill_failures_total"] == 0
+        assert (d["orchid_remote_prefill_shared_total"] > 0) == shared
+        if "--kv-share-timeout" in prefill_args:  # handed over in place, but too late to copy: computed here
+            assert d["orchid_kv_shared_imports_total"] == 0
+        elif not shared:
+            assert d["orchid_kv_imported_tokens_total"] > 0 and p["orchid_kv_shared_exports_total"] == 0
+        assert p["orchid_kv_share_leases"] == 0 and d["orchid_kv_full_pages_used"] == 0
 
 
 def test_decode_without_its_prefill_instance_computes_prompts_itself(plain):
@@ -82,6 +131,8 @@ def test_decode_without_its_prefill_instance_computes_prompts_itself(plain):
     (["--role", "decode", "--prefill-url", "https://x:1"], "https is not supported"),
     (["--role", "both", "--prefill-url", "http://127.0.0.1:9"], "--prefill-url is for --role decode"),
     (["--role", "sideways"], "--role"),
+    (["--role", "decode", "--prefill-url", "http://127.0.0.1:9", "--kv-transfer", "telepathy"], "--kv-transfer"),
+    (["--role", "prefill", "--kv-share-buffer", "-1"], "--kv-share-buffer"),
 ])
 def test_bad_role_flags_are_refused_at_start(args, message):
     res = subprocess.run([orchid_bin(), "serve", "synthetic:tiny", "--port", "0", *args], capture_output=True,
@@ -136,3 +187,13 @@ def test_200_streams_with_disconnects_and_a_prefill_instance_killed(plain):
         assert m["orchid_remote_prefill_requests_total"] > 0
         assert m["orchid_remote_prefill_failures_total"] >= 1  # the killed instance's, computed here instead
         assert p2.wait_idle()["orchid_kv_full_pages_used"] == 0
+        assert p2.wait_idle()["orchid_kv_share_leases"] == 0
+    # The killed instance could not remove its shared-memory export object; the next instance that makes
+    # its own removes those of processes that are gone.
+    stale = [f for f in os.listdir("/dev/shm") if f.startswith(f"orchid-kv-{p1.proc.pid}-")]
+    with OrchidServer(*MODEL, "--role", "prefill") as p3:
+        req = urllib.request.Request(p3.url("/v1/internal/prefill"), method="POST",
+                                     data=json.dumps({"prompt": [1, 2, 3, 4], "transport": "shm"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=60).read()
+        assert not [f for f in stale if os.path.exists(os.path.join("/dev/shm", f))], stale

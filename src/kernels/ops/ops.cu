@@ -191,4 +191,25 @@ void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// Grid-stride over spans (blockIdx) and over each span's 16-byte words (threads).
+__global__ void __launch_bounds__(256) copy_spans_kernel(const CopySpan* __restrict__ spans, int64_t n) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const CopySpan s = spans[i];
+    const uint4* src = static_cast<const uint4*>(s.src);
+    uint4* dst = static_cast<uint4*>(s.dst);
+    for (uint64_t w = threadIdx.x; w < s.bytes / 16; w += blockDim.x) dst[w] = src[w];
+  }
+}
+
+}  // namespace
+
+void copy_spans(const CopySpan* spans, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(n, 65535));
+  copy_spans_kernel<<<blocks, 256, 0, stream>>>(spans, n);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace orchid::kernels::ops

@@ -33,6 +33,17 @@ struct SumSources {
 };
 void sum_f32(const SumSources& src, int count, int64_t n, float* out, cudaStream_t stream);
 
+// Many device-to-device copies in one launch (K/V pages handed over in place, runtime/kv_share.h): span i
+// copies bytes [0, spans[i].bytes) of spans[i].src to spans[i].dst. Addresses 16-byte aligned, sizes
+// multiples of 16, spans not overlapping; `spans` itself is in device memory. One launch instead of one
+// cudaMemcpy per page (a prompt of 8k tokens has ~12k pages of K and V).
+struct CopySpan {
+  const void* src;
+  void* dst;
+  uint64_t bytes;
+};
+void copy_spans(const CopySpan* spans, int64_t n, cudaStream_t stream);
+
 // Per row of logits [rows, vocab] (fp32): the arg-max (lowest id on ties) and its log-softmax value.
 void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
                  cudaStream_t stream);

@@ -3,9 +3,17 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <type_traits>
 
@@ -166,6 +174,8 @@ CpuBackend::CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBacke
   const auto& c = group_->model.config;
   const model::ParallelConfig& pc = group_->plan.config;
   spec_.page_size = opts.page_size;
+  share_bytes_ = opts.kv_share_bytes;
+  share_timeout_ms_ = opts.kv_share_timeout_ms;
   spec_.sliding_window = c.num_sliding_layers() > 0 ? int32_t(c.sliding_window) : 0;
   const int32_t default_pages = int32_t((opts.max_tokens + opts.page_size - 1) / opts.page_size);
   spec_.num_full_pages = opts.num_full_pages > 0 ? opts.num_full_pages : default_pages;
@@ -425,6 +435,19 @@ void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages
                           std::span<const int32_t> sliding_pages) {
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
   check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
+  if (!kv.share) return write_pages(kv.full, kv.sliding, full_pages, sliding_pages);
+  const KvShareRank& at = shared_range(*kv.share);
+  const uint8_t* base = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(share_mu_);
+    base = peers_.at(at.region).data() + at.offset;
+  }
+  write_pages({base, size_t(at.full_bytes)}, {base + at.full_bytes, size_t(at.sliding_bytes)}, full_pages,
+              sliding_pages);
+}
+
+void CpuBackend::write_pages(std::span<const uint8_t> full_bytes, std::span<const uint8_t> sliding_bytes,
+                             std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages) {
   const auto& c = group_->model.config;
   size_t at_full = 0, at_sliding = 0;
   for (const auto& r : ranks_) {
@@ -432,7 +455,7 @@ void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const bool sliding = c.is_sliding(l);
       const std::span<const int32_t> pages = sliding ? sliding_pages : full_pages;
-      const std::vector<uint8_t>& in = sliding ? kv.sliding : kv.full;
+      const std::span<const uint8_t> in = sliding ? sliding_bytes : full_bytes;
       size_t& at = sliding ? at_sliding : at_full;
       const int32_t pool = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
       for (bool key : {true, false}) {
@@ -445,9 +468,86 @@ void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages
       }
     }
   }
-  if (at_full != kv.full.size() || at_sliding != kv.sliding.size())
-    fail("K/V handed over has {} + {} bytes, {} + {} expected", kv.full.size(), kv.sliding.size(), at_full,
-         at_sliding);
+  if (at_full != full_bytes.size() || at_sliding != sliding_bytes.size())
+    fail("K/V handed over has {} + {} bytes, {} + {} expected", full_bytes.size(), sliding_bytes.size(),
+         at_full, at_sliding);
+}
+
+std::string CpuBackend::kv_share_transport() const {
+  return supports_kv_handoff() ? "shm" : "";
+}
+
+std::optional<KvPages> CpuBackend::share_kv(std::span<const int32_t> full_pages,
+                                            std::span<const int32_t> sliding_pages,
+                                            int32_t first_sliding_page, int32_t num_tokens) {
+  if (share_bytes_ == 0 || !supports_kv_handoff()) return std::nullopt;
+  // The bytes read_kv gives, copied into the export object under a lease.
+  KvPages kv = read_kv(full_pages, sliding_pages, first_sliding_page, num_tokens);
+  std::lock_guard<std::mutex> lock(share_mu_);
+  if (!export_) {
+    remove_stale_exports();
+    static std::atomic<int> made{0};
+    export_ =
+        SharedMemory::create(fmt::format("/orchid-kv-{}-{}", ::getpid(), made.fetch_add(1)), share_bytes_);
+    leases_ = std::make_unique<KvShareLeases>(share_bytes_, std::chrono::milliseconds(share_timeout_ms_));
+  }
+  const auto lease = leases_->acquire(kv.full.size() + kv.sliding.size(), steady_now_ms());
+  if (!lease) return std::nullopt;  // no room: the pages go as bytes
+  std::memcpy(export_->data() + lease->offset, kv.full.data(), kv.full.size());
+  std::memcpy(export_->data() + lease->offset + kv.full.size(), kv.sliding.data(), kv.sliding.size());
+  auto share = std::make_shared<KvShare>();
+  share->transport = "shm";
+  share->lease = lease->id;
+  share->expires_ms = lease->expires_ms;
+  share->ranks.push_back({export_->name(), lease->offset, kv.full.size(), kv.sliding.size()});
+  kv.full.clear();
+  kv.full.shrink_to_fit();
+  kv.sliding.clear();
+  kv.sliding.shrink_to_fit();
+  kv.share = std::move(share);
+  return kv;
+}
+
+bool CpuBackend::release_kv_share(uint64_t lease) {
+  std::lock_guard<std::mutex> lock(share_mu_);
+  return leases_ && leases_->release(lease);
+}
+
+size_t CpuBackend::kv_share_leases() const {
+  std::lock_guard<std::mutex> lock(share_mu_);
+  return leases_ ? leases_->leases() : 0;
+}
+
+void CpuBackend::open_kv_share(const KvShare& share) {
+  shared_range(share);
+}
+
+const KvShareRank& CpuBackend::shared_range(const KvShare& share) {
+  if (share.transport != "shm") fail("K/V shared over {}; this instance takes shm", share.transport);
+  if (share.ranks.size() != 1)
+    fail("K/V shared in {} parts; the CPU backend's come in one", share.ranks.size());
+  const KvShareRank& r = share.ranks[0];
+  if (r.region.rfind("/orchid-kv-", 0) != 0)
+    fail("K/V shared in '{}', which is not an orchid export object", r.region);
+  std::lock_guard<std::mutex> lock(share_mu_);
+  auto it = peers_.find(r.region);
+  if (it == peers_.end()) it = peers_.emplace(r.region, SharedMemory::open(r.region)).first;
+  if (r.offset > it->second.size() || it->second.size() - r.offset < r.full_bytes + r.sliding_bytes)
+    fail("K/V shared: bytes {}..{} outside the {} bytes of {}", r.offset,
+         r.offset + r.full_bytes + r.sliding_bytes, it->second.size(), r.region);
+  return r;
+}
+
+// Export objects of this machine's orchid processes that are gone (killed before they could unlink them):
+// removed when this process makes its own, so a crashed prefill instance leaves nothing behind for long.
+void CpuBackend::remove_stale_exports() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    int pid = 0;
+    if (std::sscanf(name.c_str(), "orchid-kv-%d-", &pid) != 1 || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + name).c_str());
+  }
 }
 
 void CpuBackend::on_ranks(const std::function<void(Rank&)>& fn) {

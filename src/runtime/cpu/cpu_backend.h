@@ -16,7 +16,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,6 +33,8 @@
 #include "runtime/cpu/cpu_weights.h"
 #include "runtime/eagle3_rows.h"
 #include "runtime/kv_cache_dtype.h"
+#include "runtime/kv_share.h"
+#include "runtime/shared_memory.h"
 
 namespace orchid::runtime::cpu {
 
@@ -50,6 +55,10 @@ struct CpuBackendOptions {
   // keeps fp32 pages; under --bf16-routing the GPU has none and rounds layer 0 too, which this does not
   // follow) and the draft head's K/V (the GPU head keeps bf16 pages).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;
+  // K/V handed over in place (runtime/kv_share.h; --kv-share-buffer on a prefill instance): the export
+  // object's size (0: none, pages go as bytes) and how long a lease holds its range.
+  uint64_t kv_share_bytes = 0;
+  int64_t kv_share_timeout_ms = 60000;
 };
 
 class CpuBackend final : public Backend {
@@ -81,6 +90,14 @@ class CpuBackend final : public Backend {
                   int32_t first_sliding_page, int32_t num_tokens) override;
   void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                 std::span<const int32_t> sliding_pages) override;
+  // In place through POSIX shared memory (runtime/kv_share.h): an instance with opts.kv_share_bytes exports
+  // (the object is made at the first export, "/orchid-kv-<pid>-<n>"); every one imports.
+  std::string kv_share_transport() const override;
+  std::optional<KvPages> share_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                                  int32_t first_sliding_page, int32_t num_tokens) override;
+  bool release_kv_share(uint64_t lease) override;
+  size_t kv_share_leases() const override;
+  void open_kv_share(const KvShare& share) override;
   int32_t lockstep_replicas() const override { return lockstep_; }
   int replica() const { return replica_; }
   // The whole group's plan (every replica's ranks).
@@ -113,7 +130,19 @@ class CpuBackend final : public Backend {
   KvCacheSpec spec_;
   KvCacheDtype kv_dtype_ = KvCacheDtype::kBf16;
   std::shared_ptr<Communicator> process_group_;
-  std::vector<std::unique_ptr<Rank>> ranks_;  // this replica's
+  // write_kv's pages from their bytes, wherever they lie.
+  void write_pages(std::span<const uint8_t> full_bytes, std::span<const uint8_t> sliding_bytes,
+                   std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages);
+  // The share's one range, checked and its object mapped (cached); throws orchid::Error otherwise.
+  const KvShareRank& shared_range(const KvShare& share);
+  static void remove_stale_exports();
+  uint64_t share_bytes_ = 0;
+  int64_t share_timeout_ms_ = 60000;
+  mutable std::mutex share_mu_;
+  std::optional<SharedMemory> export_;
+  std::unique_ptr<KvShareLeases> leases_;
+  std::map<std::string, SharedMemory> peers_;  // objects of other instances, by name
+  std::vector<std::unique_ptr<Rank>> ranks_;   // this replica's
 
   std::unique_ptr<CpuEagle3Head> head_;
   Eagle3PendingRows pending_rows_;  // the head's rows waiting for the next chunk (eagle3_rows.h)

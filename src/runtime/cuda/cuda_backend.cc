@@ -135,12 +135,18 @@ CudaBackend::CudaBackend(const std::string& model_arg, const CudaBackendOptions&
   }
   // The pools every rank can hold.
   spec_ = ranks_[0]->kv_capacity();
-  for (auto& rk : ranks_) {
-    const KvCacheSpec k = rk->kv_capacity();
+  for (size_t r = 1; r < ranks_.size(); ++r) {
+    const KvCacheSpec k = ranks_[r]->kv_capacity();
     spec_.num_full_pages = std::min(spec_.num_full_pages, k.num_full_pages);
     spec_.num_sliding_pages = std::min(spec_.num_sliding_pages, k.num_sliding_pages);
   }
   for (auto& rk : ranks_) rk->allocate_kv(spec_);
+  if (opts.kv_share_bytes > 0) {
+    leases_ = std::make_unique<KvShareLeases>(opts.kv_share_bytes,
+                                              std::chrono::milliseconds(opts.kv_share_timeout_ms));
+    spdlog::info("K/V export buffer: {:.2f} GiB a rank (CUDA IPC), leases of {} s",
+                 double(opts.kv_share_bytes) / (1 << 30), double(opts.kv_share_timeout_ms) / 1000);
+  }
   ORCHID_CUDA_CHECK(cudaSetDevice(first_device));
 }
 
@@ -191,11 +197,55 @@ KvPages CudaBackend::read_kv(std::span<const int32_t> full_pages, std::span<cons
 void CudaBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                            std::span<const int32_t> sliding_pages) {
   check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
+  if (kv.share) {
+    if (kv.share->transport != "cuda_ipc" || kv.share->ranks.size() != ranks_.size())
+      fail("K/V shared over {} by {} ranks; this instance takes cuda_ipc from {}", kv.share->transport,
+           kv.share->ranks.size(), ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      ranks_[r]->take_shared_pages(full_pages, sliding_pages, kv.share->ranks[r]);
+    return;
+  }
   size_t at_full = 0, at_sliding = 0;
   for (auto& r : ranks_) r->write_pages(full_pages, sliding_pages, kv.full, kv.sliding, at_full, at_sliding);
   if (at_full != kv.full.size() || at_sliding != kv.sliding.size())
     fail("K/V handed over has {} + {} bytes, {} + {} expected", kv.full.size(), kv.sliding.size(), at_full,
          at_sliding);
+}
+
+std::optional<KvPages> CudaBackend::share_kv(std::span<const int32_t> full_pages,
+                                             std::span<const int32_t> sliding_pages,
+                                             int32_t first_sliding_page, int32_t num_tokens) {
+  if (!leases_) return std::nullopt;
+  const auto [full_bytes, sliding_bytes] = ranks_[0]->handoff_bytes(full_pages, sliding_pages);
+  const auto lease = leases_->acquire(full_bytes + sliding_bytes, steady_now_ms());
+  if (!lease) return std::nullopt;  // the buffer is full: the pages go as bytes
+  KvPages kv =
+      kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
+  auto share = std::make_shared<KvShare>();
+  share->transport = "cuda_ipc";
+  share->lease = lease->id;
+  share->expires_ms = lease->expires_ms;
+  try {
+    for (auto& r : ranks_) {
+      ORCHID_CHECK(r->handoff_bytes(full_pages, sliding_pages) == std::make_pair(full_bytes, sliding_bytes),
+                   "ranks hold pages of different sizes");
+      r->share_pages(full_pages, sliding_pages, lease->offset);
+      share->ranks.push_back({r->share_region(), lease->offset, full_bytes, sliding_bytes});
+    }
+  } catch (...) {
+    leases_->release(lease->id);
+    throw;
+  }
+  kv.share = std::move(share);
+  return kv;
+}
+
+void CudaBackend::open_kv_share(const KvShare& share) {
+  if (share.transport != "cuda_ipc")
+    fail("K/V shared over {}; this instance takes cuda_ipc", share.transport);
+  if (share.ranks.size() != ranks_.size())
+    fail("K/V shared by {} ranks; this instance has {}", share.ranks.size(), ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->open_peer(share.ranks[r].region);
 }
 
 StepOutput CudaBackend::forward(const StepBatch& b) {

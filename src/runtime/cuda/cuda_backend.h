@@ -47,6 +47,14 @@ class CudaBackend final : public Backend {
                   int32_t first_sliding_page, int32_t num_tokens) override;
   void write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                 std::span<const int32_t> sliding_pages) override;
+  // In place over CUDA IPC (runtime/kv_share.h): every instance takes shared pages; one with
+  // --kv-share-buffer also exports them (each rank's buffer holds a lease's range at the same offset).
+  std::string kv_share_transport() const override { return "cuda_ipc"; }
+  std::optional<KvPages> share_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                                  int32_t first_sliding_page, int32_t num_tokens) override;
+  bool release_kv_share(uint64_t lease) override { return leases_ && leases_->release(lease); }
+  size_t kv_share_leases() const override { return leases_ ? leases_->leases() : 0; }
+  void open_kv_share(const KvShare& share) override;
   StepOutput forward(const StepBatch& batch) override;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
@@ -63,6 +71,7 @@ class CudaBackend final : public Backend {
   KvCacheSpec spec_;
   std::vector<std::unique_ptr<DeviceCommunicator>> comms_;
   std::vector<std::unique_ptr<CudaRank>> ranks_;
+  std::unique_ptr<KvShareLeases> leases_;  // of the export buffers (opts_.kv_share_bytes)
 };
 
 }  // namespace orchid::runtime::cuda

@@ -24,6 +24,10 @@ struct CudaBackendOptions {
   double gpu_memory_utilization = 0.90;
   int32_t kv_pages = 0;  // full-attention pages (0: everything the memory plan leaves)
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;  // --kv-cache-dtype (runtime/kv_cache_dtype.h)
+  // K/V handed over in place over CUDA IPC (runtime/kv_share.h; --kv-share-buffer on a prefill instance):
+  // each rank's export buffer (0: none, pages go as bytes) and how long a lease holds its range.
+  uint64_t kv_share_bytes = 0;
+  int64_t kv_share_timeout_ms = 60000;
   // Replay captured graphs for greedy decode steps (vLLM's --enforce-eager turns off).
   bool cuda_graphs = true;
   // Routing as an fp32 model would route (cuda_rank.h); --bf16-routing turns it off.

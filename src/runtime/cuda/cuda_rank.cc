@@ -76,6 +76,14 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
   plan_workspace();
+  if (opts_.kv_share_bytes > 0) {  // before the KV pools: the memory plan counts it as allocated
+    share_ = DeviceBuffer(size_t(opts_.kv_share_bytes), "K/V export buffer (--kv-share-buffer)");
+    cudaIpcMemHandle_t h;
+    ORCHID_CUDA_CHECK(cudaIpcGetMemHandle(&h, share_.data()));
+    const uint64_t size = share_.size();
+    share_region_.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+    share_region_.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  }
   if (!opts_.eagle3_head.empty() && samples_) {
     model::Eagle3Head head = model::load_eagle3_head(opts_.eagle3_head, config_);
     CudaEagle3Head::check_supported(head.config);
@@ -102,6 +110,7 @@ CudaRank::CudaRank(const CudaRankSetup& st)
 CudaRank::~CudaRank() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [region, mapping] : peers_) cudaIpcCloseMemHandle(mapping.first);
   for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
   gemm_.reset();
   sampler_.reset();
@@ -202,7 +211,7 @@ KvCacheSpec CudaRank::kv_capacity() const {
     const size_t element = size_t(kv_element_bytes(dtype));
     KvPoolInput in;
     in.budget = budget_;
-    in.allocated = weights_.arena.capacity() + ws_.capacity();
+    in.allocated = weights_.arena.capacity() + ws_.capacity() + share_.size();
     in.full_layers = full;
     in.page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * element;
     if (head_) {  // the head's K/V: one more full layer (or the layers its page takes)
@@ -272,7 +281,8 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
   }
   if (shard_.rank == 0) {
     spdlog::info(
-        "GPU memory{}: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB {} ({} full pages = {} tokens, "
+        "GPU memory{}: weights {:.2f} GiB, workspace {:.2f} GiB, KV {:.2f} GiB {} ({} full pages = {} "
+        "tokens, "
         "{} sliding pages)",
         tp_->size() * ep_->size() > 1 ? " (rank 0)" : "", double(weights_.arena.used()) / (1 << 30),
         double(ws_.capacity()) / (1 << 30), double(kv_.size()) / (1 << 30),
@@ -290,8 +300,7 @@ std::string CudaRank::kv_layout() const {
       "cuda {} (layer {} fp32): {} layers ({} sliding), {} KV heads x 64, page {}; hidden {}, {} "
       "experts, vocabulary {}",
       kv_cache_dtype_name(opts_.kv_cache_dtype), precise_layer_, c.num_layers, c.num_sliding_layers(),
-      c.num_kv_heads, spec_.page_size, c.hidden_size,
-      c.num_experts, c.vocab_size);
+      c.num_kv_heads, spec_.page_size, c.hidden_size, c.num_experts, c.vocab_size);
 }
 
 void CudaRank::for_each_kv_page(
@@ -339,6 +348,92 @@ void CudaRank::write_pages(std::span<const int32_t> full_pages, std::span<const 
   });
   // The host buffer must outlive the copies, and the next step must see the pages.
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::string CudaRank::share_region() const {
+  return share_region_;
+}
+
+std::pair<uint64_t, uint64_t> CudaRank::handoff_bytes(std::span<const int32_t> full_pages,
+                                                      std::span<const int32_t> sliding_pages) const {
+  uint64_t full = 0, sliding = 0;
+  for (int64_t l = 0; l < local_.num_layers; ++l) {
+    const uint64_t page = 2 * kv_page_bytes(l, spec_.page_size);  // K and V
+    (local_.is_sliding(l) ? sliding : full) +=
+        page * (local_.is_sliding(l) ? sliding_pages : full_pages).size();
+  }
+  return {full, sliding};
+}
+
+void CudaRank::copy_spans(const std::vector<kernels::ops::CopySpan>& spans) {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  const size_t bytes = spans.size() * sizeof(kernels::ops::CopySpan);
+  if (bytes == 0) return;
+  if (spans_.size() < bytes) spans_ = DeviceBuffer(std::max(bytes, spans_.size() * 2), "K/V copy list");
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(spans_.data(), spans.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  kernels::ops::copy_spans(reinterpret_cast<const kernels::ops::CopySpan*>(spans_.data()),
+                           int64_t(spans.size()), stream_);
+  // The host list must outlive the upload, and a lease may end (a peer may reuse its range) right after.
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaRank::share_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                           uint64_t offset) {
+  const auto [full_bytes, sliding_bytes] = handoff_bytes(full_pages, sliding_pages);
+  ORCHID_CHECK(offset + full_bytes + sliding_bytes <= share_.size(), "lease past the export buffer");
+  uint8_t* at[2] = {share_.data() + offset, share_.data() + offset + full_bytes};
+  std::vector<kernels::ops::CopySpan> spans;
+  for_each_kv_page(full_pages, sliding_pages, [&](bool is_sliding, uint8_t* page, size_t bytes) {
+    ORCHID_CHECK(page != nullptr, "sharing a page that is not there");
+    spans.push_back({page, at[is_sliding], bytes});
+    at[is_sliding] += bytes;
+  });
+  copy_spans(spans);
+}
+
+void CudaRank::open_peer(const std::string& region) {
+  cudaIpcMemHandle_t h;
+  uint64_t size = 0;
+  if (region.size() != sizeof(h) + sizeof(size))
+    fail("K/V shared over CUDA IPC: a region of {} bytes is not a handle and size", region.size());
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  if (peers_.count(region)) return;
+  std::memcpy(&h, region.data(), sizeof(h));
+  std::memcpy(&size, region.data() + sizeof(h), sizeof(size));
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  void* p = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but leave no error behind for the next check
+    fail("K/V shared over CUDA IPC: the peer's export buffer cannot be mapped on GPU {}: {}", device_,
+         cudaGetErrorString(err));
+  }
+  peers_.emplace(region, std::make_pair(static_cast<uint8_t*>(p), size));
+}
+
+void CudaRank::take_shared_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                                 const KvShareRank& from) {
+  const auto [full_bytes, sliding_bytes] = handoff_bytes(full_pages, sliding_pages);
+  if (from.full_bytes != full_bytes || from.sliding_bytes != sliding_bytes)
+    fail("K/V shared: {} + {} bytes on a rank, {} + {} expected", from.full_bytes, from.sliding_bytes,
+         full_bytes, sliding_bytes);
+  open_peer(from.region);
+  const uint8_t* base = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    const auto& [mapping, size] = peers_.at(from.region);
+    if (from.offset > size || size - from.offset < full_bytes + sliding_bytes)
+      fail("K/V shared: bytes {}..{} outside the peer's buffer of {}", from.offset,
+           from.offset + full_bytes + sliding_bytes, size);
+    base = mapping;
+  }
+  const uint8_t* at[2] = {base + from.offset, base + from.offset + full_bytes};
+  std::vector<kernels::ops::CopySpan> spans;
+  for_each_kv_page(full_pages, sliding_pages, [&](bool is_sliding, uint8_t* page, size_t bytes) {
+    if (page) spans.push_back({at[is_sliding], page, bytes});
+    at[is_sliding] += bytes;
+  });
+  copy_spans(spans);
 }
 
 void CudaRank::compute_logits(const int32_t* d_rows, int64_t rows) {

@@ -28,7 +28,9 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <functional>
@@ -38,6 +40,7 @@
 #include "kernels/attention/rope_kv_write.h"
 #include "kernels/gemm/dense_gemm.h"
 #include "kernels/moe/moe_layer.h"
+#include "kernels/ops/ops.h"
 #include "model/loader.h"
 #include "model/parallel.h"
 
@@ -84,6 +87,19 @@ class CudaRank {
                    const std::vector<uint8_t>& full, const std::vector<uint8_t>& sliding, size_t& at_full,
                    size_t& at_sliding);
   std::string kv_layout() const;
+  // K/V handed over in place over CUDA IPC (runtime/kv_share.h). share_region(): what a peer opens to read
+  // this rank's export buffer (its IPC handle and size; "" without one). handoff_bytes(): this rank's bytes
+  // of the pages' full and sliding parts. share_pages() copies the pages into the export buffer at
+  // `offset` (full pages, then sliding ones, in the handoff order); take_shared_pages() copies them from a
+  // peer's buffer (mapped by open_peer(), which any thread may call) into this rank's pages.
+  std::string share_region() const;
+  std::pair<uint64_t, uint64_t> handoff_bytes(std::span<const int32_t> full_pages,
+                                              std::span<const int32_t> sliding_pages) const;
+  void share_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                   uint64_t offset);
+  void open_peer(const std::string& region);
+  void take_shared_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
+                         const KvShareRank& from);
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk);
   int device() const { return device_; }
@@ -149,6 +165,14 @@ class CudaRank {
   kernels::MoeConfig moe_cfg_;
   kernels::attention::RopeTable rope_{};
   std::vector<int64_t> layer_slot_;  // index among the layers of its kind
+
+  // Runs the span copies on the stream (one launch) and waits for them.
+  void copy_spans(const std::vector<kernels::ops::CopySpan>& spans);
+  DeviceBuffer share_;  // the export buffer (opts_.kv_share_bytes)
+  std::string share_region_;
+  DeviceBuffer spans_;  // copy_spans' list on the device, grown as needed
+  mutable std::mutex peers_mu_;
+  std::map<std::string, std::pair<uint8_t*, uint64_t>> peers_;  // region -> mapping and size
 
   // KV pools: per layer K and V, [pages][Hkv][page_size][64] bf16 or e4m3 (--kv-cache-dtype; fp32 for the
   // precise layer).

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -60,6 +62,41 @@ TEST_F(Ops, EmbeddingGatherAndRowGather) {
   auto g = dg.get(sel.size() * size_t(H));
   for (size_t r = 0; r < sel.size(); ++r)
     for (int64_t c = 0; c < H; ++c) ASSERT_EQ(g[r * size_t(H) + size_t(c)], x[size_t(sel[r] * H + c)]);
+}
+
+// Many page copies in one launch: 70000 spans (more than one grid's worth of blocks) of 16 B .. 16 KB in a
+// shuffled order between two buffers; every copied byte lands, nothing else is touched.
+TEST_F(Ops, CopySpans) {
+  const size_t n = 70000, unit = 16;
+  std::vector<uint64_t> sizes(n), src_at(n), dst_at(n);
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sizes[i] = unit * (1 + rng() % (i % 100 == 0 ? 1024 : 8));
+    src_at[i] = total;
+    total += sizes[i];
+  }
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t at = 0;
+  for (size_t k = 0; k < n; ++k) {
+    dst_at[order[k]] = at;
+    at += sizes[order[k]];
+  }
+  std::vector<uint8_t> src(total), poison(total + 64, 0xAB);
+  for (auto& b : src) b = uint8_t(rng());
+  Dev<uint8_t> ds(src), dd(poison);
+  std::vector<CopySpan> spans(n);
+  for (size_t i = 0; i < n; ++i) spans[i] = {ds.p + src_at[i], dd.p + dst_at[i], sizes[i]};
+  Dev<CopySpan> dspans(spans);
+  copy_spans(dspans.p, int64_t(n), nullptr);
+  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = dd.get(total + 64);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::memcmp(got.data() + dst_at[i], src.data() + src_at[i], sizes[i]), 0) << "span " << i;
+  for (size_t b = total; b < total + 64; ++b) ASSERT_EQ(got[b], 0xAB) << "byte " << b << " past the spans";
+  copy_spans(dspans.p, 0, nullptr);  // nothing to do
+  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST_F(Ops, Conversions) {
