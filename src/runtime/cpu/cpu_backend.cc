@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -486,10 +487,23 @@ std::optional<KvPages> CpuBackend::share_kv(std::span<const int32_t> full_pages,
   std::lock_guard<std::mutex> lock(share_mu_);
   if (!export_) {
     remove_stale_exports();
+    // The object's pages come out of /dev/shm's tmpfs as they are written, and writing past what it has
+    // left kills the process (SIGBUS): the buffer takes at most half of what is free now.
+    struct statvfs fs {};
+    const uint64_t free_bytes =
+        ::statvfs("/dev/shm", &fs) == 0 ? uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize) : 0;
+    const uint64_t bytes = std::min<uint64_t>(share_bytes_, free_bytes / 2);
+    if (bytes == 0) {
+      spdlog::warn("K/V export: /dev/shm has {} MB free; K/V go as bytes", free_bytes >> 20);
+      share_bytes_ = 0;
+      return std::nullopt;
+    }
+    if (bytes < share_bytes_)
+      spdlog::warn("K/V export: {} MB of /dev/shm instead of {} MB (half of what is free)", bytes >> 20,
+                   share_bytes_ >> 20);
     static std::atomic<int> made{0};
-    export_ =
-        SharedMemory::create(fmt::format("/orchid-kv-{}-{}", ::getpid(), made.fetch_add(1)), share_bytes_);
-    leases_ = std::make_unique<KvShareLeases>(share_bytes_, std::chrono::milliseconds(share_timeout_ms_));
+    export_ = SharedMemory::create(fmt::format("/orchid-kv-{}-{}", ::getpid(), made.fetch_add(1)), bytes);
+    leases_ = std::make_unique<KvShareLeases>(bytes, std::chrono::milliseconds(share_timeout_ms_));
   }
   const auto lease = leases_->acquire(kv.full.size() + kv.sliding.size(), steady_now_ms());
   if (!lease) return std::nullopt;  // no room: the pages go as bytes
