@@ -7,6 +7,7 @@
 # side runs at admission, inside its step; its floor is the bytes read and written once at HBM speed).
 #   scripts/gpu-disagg-bench.sh [MODEL] [-- extra orchid serve flags for every instance]
 #   ORCHID_DISAGG_WORKLOADS="users:in:out ..." (default 1:8192:128 16:4096:256 64:1024:256)
+# ORCHID_DISAGG_BACKEND=cpu runs the same on the CPU backend (a dry run of the script; K/V in shared memory).
 # Logs and JSON: build/cuda/gpu-disagg-bench/ (or $ORCHID_LOG_DIR). Exit status 0 when every request of every
 # workload succeeded with its exact length and every prompt went through the pair in place.
 set -uo pipefail
@@ -27,7 +28,8 @@ port=""
 start() {  # start NAME FLAGS...: serves, waits for /health, sets $port
   local name=$1
   shift
-  "$bin" serve "$model" --port 0 --backend cuda --max-connections-per-client 0 "$@" >"$out/$name.out" \
+  "$bin" serve "$model" --port 0 --backend "${ORCHID_DISAGG_BACKEND:-cuda}" --max-connections-per-client 0 "$@" \
+    >"$out/$name.out" \
     2>"$out/$name.log" &
   local pid=$!
   pids+=($pid)
