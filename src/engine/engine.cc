@@ -334,6 +334,7 @@ bool Engine::step_once() {
   // Lockstep: everything that may throw is done; from kRun on, nothing stands between this engine and
   // forward(), which the other engines' backends are entering too.
   if (round_ && round_->arrive(true) == StepRound::Outcome::kClosed) return false;
+  const auto t_forward = Sequence::Clock::now();
   try {
     output_ = backend_->forward(batch);
   } catch (const Error& e) {
@@ -347,13 +348,20 @@ bool Engine::step_once() {
     update_metrics(Sequence::Clock::now(), 0.0);
     return true;
   }
+  const auto t_outputs = Sequence::Clock::now();
   if (masks.active) {
     masks.active = false;
     end_masks();
   }
   process_outputs(output_);
   const auto t1 = Sequence::Clock::now();
-  update_metrics(t1, std::chrono::duration<double>(t1 - t0).count());
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const double wait = std::min(output_.device_wait_seconds, seconds(t_forward, t_outputs));
+  step_phase_[0] += seconds(t0, t_forward);
+  step_phase_[1] += seconds(t_forward, t_outputs) - wait;
+  step_phase_[2] += wait;
+  step_phase_[3] += seconds(t_outputs, t1);
+  update_metrics(t1, seconds(t0, t1));
   return true;
 }
 
@@ -523,6 +531,11 @@ void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds
     ++m.steps;
     m.step_time.observe(step_seconds);
   }
+  m.step_schedule_seconds += step_phase_[0];
+  m.step_backend_host_seconds += step_phase_[1];
+  m.step_device_wait_seconds += step_phase_[2];
+  m.step_outputs_seconds += step_phase_[3];
+  step_phase_ = {};
   m.prompt_tokens += step_prompt_tokens_;
   m.generation_tokens += step_generated_tokens_;
   prompt_rate_.add(now, step_prompt_tokens_);

@@ -2,6 +2,7 @@
 // step on the caller's thread, for tests), and streams each request's tokens back through its own stream.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -155,6 +156,7 @@ class Engine final : public ServingEngine {
   int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0;
   int64_t kv_import_bytes_ = 0, kv_export_bytes_ = 0;
   int64_t kv_shared_exports_ = 0, kv_shared_imports_ = 0;
+  std::array<double, 4> step_phase_{};  // this step's schedule / backend host / device wait / outputs seconds
 
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;

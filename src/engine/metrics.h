@@ -66,6 +66,11 @@ struct EngineMetrics {
   int64_t kv_imported_tokens = 0, kv_import_bytes = 0, kv_export_bytes = 0;
   int64_t kv_shared_exports = 0, kv_shared_imports = 0;  // handed over in place (runtime/kv_share.h)
   int64_t kv_share_leases = 0;                           // export leases held now
+  // Where the steps' time went, seconds summed over steps: scheduling (the plan, K/V imports, mask jobs
+  // started), the backend's forward() less its wait for the device (host work, device idle on a backend
+  // that computes asynchronously), that wait, and taking the outputs (stop checks, events, text).
+  double step_schedule_seconds = 0, step_backend_host_seconds = 0, step_device_wait_seconds = 0,
+         step_outputs_seconds = 0;
   // Speculative decoding: sequence-steps that carried drafts, their drafts, and the drafts accepted.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // Latencies, seconds.

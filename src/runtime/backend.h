@@ -109,6 +109,9 @@ struct StepOutput {
   // kSampled: one row per sampled sequence; kAll: one row per token of StepBatch::tokens.
   std::vector<float> logits;
   int64_t logits_rows = 0;
+  // Seconds forward() spent blocked on the device's work (a backend that computes asynchronously: the
+  // rest of forward()'s time is host work during which the device may be idle). 0 for the CPU backend.
+  double device_wait_seconds = 0;
 };
 
 // One sequence's K/V as handed from one instance to another (prefill/decode disaggregation): the contents

@@ -150,6 +150,15 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
   w.histogram("orchid_inter_token_latency_seconds", "time between consecutive generated tokens",
               e->inter_token_latency);
   w.histogram("orchid_step_time_seconds", "duration of one engine step", e->step_time);
+  w.counter("orchid_step_schedule_seconds_total",
+            "steps' time planning (plan, K/V imports, mask jobs started)", e->step_schedule_seconds);
+  w.counter("orchid_step_backend_host_seconds_total",
+            "steps' time in the backend not waiting for the device (host work; the GPU may be idle)",
+            e->step_backend_host_seconds);
+  w.counter("orchid_step_device_wait_seconds_total", "steps' time the backend waited for the device",
+            e->step_device_wait_seconds);
+  w.counter("orchid_step_outputs_seconds_total", "steps' time taking the outputs (stop checks, events, text)",
+            e->step_outputs_seconds);
   return w.text();
 }
 

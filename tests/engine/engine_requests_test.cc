@@ -252,6 +252,14 @@ TEST(Engine, MetricsAddUp) {
   EXPECT_EQ(m.num_running, 0);
   EXPECT_EQ(m.kv_full_pages_total, 512);
   EXPECT_GT(m.kv_full_pages_cached, 0);
+  // The steps' phases partition their time (the fake backend never waits for a device).
+  EXPECT_GE(m.step_schedule_seconds, 0.0);
+  EXPECT_GT(m.step_backend_host_seconds, 0.0);
+  EXPECT_EQ(m.step_device_wait_seconds, 0.0);
+  EXPECT_GT(m.step_outputs_seconds, 0.0);
+  const double phases = m.step_schedule_seconds + m.step_backend_host_seconds + m.step_device_wait_seconds +
+                        m.step_outputs_seconds;
+  EXPECT_NEAR(phases, m.step_time.sum(), 1e-9 * double(m.steps) + 1e-6 * m.step_time.sum());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -802,6 +803,15 @@ bool CudaRank::graphable(const StepBatch& b) const {
 // are greedy), and every grid depends only on the bucket and q. The first step of a key runs eagerly
 // (algorithm selection, lazy initialisation), then is captured. A verify step's draws are accepted on the
 // host as in forward().
+namespace {
+// Waits for the stream, adding the time blocked to out.device_wait_seconds (StepOutput).
+void wait_for_device(cudaStream_t stream, StepOutput& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.device_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 StepOutput CudaRank::forward_graph(const StepBatch& b) {
   const int64_t B = int64_t(b.seqs.size());
   const int32_t q = b.seqs[0].num_tokens;
@@ -847,7 +857,7 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
   ORCHID_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   StepOutput out;
   if (!samples_) {
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_device(stream_, out);
     return out;
   }
   if (sampler) {
@@ -856,14 +866,14 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
       sampler_->enqueue(logits_, stream_);
     }
     sampler_->download(stream_);
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_device(stream_, out);
     out.samples = sampler_->results();
   } else {
     const int64_t n = B * q;
     ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
     ORCHID_CUDA_CHECK(
         cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_device(stream_, out);
     for (int64_t i = 0; i < n; ++i) {
       SampledToken st;
       st.token = h_ids_[i];
@@ -925,7 +935,7 @@ StepOutput CudaRank::forward(const StepBatch& b) {
       sampler_->enqueue(logits_, stream_);
       sampler_->download(stream_);
     }
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_device(stream_, out);
     if (greedy) {
       for (size_t k = 0; k < n_sampled; ++k) {
         SampledToken st;
@@ -951,11 +961,11 @@ StepOutput CudaRank::forward(const StepBatch& b) {
         ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + r0 * V, logits_, size_t(n * V) * 4,
                                           cudaMemcpyDeviceToHost, stream_));
     }
-    ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_device(stream_, out);
     if (samples_) out.logits_rows = T;
   }
   if (head_) head_->run(b, m.full, *gemm_, out);
-  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait_for_device(stream_, out);
   return out;
 }
 
