@@ -26,6 +26,7 @@
 // extra work per 64-key tile and thread is 4 16-byte loads, 32 conversions and 8 16-byte stores, against ~400
 // cycles of memory time per tile and SM at B = 64, 32k: decode stays bound by reading K/V.
 #include "kernels/attention/kv_layout.h"
+#include "kernels/attention/paged_kv.cuh"
 #include "kernels/attention/sink_attention.h"
 #include "kernels/attention/warp_mma.cuh"
 #include "kernels/common/smem_attribute.h"
@@ -132,24 +133,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     return;
   }
   const int n_tiles = my_te - my_tb;
-  const int32_t* table = p.page_table + (&p.seqs[seq_idx].table_begin[0])[p.table_kind];
-  const int ps_mask = (1 << p.page_size_log2) - 1;
+  const PagedKv kv = PagedKv::of(p.seqs, seq_idx, p.page_table, p.table_kind, p.page_size_log2, hkv, kvh);
   // K's scale multiplies every score of the CTA's KV head, V's its output (FP8 pools; 1 otherwise).
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? p.v_scale[kvh] : 1.0f;
 
   // Q rows (`rows` valid, the rest zero).
-  for (int i = tid; i < kRows * 8; i += kThreads) {
-    const int r = i >> 3, chunk = i & 7;
-    const bool valid = r < rows;
-    const int t = r / G;
-    const __nv_bfloat16* src =
-        valid ? p.q + (size_t(seq.q_start + t) * hq + head0 + (r - t * G)) * kHeadDim + chunk * 8 : p.q;
-    cp_async_16(sQ + swz(r, chunk), src, valid);
-  }
+  load_q_rows<kRows, kThreads>(sQ, p.q, size_t(seq.q_start), hq, head0, G, rows, tid);
   cp_async_commit();
-  const uint8_t* k_pool = static_cast<const uint8_t*>(p.k_pool);
-  const uint8_t* v_pool = static_cast<const uint8_t*>(p.v_pool);
   constexpr int kElemBytes = kFp8 ? 1 : 2;
   // Each fragment row's own key range [row_lo, row_hi) (padding rows take the last token's).
   int row_lo[kMTiles][2], row_hi[kMTiles][2];
@@ -162,27 +153,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       row_lo[mi][h] = p.window > 0 ? max(0, first + t - p.window + 1) : 0;
     }
 
-  // A tile's rows: 8 16-byte chunks (bf16) or 4 (e4m3) each, 16-byte copies, rows outside the range or in
-  // kNoPage pages zero-filled.
   auto load_kv = [&](int j, int stage) {
-    constexpr int kChunks = kHeadDim * kElemBytes / 16;
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int chunk = tid % kChunks;
-    const uint32_t k_dst = sK + stage * kTileBytes, v_dst = sV + stage * kTileBytes;
-#pragma unroll
-    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
-      const int r = tid / kChunks + kRowsPerPass * i;
-      const int t = j * kBlockN + r;
-      int32_t page = kNoPage;
-      if (t >= kv_begin && t < kv_end) page = table[t >> p.page_size_log2];
-      const bool valid = page >= 0;
-      const size_t off =
-          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) * kElemBytes + size_t(chunk) * 16
-                : 0;
-      const uint32_t at = kFp8 ? swz8(r, chunk) : swz(r, chunk);
-      cp_async_16(k_dst + at, k_pool + off, valid);
-      cp_async_16(v_dst + at, v_pool + off, valid);
-    }
+    load_kv_tile<kElemBytes, kThreads>(sK + stage * kTileBytes, sV + stage * kTileBytes, p.k_pool, p.v_pool,
+                                       kv, j, kv_begin, kv_end, tid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {

@@ -28,6 +28,7 @@
 // second barrier a tile and ~44 instructions a thread against the tile's ~460: the FP8 cache's point is
 // decode at long context, not prefill speed. Q 16 KB + 3 x (4 + 4) KB + 16 KB = 56 KB.
 #include "kernels/attention/kv_layout.h"
+#include "kernels/attention/paged_kv.cuh"
 #include "kernels/attention/prefill_params.h"
 #include "kernels/attention/sink_attention.h"
 #include "kernels/attention/warp_mma.cuh"
@@ -81,52 +82,21 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   const int j_first = kv_begin / kBlockN;
   const int j_last = (kv_end - 1) / kBlockN;
   const int n_tiles = j_last - j_first + 1;
-  const int32_t* table = p.page_table + (&p.seqs[tile.seq].table_begin[0])[p.table_kind];
+  const PagedKv kv =
+      PagedKv::of(p.seqs, tile.seq, p.page_table, p.table_kind, p.page_size_log2, p.num_kv_heads, kvh);
   const size_t tok0 = size_t(seq.q_start) + size_t(tile.q0);
-  const int hq = p.num_q_heads, hkv = p.num_kv_heads;
-  const int ps_mask = (1 << p.page_size_log2) - 1;
+  const int hq = p.num_q_heads;
   // K's scale multiplies every score of the CTA's KV head, V's its output (FP8 pools; 1 otherwise).
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? p.v_scale[kvh] : 1.0f;
-  const uint8_t* k_pool = static_cast<const uint8_t*>(p.k_pool);
-  const uint8_t* v_pool = static_cast<const uint8_t*>(p.v_pool);
 
   // Q tile: 128 rows x 8 chunks, 8 per thread; rows past the tile's tokens are zero.
-  {
-    const int chunk = tid & 7;
-#pragma unroll
-    for (int i = 0; i < kBlockM / 16; ++i) {
-      const int r = (tid >> 3) + 16 * i;
-      const bool valid = r < rows_valid;
-      const int tok = r / G;
-      const __nv_bfloat16* src =
-          valid ? p.q + ((tok0 + tok) * hq + kvh * G + (r - tok * G)) * kHeadDim + chunk * 8 : p.q;
-      cp_async_16(sQ + swz(r, chunk), src, valid);
-    }
-    cp_async_commit();
-  }
+  load_q_rows<kBlockM, kThreads>(sQ, p.q, tok0, hq, kvh * G, G, rows_valid, tid);
+  cp_async_commit();
 
-  // A tile's rows: 8 16-byte chunks (bf16) or 4 (e4m3) each; rows outside the range or in kNoPage pages
-  // zero-filled.
   auto load_kv = [&](int j, int stage) {
-    constexpr int kChunks = kHeadDim * kElemBytes / 16;
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int chunk = tid % kChunks;
-    const uint32_t k_dst = sK + stage * kTileBytes, v_dst = sV + stage * kTileBytes;
-#pragma unroll
-    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
-      const int r = tid / kChunks + kRowsPerPass * i;
-      const int t = j * kBlockN + r;
-      int32_t page = kNoPage;
-      if (t >= kv_begin && t < kv_end) page = table[t >> p.page_size_log2];
-      const bool valid = page >= 0;
-      const size_t off =
-          valid ? kv_offset(page, kvh, t & ps_mask, hkv, p.page_size_log2) * kElemBytes + size_t(chunk) * 16
-                : 0;
-      const uint32_t at = kFp8 ? swz8(r, chunk) : swz(r, chunk);
-      cp_async_16(k_dst + at, k_pool + off, valid);
-      cp_async_16(v_dst + at, v_pool + off, valid);
-    }
+    load_kv_tile<kElemBytes, kThreads>(sK + stage * kTileBytes, sV + stage * kTileBytes, p.k_pool, p.v_pool,
+                                       kv, j, kv_begin, kv_end, tid);
   };
 
 #pragma unroll

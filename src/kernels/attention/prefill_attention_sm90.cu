@@ -42,6 +42,7 @@
 #include <algorithm>
 
 #include "kernels/attention/kv_layout.h"
+#include "kernels/attention/paged_kv.cuh"
 #include "kernels/attention/prefill_params.h"
 #include "kernels/attention/warp_mma.cuh"
 #include "kernels/attention/warpgroup_mma.cuh"
@@ -148,7 +149,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       mbar_arrive_expect_tx(q_full, uint32_t(G * p.tokens_per_tile * kHeadDim * 2));
       tensor_copy_3d(smem, &qmap, 0, kvh * G, int(tok0), q_full);
     }
-    const int32_t* table = p.page_table + (&p.seqs[tile.seq].table_begin[0])[p.table_kind];
+    const PagedKv kv =
+        PagedKv::of(p.seqs, tile.seq, p.page_table, p.table_kind, p.page_size_log2, p.num_kv_heads, kvh);
     const int ps_log2 = p.page_size_log2;
     const int box_rows = min(1 << ps_log2, kBlockN);
     const int boxes = kBlockN / box_rows;  // <= 16: pages of >= 8 tokens
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     auto box_page = [&](int it) {
       const int t0 = (j_last - it) * kBlockN + lane * box_rows;
       if (it >= n_tiles || lane >= boxes || t0 + box_rows <= kv_begin || t0 >= kv_end) return int32_t(-1);
-      return table[t0 >> ps_log2];
+      return kv.table[t0 >> ps_log2];
     };
     int32_t page = box_page(0);
     for (int it = 0; it < n_tiles; ++it) {
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       }
       __syncwarp();
       if (page >= 0) {
-        const int row = ((page * p.num_kv_heads + kvh) << ps_log2) + (t0 & ((1 << ps_log2) - 1));
+        const int row = kv.row(page, t0);
         tensor_copy_2d(smem + Sh::kKOffset + st * kTileBytes + lane * box_bytes, &kmap, 0, row, &full_k[st]);
         tensor_copy_2d(smem + Sh::kVOffset + st * kTileBytes + lane * box_bytes, &vmap, 0, row, &full_v[st]);
       }
