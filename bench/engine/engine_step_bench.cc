@@ -1,7 +1,9 @@
 // Per-step CPU overhead of the engine with a backend that answers instantly: decode steps of N running
 // sequences of L tokens each (page 16, sliding window 128, prefix caching on). Two figures:
 //  - SchedulerStep: scheduler + block manager alone (plan the step, build the StepBatch, commit pages);
-//  - EngineStep: the whole Engine::step (plus inbox, stop checks, one event per sequence, metrics).
+//  - EngineStep: the whole Engine::step (plus inbox, stop checks, one event per sequence, metrics); with a
+//    third argument of 1 every request has the server's text decoder (o200k incremental detokenizer), as
+//    the OpenAI endpoints give it, and a stop string that never matches (the server's per-token checks).
 // Run: build/cpu/bench/engine/engine_bench --benchmark_filter='/512/8192'
 #include <benchmark/benchmark.h>
 
@@ -11,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/testing/fake_backend.h"
+#include "tokenizer/engine_text_decoder.h"
 
 namespace orchid::engine {
 namespace {
@@ -68,6 +71,8 @@ void BM_SchedulerStep(benchmark::State& state) {
 
 void BM_EngineStep(benchmark::State& state) {
   const int32_t seqs = int32_t(state.range(0)), len = int32_t(state.range(1));
+  const bool text = state.range(2) != 0;
+  const auto tok = text ? tokenizer::Tokenizer::builtin() : nullptr;
   testing::FakeBackendOptions o;
   o.simulate = false;
   o.vocab_size = kVocab;
@@ -86,6 +91,10 @@ void BM_EngineStep(benchmark::State& state) {
     r.sampling.temperature = 0;
     r.ignore_eos = true;
     r.max_tokens = -1;
+    if (text) {
+      r.decoder = std::make_unique<tokenizer::EngineTextDecoder>(tok);
+      r.stop_strings = {"<never in this text>"};
+    }
     streams.push_back(engine.submit(std::move(r)));
   }
   auto all_decoding = [&] {
@@ -113,8 +122,11 @@ BENCHMARK(BM_SchedulerStep)
     ->Iterations(kSteps)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_EngineStep)
-    ->Args({512, 8192})
-    ->Args({64, 8192})
+    ->Args({512, 8192, 0})
+    ->Args({64, 8192, 0})
+    ->Args({256, 1024, 0})
+    ->Args({256, 1024, 1})
+    ->Args({64, 1024, 1})
     ->Iterations(kSteps)
     ->Unit(benchmark::kMicrosecond);
 
