@@ -142,7 +142,10 @@ RemotePrefill::Instance* RemotePrefill::pick() {
   Instance* best = nullptr;
   for (const auto& in : instances_) {
     if (in->down_until_ms.load() > now) continue;
-    if (!best || in->outstanding.load() < best->outstanding.load()) best = in.get();
+    const auto load = [](const Instance* i) {
+      return std::make_pair(i->outstanding_tokens.load(), i->outstanding.load());
+    };
+    if (!best || load(in.get()) < load(best)) best = in.get();
   }
   return best;
 }
@@ -154,6 +157,7 @@ std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<i
   if (!in) return nullptr;  // every instance failed lately: compute here
   ++requests_;
   ++in->outstanding;
+  in->outstanding_tokens += int64_t(prompt.size());
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<const runtime::KvPages> kv;
   try {
@@ -191,6 +195,7 @@ std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<i
     kv = nullptr;
   }
   --in->outstanding;
+  in->outstanding_tokens -= int64_t(prompt.size());
   micros_ +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   return kv;

@@ -42,10 +42,10 @@ class RemotePrefill {
                 int32_t min_prompt_tokens = 2);
   ~RemotePrefill();
 
-  // The K/V of `prompt` from the least busy instance that answers, or null (the caller computes the prompt).
-  // `transport` ("" for bytes) asks for them in place; such pages end their lease at the prefill instance
-  // when the last reference to them goes (after the engine copied them, or dropped them). Any thread;
-  // blocks for the prefill.
+  // The K/V of `prompt` from the least busy instance (fewest prompt tokens in flight) that answers, or null
+  // (the caller computes the prompt). `transport` ("" for bytes) asks for them in place; such pages end their
+  // lease at the prefill instance when the last reference to them goes (after the engine copied them, or
+  // dropped them). Any thread; blocks for the prefill.
   std::shared_ptr<const runtime::KvPages> fetch(const std::vector<int32_t>& prompt,
                                                 const std::string& transport = {});
   RemotePrefillCounters counters() const;
@@ -56,9 +56,11 @@ class RemotePrefill {
   struct Instance {
     HttpUrl url;
     std::string name;
-    std::atomic<int64_t> outstanding{0};
-    std::atomic<int64_t> down_until_ms{0};  // skipped until then after a failure (steady clock)
+    std::atomic<int64_t> outstanding{0};         // prompts sent and not answered
+    std::atomic<int64_t> outstanding_tokens{0};  // their tokens: what the instance still has to compute
+    std::atomic<int64_t> down_until_ms{0};       // skipped until then after a failure (steady clock)
   };
+  // The instance with the fewest outstanding prompt tokens (then prompts) that has not failed lately.
   Instance* pick();
 
   std::vector<std::unique_ptr<Instance>> instances_;
