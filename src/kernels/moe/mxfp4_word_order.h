@@ -1,0 +1,65 @@
+// A storage order for the bits of each 32-bit word of MXFP4 expert blocks (8 e2m1 nibbles, element i at bits
+// 4i..4i+3) in which the tiled GEMM's bf16 placement costs 9 operations a word instead of 16 (not yet wired
+// into the kernels: docs/design.md, "MoE and GEMM kernels", says what it costs the streaming kernel and the
+// FP8 conversion).
+//
+// The placement of pair I (elements I and I + 4) into a bf16x2 (mxfp4_mma.cuh, e2m1_pair_place<I, 6>) needs
+// the pair's 8 bits at T = {6, 7, 8, 15, 22, 23, 24, 31}: magnitude (e1 e0 m) of the low element at 6..8, its
+// sign at 15, the high element's at 22..24 and 31. No order makes all four pairs a rotation and a mask (no
+// four translates of T tile 32 bits), but three can: pair 0 is stored at T, pair 1 at T + 4, pair 2 at
+// T + 10 (mod 32), and pair 3 in the 8 bits left, {4, 5, 13, 14, 20, 21, 29, 30}, which two rotations bring
+// to T. Decoding: R0 = w & T, R1 = rotr(w, 4) & T, R2 = rotr(w, 10) & T,
+// R3 = (rotl(w, 2) & 0x80c080c0) | (rotl(w, 10) & 0x01000100).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ORCHID_MXFP4_HD __host__ __device__ __forceinline__
+#else
+#define ORCHID_MXFP4_HD inline
+#endif
+
+namespace orchid::kernels::mxfp4_order {
+
+inline constexpr uint32_t kPairMask = 0x81c081c0u;  // T
+// Stored bit p holds the original word's bit kStoredFrom[p].
+inline constexpr int kStoredFrom[32] = {24, 25, 26, 23, 12, 13, 0,  1,  2,  27, 4,  5,  6,  15, 30, 3,
+                                        8,  9,  10, 7,  28, 29, 16, 17, 18, 11, 20, 21, 22, 31, 14, 19};
+
+// The stored form of an original word (a load-time repack: one pass over the expert blocks).
+ORCHID_MXFP4_HD uint32_t to_tiled_order(uint32_t w) {
+  uint32_t s = 0;
+  for (int p = 0; p < 32; ++p) s |= ((w >> kStoredFrom[p]) & 1u) << p;
+  return s;
+}
+
+// Its inverse (what a kernel that still wants the original nibbles would undo).
+ORCHID_MXFP4_HD uint32_t from_tiled_order(uint32_t s) {
+  uint32_t w = 0;
+  for (int p = 0; p < 32; ++p) w |= ((s >> p) & 1u) << kStoredFrom[p];
+  return w;
+}
+
+ORCHID_MXFP4_HD uint32_t rotr(uint32_t x, int n) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(x, x, n);
+#else
+  return (x >> n) | (x << ((32 - n) & 31));
+#endif
+}
+
+// Pair I of a stored word placed as bf16x2 (e2m1 * 2^-126 in each half, the sign at bit 15 / 31): equal to
+// e2m1_pair_place<I, 6>(from_tiled_order(s)).
+template <int I>
+ORCHID_MXFP4_HD uint32_t pair_to_bf16x2(uint32_t s) {
+  static_assert(I >= 0 && I < 4, "four pairs a word");
+  if constexpr (I == 0) return s & kPairMask;
+  if constexpr (I == 1) return rotr(s, 4) & kPairMask;
+  if constexpr (I == 2) return rotr(s, 10) & kPairMask;
+  return (rotr(s, 30) & 0x80c080c0u) | (rotr(s, 22) & 0x01000100u);  // rotl by 2 and by 10
+}
+
+}  // namespace orchid::kernels::mxfp4_order
+
+#undef ORCHID_MXFP4_HD
