@@ -17,8 +17,9 @@ struct ScheduledSeq {
   Sequence* seq = nullptr;
   int32_t num_tokens = 0;  // the drafts included
   bool sample = false;
-  int32_t num_draft = 0;   // the last num_draft tokens are seq->draft
-  bool import_kv = false;  // the engine writes seq->kv_import into its pages before the step
+  int32_t num_draft = 0;         // the last num_draft tokens are seq->draft
+  bool import_kv = false;        // the engine writes seq->kv_import into its pages before the step
+  bool first_admission = false;  // the request leaves the queue for the first time in this step
 };
 
 class BatchBuilder {

@@ -318,8 +318,11 @@ bool Engine::step_once() {
     update_metrics(t0, 0.0);
     return round_ && step_empty();
   }
-  for (const ScheduledSeq& entry : plan_)
+  for (const ScheduledSeq& entry : plan_) {
+    if (entry.first_admission)
+      step_queue_.push_back(std::chrono::duration<double>(t0 - entry.seq->arrival_time).count());
     if (entry.import_kv) import_kv(entry.seq);
+  }
   runtime::StepBatch& batch = scheduler_.batch();
   if (backend_proposer_)  // the head proposes for every sampled sequence; the scheduler decides what is used
     for (auto& s : batch.seqs) s.num_propose = s.sample ? backend_proposer_->num_propose() : 0;
@@ -543,6 +546,8 @@ void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds
   m.prompt_tokens_per_s = prompt_rate_.rate(now);
   m.generation_tokens_per_s = generation_rate_.rate(now);
   for (double v : step_ttft_) m.time_to_first_token.observe(v);
+  for (double v : step_queue_) m.queue_time.observe(v);
+  step_queue_.clear();
   for (double v : step_itl_) m.inter_token_latency.observe(v);
   step_prompt_tokens_ = step_generated_tokens_ = 0;
   step_ttft_.clear();

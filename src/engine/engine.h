@@ -156,6 +156,7 @@ class Engine final : public ServingEngine {
   int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0;
   int64_t kv_import_bytes_ = 0, kv_export_bytes_ = 0;
   int64_t kv_shared_exports_ = 0, kv_shared_imports_ = 0;
+  std::vector<double> step_queue_;      // this step's first admissions: seconds each waited
   std::array<double, 4> step_phase_{};  // this step's schedule / backend host / device wait / outputs seconds
 
   mutable std::mutex metrics_mu_;

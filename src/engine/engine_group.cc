@@ -84,6 +84,7 @@ EngineMetrics EngineGroup::metrics() const {
     sum.time_to_first_token.merge(m.time_to_first_token);
     sum.inter_token_latency.merge(m.inter_token_latency);
     sum.step_time.merge(m.step_time);
+    sum.queue_time.merge(m.queue_time);
     sum.step_schedule_seconds += m.step_schedule_seconds;
     sum.step_backend_host_seconds += m.step_backend_host_seconds;
     sum.step_device_wait_seconds += m.step_device_wait_seconds;

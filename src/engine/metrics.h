@@ -75,6 +75,7 @@ struct EngineMetrics {
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // Latencies, seconds.
   Histogram time_to_first_token = Histogram::latency_seconds();
+  Histogram queue_time = Histogram::latency_seconds();  // arrival to first admission (vLLM's queue time)
   Histogram inter_token_latency = Histogram::latency_seconds();
   Histogram step_time = Histogram::latency_seconds();
 

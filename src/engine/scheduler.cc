@@ -171,12 +171,13 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
       counters_.prefix_query_tokens += s->prompt_len;
       counters_.prefix_hit_tokens += hit;
     }
+    const bool first = !s->admitted_once;
     s->admitted_once = true;
     waiting_.pop_front();
     s->state = SeqState::kRunning;
     insert_running(s);
     s->plan_slot = int32_t(plan.size());
-    plan.push_back({s, n, hit + n == len, 0, importing});
+    plan.push_back({s, n, hit + n == len, 0, importing, first});
     budget -= n;
   }
 

@@ -150,6 +150,8 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
   w.histogram("orchid_inter_token_latency_seconds", "time between consecutive generated tokens",
               e->inter_token_latency);
   w.histogram("orchid_step_time_seconds", "duration of one engine step", e->step_time);
+  w.histogram("orchid_request_queue_time_seconds",
+              "time a request waited in the engine's queue before it was first scheduled", e->queue_time);
   w.counter("orchid_step_schedule_seconds_total",
             "steps' time planning (plan, K/V imports, mask jobs started)", e->step_schedule_seconds);
   w.counter("orchid_step_backend_host_seconds_total",

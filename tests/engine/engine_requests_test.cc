@@ -246,6 +246,8 @@ TEST(Engine, MetricsAddUp) {
   EXPECT_EQ(m.requests_finished, 10);
   EXPECT_EQ(m.requests_submitted, 10);
   EXPECT_EQ(m.time_to_first_token.count(), 10u);
+  EXPECT_EQ(m.queue_time.count(), 10u);  // each request left the queue once
+  EXPECT_LE(m.queue_time.sum(), m.time_to_first_token.sum());
   EXPECT_EQ(m.inter_token_latency.count(), uint64_t(generated - 10));
   EXPECT_EQ(int64_t(m.step_time.count()), m.steps);
   EXPECT_GT(m.generation_tokens_per_s, 0.0);

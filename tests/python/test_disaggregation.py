@@ -45,6 +45,9 @@ def test_outputs_equal_one_server(plain, pair):
     assert d["orchid_kv_shared_imports_total"] > 0
     assert p["orchid_kv_shared_exports_total"] == d["orchid_remote_prefill_shared_total"]
     assert p["orchid_kv_share_leases"] == 0
+    # Queueing at each stage: every prompt waited in the prefill instance's queue and in the decode one's.
+    assert p["orchid_request_queue_time_seconds_count"] >= d["orchid_remote_prefill_shared_total"]
+    assert d["orchid_request_queue_time_seconds_count"] >= len(requests())
     assert d["orchid_remote_prefill_requests_total"] >= len(requests())
     assert d["orchid_remote_prefill_failures_total"] == 0
     assert d["orchid_kv_imported_tokens_total"] > 0
