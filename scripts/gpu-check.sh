@@ -104,6 +104,8 @@ tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
 check structured-outputs-20b tools/gpu/structured_outputs_gpu.sh "$bin"
 # A prefill and a decode instance sharing the GPU against one instance (greedy, up to BF16 ties).
 check disaggregation-tiny python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model models/orchid-tiny
+check disaggregation-golden python3 tools/gpu/disaggregation_check.py --orchid "$bin" \
+  --model tests/golden/tiny/checkpoint
 check disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model synthetic:20b
 # The pair (K/V over CUDA IPC) against one instance at the same total memory, under orchid bench serve.
 bench disagg-bench-20b env ORCHID_LOG_DIR="$logs/disagg-bench" scripts/gpu-disagg-bench.sh synthetic:20b

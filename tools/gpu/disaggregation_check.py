@@ -45,7 +45,10 @@ def main():
     os.environ["ORCHID_BIN"] = a.orchid
     common = [a.model, "--backend", a.backend, "--served-model-name", "m", "--max-model-len", "4096",
               "--gpu-memory-utilization", "0.3"]
-    prompts = [[(97 * i + 13 * j) % 50000 + 10 for j in range(n)] for i, n in enumerate([7, 100, 513, 2000])]
+    vocab = 50000  # token ids of the prompts: inside any gpt-oss vocabulary, or a checkpoint's own
+    if os.path.isdir(a.model):
+        vocab = min(vocab, json.load(open(os.path.join(a.model, "config.json")))["vocab_size"])
+    prompts = [[(97 * i + 13 * j) % (vocab - 10) + 10 for j in range(n)] for i, n in enumerate([7, 100, 513, 2000])]
     ok = True
     want = []
     for p in prompts:  # the pair's two steps: len(p) - 1 prompt tokens, then the last one
