@@ -289,6 +289,9 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
         double(ws_.capacity()) / (1 << 30), double(kv_.size()) / (1 << 30),
         kv_cache_dtype_name(opts_.kv_cache_dtype), spec_.num_full_pages,
         int64_t(spec_.num_full_pages) * opts_.page_size, spec_.num_sliding_pages);
+    if (kv_fp8() && opts_.hopper_prefill_attention)
+      spdlog::info(
+          "FP8 KV cache: prefill attention on the mma.sync kernel (the Hopper kernel reads BF16 pages)");
     if (opts_.precise_routing)
       spdlog::info("precise routing: router inputs at fp32 accuracy{} (--bf16-routing turns it off)",
                    precise_layer_ >= 0 ? ", layer 0's attention in fp32" : "");
