@@ -22,26 +22,12 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then model=$1; shift; fi
 workloads=${ORCHID_DISAGG_WORKLOADS:-"1:8192:128 16:4096:256 64:1024:256"}
 [ -x "$bin" ] || { echo "missing $bin: build the cuda preset first" >&2; exit 2; }
 
-pids=()
-trap 'for p in "${pids[@]}"; do kill -TERM $p 2>/dev/null; done; wait 2>/dev/null' EXIT
-port=""
-start() {  # start NAME FLAGS...: serves, waits for /health, sets $port
+source scripts/lib/orchid-serve.sh
+trap stop_orchids EXIT
+start() {  # start NAME FLAGS...: an instance of $model on the backend asked for
   local name=$1
   shift
-  "$bin" serve "$model" --port 0 --backend "${ORCHID_DISAGG_BACKEND:-cuda}" --max-connections-per-client 0 "$@" \
-    >"$out/$name.out" \
-    2>"$out/$name.log" &
-  local pid=$!
-  pids+=($pid)
-  port=""
-  for _ in $(seq 1 900); do
-    port=$(grep -Eo 'listening on http://[^:]+:[0-9]+' "$out/$name.log" | grep -Eo '[0-9]+$' | head -1)
-    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 $pid 2>/dev/null || { echo "$name exited:"; tail -20 "$out/$name.log"; exit 1; }
-    sleep 0.5
-  done
-  echo "$name did not come up"
-  exit 1
+  start_orchid "$name" "$model" --port 0 --backend "${ORCHID_DISAGG_BACKEND:-cuda}" --max-connections-per-client 0 "$@"
 }
 status=0
 rows=()
@@ -75,9 +61,7 @@ decode_port=$port
 run_workloads pair "$decode_port"
 curl -sf "http://127.0.0.1:$decode_port/metrics" >"$out/decode.metrics"
 curl -sf "http://127.0.0.1:$prefill_port/metrics" >"$out/prefill.metrics"
-for p in "${pids[@]}"; do kill -TERM $p 2>/dev/null; done
-wait 2>/dev/null
-pids=()
+stop_orchids
 start single --gpu-memory-utilization 0.9 "$@"
 run_workloads single "$port"
 

@@ -22,19 +22,10 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then model=$1; shift; fi
 workloads=${ORCHID_SERVE_WORKLOADS:-"1:128:1024 64:128:1024 256:128:1024 256:1024:256"}
 [ -x "$bin" ] || { echo "missing $bin: build the cuda preset first" >&2; exit 2; }
 
+source scripts/lib/orchid-serve.sh
+trap stop_orchids EXIT
 # One client opens every connection of a wave: no per-client cap.
-"$bin" serve "$model" --port 0 --backend "${ORCHID_SERVE_BACKEND:-cuda}" --max-connections-per-client 0 "$@" \
-  >"$out/server.out" 2>"$out/server.log" &
-server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
-port=""
-for _ in $(seq 1 600); do
-  port=$(grep -Eo 'listening on http://[^:]+:[0-9]+' "$out/server.log" | grep -Eo '[0-9]+$' | head -1)
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  kill -0 $server 2>/dev/null || { echo "orchid serve exited:"; tail -20 "$out/server.log"; exit 1; }
-  sleep 0.5
-done
-[ -n "$port" ] || { echo "orchid serve did not come up"; tail -20 "$out/server.log"; exit 1; }
+start_orchid server "$model" --port 0 --backend "${ORCHID_SERVE_BACKEND:-cuda}" --max-connections-per-client 0 "$@"
 grep -E "GPU memory|weights" "$out/server.log" | head -3
 status=0
 rows=()
