@@ -92,6 +92,18 @@ std::shared_ptr<const runtime::KvPages> prefill(Engine& e, const Req& r, const s
   return ev.kv;
 }
 
+// Submitting `r` with `kv` handed over is refused with an error that names `message`.
+void expect_refused(Engine& e, const Req& r, runtime::KvPages kv, const std::string& message) {
+  RequestSpec spec = r.spec();
+  spec.kv_import = std::make_shared<runtime::KvPages>(std::move(kv));
+  try {
+    e.submit(std::move(spec));
+    ADD_FAILURE() << "accepted: " << message;
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(message), std::string::npos) << err.what();
+  }
+}
+
 TEST(KvHandoff, DecodeFromHandedOverPagesEqualsOneEngine) {
   const std::vector<Req> reqs = requests();
   Engine single(cpu_backend(64, 64), config());
@@ -154,14 +166,7 @@ TEST(KvHandoff, PagesThatDoNotFitAreRefusedAtSubmission) {
   ASSERT_TRUE(kv);
 
   auto refused = [&](runtime::KvPages bad, const std::string& message) {
-    RequestSpec spec = r.spec();
-    spec.kv_import = std::make_shared<runtime::KvPages>(std::move(bad));
-    try {
-      decode_side.submit(std::move(spec));
-      ADD_FAILURE() << "accepted: " << message;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
+    expect_refused(decode_side, r, std::move(bad), message);
   };
   runtime::KvPages other = *kv;
   other.layout = "cuda bf16";
@@ -257,14 +262,7 @@ TEST(KvHandoff, AFullExportBufferGivesBytesAndAnUnmappableShareIsRefused) {
   auto refused = [&](const runtime::KvShare& share, const std::string& message) {
     runtime::KvPages bad = *shared;
     bad.share = std::make_shared<runtime::KvShare>(share);
-    RequestSpec spec = r.spec();
-    spec.kv_import = std::make_shared<runtime::KvPages>(std::move(bad));
-    try {
-      decode_side.submit(std::move(spec));
-      ADD_FAILURE() << "accepted: " << message;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
+    expect_refused(decode_side, r, std::move(bad), message);
   };
   runtime::KvShare gone = *shared->share;
   gone.ranks[0].region = "/orchid-kv-1-999999";
