@@ -117,14 +117,17 @@ struct StepOutput {
 // One sequence's K/V as handed from one instance to another (prefill/decode disaggregation): the contents
 // of its logical pages 0 .. ceil(num_tokens / page_size) - 1 of the full-attention pool, and of the sliding
 // pool from logical page first_sliding_page on (what its window still needs), in the backend's own layout.
-// `layout` names that layout (backend, dtype, layer and head counts, page size, rank); a backend refuses
-// pages of another layout.
+// `layout` names that layout (backend, dtype, layer and head counts, page size); a backend refuses pages of
+// another layout. The bytes come in `ranks` parts, one per tensor-parallel rank of the sender in rank order
+// (each its consecutive share of the KV heads); a receiver with another rank count regroups them
+// (runtime/kv_reshard.h).
 struct KvPages {
   std::string layout;
   int32_t num_tokens = 0;       // positions whose K/V are valid
   std::vector<int32_t> tokens;  // their token ids (a receiver takes only the prefix its prompt shares)
   int32_t first_sliding_page = 0;
   int32_t num_full_pages = 0, num_sliding_pages = 0;
+  int32_t ranks = 1;
   std::vector<uint8_t> full, sliding;
   // Handed over in place (runtime/kv_share.h): the bytes lie in the exporter's buffer, not in full/sliding.
   std::shared_ptr<const KvShare> share;

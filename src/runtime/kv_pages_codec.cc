@@ -8,7 +8,9 @@ namespace orchid::runtime {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b56504f;  // "OPVK" little-endian: orchid pages of K/V
-constexpr uint32_t kVersion = 2;         // 2: a share section after the page bytes (1 is still read)
+// 2: a share section after the page bytes; 3: the sender's rank count after the page counts (1 and 2 are
+// still read, as one rank).
+constexpr uint32_t kVersion = 3;
 constexpr uint64_t kMaxSection = uint64_t(1) << 40;
 
 template <typename T>
@@ -54,6 +56,7 @@ std::string encode_kv_pages(const KvPages& kv) {
   put(out, kv.first_sliding_page);
   put(out, kv.num_full_pages);
   put(out, kv.num_sliding_pages);
+  put(out, kv.ranks);
   put_bytes(out, kv.tokens.data(), kv.tokens.size() * sizeof(int32_t));
   put_bytes(out, kv.full.data(), kv.full.size());
   put_bytes(out, kv.sliding.data(), kv.sliding.size());
@@ -78,14 +81,16 @@ KvPages decode_kv_pages(std::string_view bytes) {
   Reader r{bytes};
   if (r.get<uint32_t>() != kMagic) fail("K/V pages: not an orchid K/V body");
   const uint32_t version = r.get<uint32_t>();
-  if (version != 1 && version != kVersion)
-    fail("K/V pages: version {}, this build reads 1 and {}", version, kVersion);
+  if (version < 1 || version > kVersion)
+    fail("K/V pages: version {}, this build reads 1 to {}", version, kVersion);
   KvPages kv;
   kv.layout = std::string(r.bytes());
   kv.num_tokens = r.get<int32_t>();
   kv.first_sliding_page = r.get<int32_t>();
   kv.num_full_pages = r.get<int32_t>();
   kv.num_sliding_pages = r.get<int32_t>();
+  kv.ranks = version >= 3 ? r.get<int32_t>() : 1;
+  if (kv.ranks < 1 || kv.ranks > 4096) fail("K/V pages: {} ranks", kv.ranks);
   if (kv.num_tokens < 0 || kv.first_sliding_page < 0 || kv.num_full_pages < 0 || kv.num_sliding_pages < 0)
     fail("K/V pages: negative counts");
   const std::string_view tokens = r.bytes();

@@ -28,8 +28,10 @@ std::string checkpoint() {
 
 std::shared_ptr<runtime::Backend> cpu_backend(int32_t full_pages, int32_t sliding_pages,
                                               const std::string& model = checkpoint(),
-                                              uint64_t share_bytes = 0, int64_t share_timeout_ms = 60000) {
+                                              uint64_t share_bytes = 0, int64_t share_timeout_ms = 60000,
+                                              int tp = 1) {
   runtime::cpu::CpuBackendOptions o;
+  o.parallel = {tp, 1, tp};
   o.page_size = 4;
   o.num_full_pages = full_pages;
   o.num_sliding_pages = sliding_pages;
@@ -277,6 +279,37 @@ TEST(KvHandoff, AFullExportBufferGivesBytesAndAnUnmappableShareIsRefused) {
   foreign.ranks[0].region = "/etc-passwd";
   refused(foreign, "not an orchid export object");
   EXPECT_EQ(decode_side.metrics().requests_submitted, 0);
+}
+
+// A prefill instance and a decode instance of other tensor-parallel splits (the golden tiny model's 2 KV
+// heads over 1 or 2 ranks): the pages are regrouped by KV head on the way in, as bytes or in place, and the
+// decode side draws what it draws computing the prompts itself (the same split on both sides of that
+// comparison: TP changes the order of the O projection's sums, not the K/V of a head).
+TEST(KvHandoff, AcrossTensorParallelSplits) {
+  const std::vector<Req> reqs = requests();
+  for (auto [from, to] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    for (bool shared : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "TP" << from << " -> TP" << to << (shared ? " in place" : " as bytes"));
+      Engine prefill_side(cpu_backend(64, 64, checkpoint(), shared ? 1 << 20 : 0, 60000, from), config());
+      Engine decode_side(cpu_backend(64, 64, checkpoint(), 0, 60000, to), config());
+      Engine single(cpu_backend(64, 64, checkpoint(), 0, 60000, to), config());
+      std::vector<uint64_t> leases;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        if (reqs[i].prompt.size() < 2) continue;  // nothing to hand over
+        RequestSpec spec = reqs[i].spec();
+        spec.kv_import = prefill(prefill_side, reqs[i], shared ? "shm" : "");
+        ASSERT_EQ(spec.kv_import->ranks, from);
+        ASSERT_EQ(bool(spec.kv_import->share), shared);
+        if (shared) leases.push_back(spec.kv_import->share->lease);
+        const RequestEvent got = run_one(decode_side, std::move(spec));
+        EXPECT_EQ(got.usage.imported_tokens, int32_t(reqs[i].prompt.size()) - 1) << i;
+        const RequestEvent want = run_one(single, reqs[i].spec());
+        EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
+      }
+      for (uint64_t lease : leases) EXPECT_TRUE(prefill_side.release_kv_share(lease));
+    }
+  }
 }
 
 }  // namespace

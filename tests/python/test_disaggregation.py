@@ -129,6 +129,24 @@ def test_decode_without_its_prefill_instance_computes_prompts_itself(plain):
         assert m["orchid_kv_full_pages_used"] == 0
 
 
+@pytest.mark.parametrize("transfer", ["auto", "host"])
+def test_prefill_and_decode_of_other_tensor_parallel_splits(transfer):
+    """A TP1 prefill instance feeding a TP2 decode instance (the seed picks each side's split apart): the K/V
+    are regrouped by KV head, and greedy outputs equal a TP2 instance's own."""
+    greedy = [(kind, kw) for kind, kw in requests() if kw.get("temperature") == 0]
+    with OrchidServer(*MODEL, "--tp", "2") as single, \
+            OrchidServer(*MODEL, "--role", "prefill") as prefill, \
+            OrchidServer(*MODEL, "--role", "decode", "--tp", "2", "--prefill-url", prefill.base_url,
+                         "--kv-transfer", transfer) as decode:
+        want_client, got_client = openai_client(single), openai_client(decode)
+        for kind, kw in greedy:
+            assert run(got_client, kind, kw) == run(want_client, kind, kw), (kind, kw)
+        d = decode.wait_idle()
+        assert d["orchid_remote_prefill_failures_total"] == 0 and d["orchid_kv_imported_tokens_total"] > 0
+        assert (d["orchid_kv_shared_imports_total"] > 0) == (transfer == "auto")
+        assert prefill.wait_idle()["orchid_kv_share_leases"] == 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--role", "decode"], "needs at least one prefill instance"),
     (["--role", "decode", "--prefill-url", "https://x:1"], "https is not supported"),

@@ -124,5 +124,44 @@ TEST(CudaKvHandoff, Fp8CacheAgainstBf16) {
   EXPECT_LT(rel, 0.1);  // and still the same model
 }
 
+// Pages of a TP1 instance written into a TP2 one (both ranks on this GPU, in-process collectives): regrouped
+// by KV head (runtime/kv_reshard.h), the next step's logits are those of the TP2 instance computing the
+// prompt itself, up to the BF16 noise of TP's other summation order.
+TEST(CudaKvHandoff, PagesOfAnotherTensorParallelSplit) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  CudaBackendOptions tp2 = small_options();
+  tp2.parallel = {2, 1, 2};
+  tp2.share_device = true;
+  CudaBackend a("synthetic:tiny", small_options()), b("synthetic:tiny", tp2), c("synthetic:tiny", tp2);
+  EXPECT_EQ(a.kv_layout(), b.kv_layout());
+  const KvCacheSpec spec = a.kv_spec();
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 45; ++t) prompt.push_back((t * 7919 + 11) % 5000);
+  a.forward(sequence_step(spec, prompt, 0, 0));
+  c.forward(sequence_step(c.kv_spec(), prompt, 0, 0));
+  const int32_t pages = (45 + spec.page_size - 1) / spec.page_size;
+  std::vector<int32_t> ids;
+  for (int32_t p = 0; p < pages; ++p) ids.push_back(p);
+  const KvPages kv = a.read_kv(ids, ids, 0, 45);
+  EXPECT_EQ(kv.ranks, 1);
+  b.write_kv(kv, ids, ids);
+  const StepOutput got = b.forward(sequence_step(b.kv_spec(), {123}, 45, 0));
+  const StepOutput want = c.forward(sequence_step(c.kv_spec(), {123}, 45, 0));
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.logits.size(); ++i) {
+    num += (double(got.logits[i]) - want.logits[i]) * (double(got.logits[i]) - want.logits[i]);
+    den += double(want.logits[i]) * want.logits[i];
+  }
+  std::printf("  TP1 pages in a TP2 instance: next-step logits rel. L2 %.3e against its own prefill\n",
+              std::sqrt(num / den));
+  EXPECT_LT(std::sqrt(num / den), 2e-2);
+  EXPECT_EQ(got.samples[0].token, want.samples[0].token);
+  // And back: the TP2 instance's pages (two parts) into the TP1 one.
+  const KvPages back = c.read_kv(ids, ids, 0, 45);
+  EXPECT_EQ(back.ranks, 2);
+  EXPECT_NO_THROW(a.write_kv(back, ids, ids));
+}
+
 }  // namespace
 }  // namespace orchid::runtime::cuda

@@ -21,6 +21,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "runtime/cpu/cpu_blocks.h"
+#include "runtime/kv_reshard.h"
 #include "runtime/rank_threads.h"
 #include "runtime/sampler.h"
 
@@ -396,10 +397,10 @@ std::string CpuBackend::kv_layout() const {
   const auto& c = group_->model.config;
   // The model's shape too (not its weights): K/V of another model of the same attention shape is refused.
   return fmt::format(
-      "cpu fp32: {} layers ({} sliding), {} KV heads x {}, page {}, {} ranks; hidden {}, {} experts, "
+      "cpu fp32: {} layers ({} sliding), {} KV heads x {}, page {}; hidden {}, {} experts, "
       "vocabulary {}{}",
-      c.num_layers, c.num_sliding_layers(), c.num_kv_heads, c.head_dim, spec_.page_size, ranks_.size(),
-      c.hidden_size, c.num_experts, c.vocab_size,
+      c.num_layers, c.num_sliding_layers(), c.num_kv_heads, c.head_dim, spec_.page_size, c.hidden_size,
+      c.num_experts, c.vocab_size,
       // The values' precision (the bytes are fp32 either way): bf16 keeps the string it always had.
       kv_dtype_ == KvCacheDtype::kBf16 ? std::string()
                                        : fmt::format(", kv {}", kv_cache_dtype_name(kv_dtype_)));
@@ -412,6 +413,7 @@ KvPages CpuBackend::read_kv(std::span<const int32_t> full_pages, std::span<const
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
   KvPages kv =
       kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
+  kv.ranks = int32_t(ranks_.size());
   const auto& c = group_->model.config;
   for (const auto& r : ranks_) {
     const size_t bytes = size_t(r->cfg.kv_dim()) * size_t(spec_.page_size) * sizeof(float);
@@ -436,15 +438,24 @@ void CpuBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages
                           std::span<const int32_t> sliding_pages) {
   ORCHID_CHECK(supports_kv_handoff(), "K/V handoff across processes");
   check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
-  if (!kv.share) return write_pages(kv.full, kv.sliding, full_pages, sliding_pages);
-  const KvShareRank& at = shared_range(*kv.share);
-  const uint8_t* base = nullptr;
-  {
+  std::span<const uint8_t> full = kv.full, sliding = kv.sliding;
+  if (kv.share) {
+    const KvShareRank& at = shared_range(*kv.share);
     std::lock_guard<std::mutex> lock(share_mu_);
-    base = peers_.at(at.region).data() + at.offset;
+    const uint8_t* base = peers_.at(at.region).data() + at.offset;
+    full = {base, size_t(at.full_bytes)};
+    sliding = {base + at.full_bytes, size_t(at.sliding_bytes)};
   }
-  write_pages({base, size_t(at.full_bytes)}, {base + at.full_bytes, size_t(at.sliding_bytes)}, full_pages,
-              sliding_pages);
+  if (kv.ranks == int32_t(ranks_.size())) return write_pages(full, sliding, full_pages, sliding_pages);
+  // Another tensor-parallel split: each page's slots hold [heads][head_dim] fp32 per rank (kv_row).
+  const auto& c = group_->model.config;
+  const std::vector<size_t> full_heads(size_t(c.num_layers - c.num_sliding_layers()), size_t(c.head_dim) * 4),
+      sliding_heads(size_t(c.num_sliding_layers()), size_t(c.head_dim) * 4);
+  const int from = kv.ranks, to = int(ranks_.size()), heads = int(c.num_kv_heads);
+  write_pages(
+      reshard_kv(full, from, to, heads, int64_t(full_pages.size()), spec_.page_size, full_heads),
+      reshard_kv(sliding, from, to, heads, int64_t(sliding_pages.size()), spec_.page_size, sliding_heads),
+      full_pages, sliding_pages);
 }
 
 void CpuBackend::write_pages(std::span<const uint8_t> full_bytes, std::span<const uint8_t> sliding_bytes,

@@ -16,6 +16,7 @@
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/kv_memory_plan.h"
+#include "runtime/kv_reshard.h"
 #include "runtime/rank_threads.h"
 
 namespace orchid::runtime::cuda {
@@ -183,13 +184,25 @@ int32_t CudaBackend::max_proposals() const {
 }
 
 std::string CudaBackend::kv_layout() const {
-  return fmt::format("{}, {} ranks ({})", ranks_[0]->kv_layout(), ranks_.size(), plan_.config.describe());
+  return ranks_[0]->kv_layout();
+}
+
+std::vector<size_t> CudaBackend::head_block_bytes(bool sliding) const {
+  // A page of one layer on a rank is [its KV heads][page_size][64] (kv_layout.h): one head's block is the
+  // page's bytes over the rank's heads (the precise layer's fp32 pages twice a BF16 one's).
+  const int64_t local_heads = config_.num_kv_heads / int64_t(ranks_.size());
+  std::vector<size_t> out;
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    if (config_.is_sliding(l) == sliding)
+      out.push_back(ranks_[0]->kv_page_bytes(l, spec_.page_size) / size_t(local_heads));
+  return out;
 }
 
 KvPages CudaBackend::read_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
                              int32_t first_sliding_page, int32_t num_tokens) {
   KvPages kv =
       kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
+  kv.ranks = int32_t(ranks_.size());
   for (auto& r : ranks_) r->read_pages(full_pages, sliding_pages, kv.full, kv.sliding);
   return kv;
 }
@@ -197,6 +210,15 @@ KvPages CudaBackend::read_kv(std::span<const int32_t> full_pages, std::span<cons
 void CudaBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_pages,
                            std::span<const int32_t> sliding_pages) {
   check_kv_pages_fit(kv, kv_layout(), full_pages.size(), sliding_pages.size());
+  if (kv.ranks != int32_t(ranks_.size()) && !kv.share) {  // another tensor-parallel split: regrouped by head
+    KvPages mine = kv;
+    mine.ranks = int32_t(ranks_.size());
+    const int from = kv.ranks, to = int(ranks_.size()), heads = int(config_.num_kv_heads);
+    mine.full = reshard_kv(kv.full, from, to, heads, int64_t(full_pages.size()), 1, head_block_bytes(false));
+    mine.sliding =
+        reshard_kv(kv.sliding, from, to, heads, int64_t(sliding_pages.size()), 1, head_block_bytes(true));
+    return write_kv(mine, full_pages, sliding_pages);
+  }
   if (kv.share) {
     if (kv.share->transport != "cuda_ipc" || kv.share->ranks.size() != ranks_.size())
       fail("K/V shared over {} by {} ranks; this instance takes cuda_ipc from {}", kv.share->transport,
@@ -221,6 +243,7 @@ std::optional<KvPages> CudaBackend::share_kv(std::span<const int32_t> full_pages
   if (!lease) return std::nullopt;  // the buffer is full: the pages go as bytes
   KvPages kv =
       kv_pages_for(kv_layout(), full_pages.size(), sliding_pages.size(), first_sliding_page, num_tokens);
+  kv.ranks = int32_t(ranks_.size());
   auto share = std::make_shared<KvShare>();
   share->transport = "cuda_ipc";
   share->lease = lease->id;
@@ -243,8 +266,9 @@ std::optional<KvPages> CudaBackend::share_kv(std::span<const int32_t> full_pages
 void CudaBackend::open_kv_share(const KvShare& share) {
   if (share.transport != "cuda_ipc")
     fail("K/V shared over {}; this instance takes cuda_ipc", share.transport);
-  if (share.ranks.size() != ranks_.size())
-    fail("K/V shared by {} ranks; this instance has {}", share.ranks.size(), ranks_.size());
+  if (share.ranks.size() != ranks_.size())  // each rank maps its peer rank's buffer: same split only
+    fail("K/V shared in place by {} ranks; this instance has {} (other splits take the bytes)",
+         share.ranks.size(), ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->open_peer(share.ranks[r].region);
 }
 

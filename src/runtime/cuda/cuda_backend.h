@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
 
  private:
   void validate(const StepBatch& b) const;
+  // Bytes of one KV head's block in a page of each layer of a pool's kind, in layer order (kv_reshard.h).
+  std::vector<size_t> head_block_bytes(bool sliding) const;
   // Runs fn on every rank (its own thread when there are several); rethrows the first rank's own error
   // after aborting the collectives the others may be waiting in.
   void on_ranks(const std::function<void(CudaRank&)>& fn);

@@ -299,7 +299,7 @@ void CudaRank::allocate_kv(const KvCacheSpec& spec) {
 }
 
 std::string CudaRank::kv_layout() const {
-  const auto& c = local_;
+  const auto& c = config_;  // the whole model's heads: the rank split travels as KvPages::ranks
   return fmt::format(
       "cuda {} (layer {} fp32): {} layers ({} sliding), {} KV heads x 64, page {}; hidden {}, {} "
       "experts, vocabulary {}",
