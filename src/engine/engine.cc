@@ -154,6 +154,7 @@ std::shared_ptr<RequestStream> Engine::submit(RequestSpec spec) {
     seq->constraint = std::move(spec.constraint);
     seq->kv_export = spec.kv_export;
     seq->kv_share = std::move(spec.kv_share);
+    seq->kv_share_ranks = spec.kv_share_ranks;
     if (import_len > 0) {
       seq->kv_import = std::move(spec.kv_import);
       seq->import_len = import_len;
@@ -274,7 +275,7 @@ void Engine::finish(Sequence* s, FinishReason reason, RequestEvent ev) {
       const std::vector<int32_t> sliding(p.sliding.begin() + p.sliding_begin, p.sliding.end());
       std::optional<runtime::KvPages> shared;
       if (!s->kv_share.empty() && s->kv_share == backend_->kv_share_transport())
-        shared = backend_->share_kv(p.full, sliding, p.sliding_begin, s->num_computed);
+        shared = backend_->share_kv(p.full, sliding, p.sliding_begin, s->num_computed, s->kv_share_ranks);
       if (shared) ++kv_shared_exports_;
       auto kv = std::make_shared<runtime::KvPages>(
           shared ? std::move(*shared) : backend_->read_kv(p.full, sliding, p.sliding_begin, s->num_computed));

@@ -77,6 +77,7 @@ class Engine final : public ServingEngine {
   int64_t outstanding() const override { return outstanding_.load(); }
   int32_t vocab_size() const override { return vocab_size_; }
   std::string kv_share_transport() const override { return backend_->kv_share_transport(); }
+  int32_t kv_ranks() const override { return backend_->kv_ranks(); }
   bool release_kv_share(uint64_t lease) override { return backend_->release_kv_share(lease); }
   void open_kv_share(const runtime::KvShare& share) override;
   const runtime::KvCacheSpec& kv_spec() const { return blocks_.spec(); }

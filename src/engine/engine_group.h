@@ -32,6 +32,7 @@ class EngineGroup final : public ServingEngine {
   int64_t outstanding() const override;
   int32_t vocab_size() const override { return engines_[0]->vocab_size(); }
   std::string kv_share_transport() const override { return engines_[0]->kv_share_transport(); }
+  int32_t kv_ranks() const override { return engines_[0]->kv_ranks(); }
   // Lease ids are unique in the process: the engine that exported it takes it.
   bool release_kv_share(uint64_t lease) override {
     for (const auto& e : engines_)

@@ -38,6 +38,8 @@ struct RequestSpec {
   // lease would expire before admission.
   bool kv_export = false;
   std::string kv_share;
+  int32_t kv_share_ranks =
+      0;  // the receiver's tensor-parallel ranks (0: unknown): some transports need equal
   std::shared_ptr<const runtime::KvPages> kv_import;
 };
 

@@ -39,6 +39,7 @@ struct Sequence {
   std::unique_ptr<TokenConstraint> constraint;        // structured outputs; null: any token
   bool kv_export = false;                             // RequestSpec::kv_export
   std::string kv_share;                               // RequestSpec::kv_share
+  int32_t kv_share_ranks = 0;                         // RequestSpec::kv_share_ranks
   std::shared_ptr<const runtime::KvPages> kv_import;  // until written into the pages at admission
   int32_t import_len = 0;                             // the leading positions kv_import covers here
   std::string constraint_error;                       // the constraint failed this step: the request ends

@@ -30,6 +30,7 @@ class ServingEngine {
   // K/V handed over in place (runtime/kv_share.h): the transport this engine's backend takes ("" none),
   // and the end of a lease it exported (any thread; false when unknown).
   virtual std::string kv_share_transport() const { return {}; }
+  virtual int32_t kv_ranks() const { return 1; }  // the tensor-parallel parts of its K/V (KvPages::ranks)
   virtual bool release_kv_share(uint64_t /*lease*/) { return false; }
   // Maps what a share names (any thread); throws orchid::Error when this engine cannot take it.
   virtual void open_kv_share(const runtime::KvShare& share) {

@@ -38,7 +38,7 @@ void Backend::write_kv(const KvPages&, std::span<const int32_t>, std::span<const
   fail("the {} backend cannot take K/V handed over", name());
 }
 
-std::optional<KvPages> Backend::share_kv(std::span<const int32_t>, std::span<const int32_t>, int32_t,
+std::optional<KvPages> Backend::share_kv(std::span<const int32_t>, std::span<const int32_t>, int32_t, int32_t,
                                          int32_t) {
   return std::nullopt;
 }

@@ -181,13 +181,15 @@ class Backend {
                         std::span<const int32_t> sliding_pages);
   // K/V handed over in place on one machine (runtime/kv_share.h). The transport this backend exports and
   // imports ("cuda_ipc", "shm"), or "" for none. share_kv is read_kv into the export buffer under a lease:
-  // pages with `share` set and no bytes, or nullopt when the buffer has no room (engine thread).
+  // pages with `share` set and no bytes, or nullopt when the buffer has no room or the receiver could not
+  // take them in place (receiver_ranks: its tensor-parallel rank count, 0 when unknown) (engine thread).
   // release_kv_share ends a lease, false when unknown (any thread). open_kv_share maps what a share names,
   // throwing orchid::Error when it cannot, so that write_kv of it does not fail later (any thread).
   virtual std::string kv_share_transport() const { return {}; }
   virtual std::optional<KvPages> share_kv(std::span<const int32_t> full_pages,
                                           std::span<const int32_t> sliding_pages, int32_t first_sliding_page,
-                                          int32_t num_tokens);
+                                          int32_t num_tokens, int32_t receiver_ranks);
+  virtual int32_t kv_ranks() const { return 1; }  // the parts read_kv's bytes come in (KvPages::ranks)
   virtual bool release_kv_share(uint64_t lease);
   virtual size_t kv_share_leases() const { return 0; }  // leases held now (any thread)
   virtual void open_kv_share(const KvShare& share);

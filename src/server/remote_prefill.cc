@@ -151,7 +151,7 @@ RemotePrefill::Instance* RemotePrefill::pick() {
 }
 
 std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<int32_t>& prompt,
-                                                             const std::string& transport) {
+                                                             const std::string& transport, int32_t ranks) {
   if (int32_t(prompt.size()) < min_prompt_tokens_) return nullptr;
   Instance* in = pick();
   if (!in) return nullptr;  // every instance failed lately: compute here
@@ -163,6 +163,7 @@ std::shared_ptr<const runtime::KvPages> RemotePrefill::fetch(const std::vector<i
   try {
     Json body = {{"prompt", prompt}};
     if (!transport.empty()) body["transport"] = transport;
+    if (ranks > 0) body["ranks"] = ranks;
     const auto res =
         post_json(in->url, "/v1/internal/prefill", body.dump(), api_key_, timeout_, uint64_t(1) << 36);
     if (res.result_int() != 200) fail("answered {}: {}", res.result_int(), res.body().substr(0, 200));
@@ -224,6 +225,9 @@ HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
   const Json* transport = f.get("transport");
   if (transport && !transport->is_string())
     throw ApiError(400, "transport: expected a string (shm, cuda_ipc)", "transport");
+  const Json* ranks = f.get("ranks");
+  if (ranks && (!ranks->is_number_integer() || ranks->get<int64_t>() < 1 || ranks->get<int64_t>() > 4096))
+    throw ApiError(400, "ranks: expected the decode instance's tensor-parallel rank count", "ranks");
   f.reject_unknown();
   engine::RequestSpec spec;
   for (const Json& t : *prompt) {
@@ -237,6 +241,7 @@ HttpResponse handle_internal_prefill(ServerContext& ctx, const HttpRequest& r) {
   spec.ignore_eos = true;
   spec.kv_export = true;
   if (transport) spec.kv_share = transport->get<std::string>();  // taken when the backend shares over it
+  if (ranks) spec.kv_share_ranks = int32_t(ranks->get<int64_t>());
   Admission admitted = ctx.admit(1);
   const auto t0 = std::chrono::steady_clock::now();
   const engine::RequestEvent ev = ctx.submit(std::move(spec))->wait_all();

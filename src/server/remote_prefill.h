@@ -1,5 +1,6 @@
 // Prefill/decode disaggregation between server processes. A prefill instance (`serve --role prefill`)
-// answers POST /v1/internal/prefill: {"prompt": [token ids], "transport": "shm"|"cuda_ipc" (optional)} in,
+// answers POST /v1/internal/prefill: {"prompt": [token ids], "transport": "shm"|"cuda_ipc", "ranks": n
+// (both optional: how the decode instance can take the K/V in place, and its tensor-parallel ranks)} in,
 // the prompt's K/V out (runtime/kv_pages_codec.h bytes), or, when asked for a transport its backend shares
 // over and its export buffer has room, where the K/V lie in that buffer under a lease (runtime/kv_share.h);
 // POST /v1/internal/release {"lease": id} ends the lease (it also ends by itself, --kv-share-timeout). A
@@ -47,7 +48,7 @@ class RemotePrefill {
   // lease at the prefill instance when the last reference to them goes (after the engine copied them, or
   // dropped them). Any thread; blocks for the prefill.
   std::shared_ptr<const runtime::KvPages> fetch(const std::vector<int32_t>& prompt,
-                                                const std::string& transport = {});
+                                                const std::string& transport = {}, int32_t ranks = 0);
   RemotePrefillCounters counters() const;
   // Leases whose release was asked for and not yet sent (tests: 0 once idle).
   int64_t pending_releases() const;

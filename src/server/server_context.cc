@@ -71,7 +71,7 @@ std::shared_ptr<engine::RequestStream> ServerContext::submit(engine::RequestSpec
   }
   if (remote_prefill_ && !spec.kv_import)
     spec.kv_import = remote_prefill_->fetch(
-        spec.prompt, options_.kv_transfer == "host" ? std::string() : e.kv_share_transport());
+        spec.prompt, options_.kv_transfer == "host" ? std::string() : e.kv_share_transport(), e.kv_ranks());
   // Shared K/V this engine cannot map (another GPU without peer access, a region gone): the request goes
   // on without them (the pages' lease ends as they are dropped) and the prompt is computed here.
   if (spec.kv_import && spec.kv_import->share) {

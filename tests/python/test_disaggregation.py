@@ -67,7 +67,8 @@ def test_prefill_endpoint_only_on_prefill_instances_and_checks_its_input(plain, 
     assert plain.post("/v1/internal/prefill", {"prompt": [1, 2, 3]})[0] == 404
     assert plain.post("/v1/internal/release", {"lease": 1})[0] == 404
     for bad in ({"prompt": []}, {"prompt": "text"}, {"prompt": [1, -2]}, {"prompt": [1], "extra": 1},
-                {"prompt": [10 ** 9]}, {"prompt": [1, 2], "transport": 5}):
+                {"prompt": [10 ** 9]}, {"prompt": [1, 2], "transport": 5}, {"prompt": [1, 2], "ranks": 0},
+                {"prompt": [1, 2], "ranks": "two"}):
         status, body = prefill.post("/v1/internal/prefill", bad)
         assert status == 400, (bad, status, body)
     for bad in ({}, {"lease": -1}, {"lease": "x"}, {"lease": 1, "extra": 2}):

@@ -491,7 +491,7 @@ std::string CpuBackend::kv_share_transport() const {
 
 std::optional<KvPages> CpuBackend::share_kv(std::span<const int32_t> full_pages,
                                             std::span<const int32_t> sliding_pages,
-                                            int32_t first_sliding_page, int32_t num_tokens) {
+                                            int32_t first_sliding_page, int32_t num_tokens, int32_t) {
   if (share_bytes_ == 0 || !supports_kv_handoff()) return std::nullopt;
   // The bytes read_kv gives, copied into the export object under a lease.
   KvPages kv = read_kv(full_pages, sliding_pages, first_sliding_page, num_tokens);

@@ -93,8 +93,11 @@ class CpuBackend final : public Backend {
   // In place through POSIX shared memory (runtime/kv_share.h): an instance with opts.kv_share_bytes exports
   // (the object is made at the first export, "/orchid-kv-<pid>-<n>"); every one imports.
   std::string kv_share_transport() const override;
+  // Any receiver's split: its write_kv regroups the heads from the mapping.
   std::optional<KvPages> share_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
-                                  int32_t first_sliding_page, int32_t num_tokens) override;
+                                  int32_t first_sliding_page, int32_t num_tokens,
+                                  int32_t receiver_ranks) override;
+  int32_t kv_ranks() const override { return int32_t(ranks_.size()); }
   bool release_kv_share(uint64_t lease) override;
   size_t kv_share_leases() const override;
   void open_kv_share(const KvShare& share) override;

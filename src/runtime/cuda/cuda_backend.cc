@@ -236,8 +236,9 @@ void CudaBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_page
 
 std::optional<KvPages> CudaBackend::share_kv(std::span<const int32_t> full_pages,
                                              std::span<const int32_t> sliding_pages,
-                                             int32_t first_sliding_page, int32_t num_tokens) {
-  if (!leases_) return std::nullopt;
+                                             int32_t first_sliding_page, int32_t num_tokens,
+                                             int32_t receiver_ranks) {
+  if (!leases_ || (receiver_ranks > 0 && receiver_ranks != int32_t(ranks_.size()))) return std::nullopt;
   const auto [full_bytes, sliding_bytes] = ranks_[0]->handoff_bytes(full_pages, sliding_pages);
   const auto lease = leases_->acquire(full_bytes + sliding_bytes, steady_now_ms());
   if (!lease) return std::nullopt;  // the buffer is full: the pages go as bytes

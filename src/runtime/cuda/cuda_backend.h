@@ -50,8 +50,11 @@ class CudaBackend final : public Backend {
   // In place over CUDA IPC (runtime/kv_share.h): every instance takes shared pages; one with
   // --kv-share-buffer also exports them (each rank's buffer holds a lease's range at the same offset).
   std::string kv_share_transport() const override { return "cuda_ipc"; }
+  // Only to a receiver of the same split (rank r maps rank r's buffer); another one gets the bytes.
   std::optional<KvPages> share_kv(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
-                                  int32_t first_sliding_page, int32_t num_tokens) override;
+                                  int32_t first_sliding_page, int32_t num_tokens,
+                                  int32_t receiver_ranks) override;
+  int32_t kv_ranks() const override { return int32_t(ranks_.size()); }
   bool release_kv_share(uint64_t lease) override { return leases_ && leases_->release(lease); }
   size_t kv_share_leases() const override { return leases_ ? leases_->leases() : 0; }
   void open_kv_share(const KvShare& share) override;
