@@ -4,6 +4,7 @@
 // same with an FP8 (e4m3) KV cache, whose pages are half the bytes and whose layout is not the BF16 one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -25,6 +26,31 @@ CudaBackendOptions small_options(KvCacheDtype kv = KvCacheDtype::kBf16) {
   o.gpu_memory_utilization = 0.2;
   o.cuda_graphs = false;
   return o;
+}
+
+// The prompt every test hands over: 45 tokens, across page boundaries.
+std::vector<int32_t> test_prompt() {
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 45; ++t) prompt.push_back((t * 7919 + 11) % 5000);
+  return prompt;
+}
+
+// Pages 0.. of a sequence of `tokens` tokens.
+std::vector<int32_t> first_pages(int32_t tokens, int32_t page_size) {
+  std::vector<int32_t> ids;
+  for (int32_t p = 0; p < (tokens + page_size - 1) / page_size; ++p) ids.push_back(p);
+  return ids;
+}
+
+// ||got - want|| / ||want||; the sizes must agree.
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
 }
 
 // One sequence of `tokens` from `start`, pages first_page.. of both pools, sampled greedily with its logits.
@@ -54,8 +80,7 @@ void handoff_decodes_alike(KvCacheDtype dtype) {
   ASSERT_TRUE(a.supports_kv_handoff());
   ASSERT_EQ(a.kv_layout(), b.kv_layout());
   const KvCacheSpec spec = a.kv_spec();
-  std::vector<int32_t> prompt;
-  for (int t = 0; t < 45; ++t) prompt.push_back((t * 7919 + 11) % 5000);
+  const std::vector<int32_t> prompt = test_prompt();
   a.forward(sequence_step(spec, prompt, 0, 0));
   const int32_t pages = (45 + spec.page_size - 1) / spec.page_size;
   std::vector<int32_t> on_a, on_b;  // page p of the sequence: p on the first backend, 20 + p on the second
@@ -99,26 +124,17 @@ TEST(CudaKvHandoff, Fp8CacheAgainstBf16) {
       fp8("synthetic:tiny", small_options(KvCacheDtype::kFp8E4M3));
   EXPECT_NE(bf16.kv_layout(), fp8.kv_layout());
   const KvCacheSpec spec = bf16.kv_spec();
-  std::vector<int32_t> prompt;
-  for (int t = 0; t < 45; ++t) prompt.push_back((t * 7919 + 11) % 5000);
+  const std::vector<int32_t> prompt = test_prompt();
   bf16.forward(sequence_step(spec, prompt, 0, 0));
   fp8.forward(sequence_step(fp8.kv_spec(), prompt, 0, 0));
-  const int32_t pages = (45 + spec.page_size - 1) / spec.page_size;
-  std::vector<int32_t> ids;
-  for (int32_t p = 0; p < pages; ++p) ids.push_back(p);
+  const std::vector<int32_t> ids = first_pages(45, spec.page_size);
   const KvPages k16 = bf16.read_kv(ids, {}, 0, 45), k8 = fp8.read_kv(ids, {}, 0, 45);
   EXPECT_EQ(k8.full.size() * 2, k16.full.size());
   EXPECT_THROW(fp8.write_kv(k16, ids, {}), Error);
   EXPECT_THROW(bf16.write_kv(k8, ids, {}), Error);
   const StepOutput a = bf16.forward(sequence_step(spec, {123}, 45, 0));
   const StepOutput b = fp8.forward(sequence_step(fp8.kv_spec(), {123}, 45, 0));
-  ASSERT_EQ(a.logits.size(), b.logits.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.logits.size(); ++i) {
-    num += (double(a.logits[i]) - b.logits[i]) * (double(a.logits[i]) - b.logits[i]);
-    den += double(a.logits[i]) * a.logits[i];
-  }
-  const double rel = std::sqrt(num / den);
+  const double rel = rel_l2(b.logits, a.logits);
   std::printf("  next-step logits, FP8 vs BF16 KV cache: rel. L2 %.3e\n", rel);
   EXPECT_GT(rel, 0.0);  // the cache is really e4m3
   EXPECT_LT(rel, 0.1);  // and still the same model
@@ -135,27 +151,18 @@ TEST(CudaKvHandoff, PagesOfAnotherTensorParallelSplit) {
   CudaBackend a("synthetic:tiny", small_options()), b("synthetic:tiny", tp2), c("synthetic:tiny", tp2);
   EXPECT_EQ(a.kv_layout(), b.kv_layout());
   const KvCacheSpec spec = a.kv_spec();
-  std::vector<int32_t> prompt;
-  for (int t = 0; t < 45; ++t) prompt.push_back((t * 7919 + 11) % 5000);
+  const std::vector<int32_t> prompt = test_prompt();
   a.forward(sequence_step(spec, prompt, 0, 0));
   c.forward(sequence_step(c.kv_spec(), prompt, 0, 0));
-  const int32_t pages = (45 + spec.page_size - 1) / spec.page_size;
-  std::vector<int32_t> ids;
-  for (int32_t p = 0; p < pages; ++p) ids.push_back(p);
+  const std::vector<int32_t> ids = first_pages(45, spec.page_size);
   const KvPages kv = a.read_kv(ids, ids, 0, 45);
   EXPECT_EQ(kv.ranks, 1);
   b.write_kv(kv, ids, ids);
   const StepOutput got = b.forward(sequence_step(b.kv_spec(), {123}, 45, 0));
   const StepOutput want = c.forward(sequence_step(c.kv_spec(), {123}, 45, 0));
-  ASSERT_EQ(got.logits.size(), want.logits.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.logits.size(); ++i) {
-    num += (double(got.logits[i]) - want.logits[i]) * (double(got.logits[i]) - want.logits[i]);
-    den += double(want.logits[i]) * want.logits[i];
-  }
-  std::printf("  TP1 pages in a TP2 instance: next-step logits rel. L2 %.3e against its own prefill\n",
-              std::sqrt(num / den));
-  EXPECT_LT(std::sqrt(num / den), 2e-2);
+  const double rel = rel_l2(got.logits, want.logits);
+  std::printf("  TP1 pages in a TP2 instance: next-step logits rel. L2 %.3e against its own prefill\n", rel);
+  EXPECT_LT(rel, 2e-2);
   EXPECT_EQ(got.samples[0].token, want.samples[0].token);
   // And back: the TP2 instance's pages (two parts) into the TP1 one.
   const KvPages back = c.read_kv(ids, ids, 0, 45);
