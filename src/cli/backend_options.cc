@@ -66,6 +66,9 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
       "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; {\"method\": \"draft_model\", \"model\": DIR, "
       "...}; {\"method\": \"eagle3\", \"model\": HEAD_DIR | \"synthetic[@seed]\", ...}");
+  cmd->add_flag("--async-scheduling", async_scheduling,
+                "plan and launch each decode step while the one before runs on the device (same outputs; "
+                "not with speculative decoding)");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();

@@ -26,6 +26,7 @@ struct BackendOptions {
   int32_t max_num_batched_tokens = 16384;  // tokens per step (the GPU workspace is sized for it)
   int32_t max_num_seqs = 256;              // sequences per step
   bool enforce_eager = false;              // no CUDA graphs
+  bool async_scheduling = false;           // engine plans step N+1 while step N runs
   bool bf16_routing = false;               // CUDA: no precise routing
   std::string prefill_attention = "auto";  // CUDA prefill attention kernel: auto | hopper | mma
   // Parallel ranks (model/parallel.h); ep 0: --tp (each replica holds every expert). With --dp, an --ep that

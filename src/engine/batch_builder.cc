@@ -75,8 +75,7 @@ void BatchBuilder::compact(const std::vector<Sequence*>& holders) {
     if (s->pages.holds_pages()) place(s);
 }
 
-const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& plan,
-                                              const std::vector<Sequence*>& holders) {
+void BatchBuilder::start(const std::vector<Sequence*>& holders, size_t num_seqs) {
   if (garbage_ > 4096 && garbage_ * 2 > int64_t(batch_.full_page_table.size())) compact(holders);
   runtime::StepBatch& b = batch_;
   b.tokens.clear();
@@ -84,31 +83,52 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
   b.params.clear();
   b.history_tokens.clear();
   b.banned_tokens.clear();
-  b.seqs.reserve(plan.size());
-  b.params.reserve(plan.size());
+  b.from_previous.clear();
+  b.seqs.reserve(num_seqs);
+  b.params.reserve(num_seqs);
+}
+
+runtime::StepSequence BatchBuilder::sequence(const ScheduledSeq& e, int32_t ahead) {
+  runtime::StepBatch& b = batch_;
+  Sequence* s = e.seq;
+  sync_tables(s);
+  runtime::StepSequence ss;
+  ss.seq_id = s->id;
+  ss.token_begin = int32_t(b.tokens.size());
+  ss.num_tokens = e.num_tokens;
+  ss.start_pos = s->num_computed + ahead;
+  ss.num_draft = e.num_draft;
+  ss.full_table_begin = s->region.begin;
+  ss.num_full_pages = int32_t(s->pages.full.size());
+  if (has_sliding_) {
+    ss.sliding_table_begin = s->region.begin;
+    ss.num_sliding_pages = int32_t(s->pages.sliding.size());
+  }
+  ss.sample = e.sample;
+  ss.sample_index = s->num_outputs() + ahead;
+  ss.params_index = int32_t(b.params.size());
+  b.params.push_back(s->params);
+  // A constrained request's own mask decides when it may end (min_tokens does not apply to it).
+  if (e.sample && !s->constraint && s->stop.bans_stop_ids(s->num_outputs() + ahead)) {
+    const auto& ids = s->stop.config().stop_ids;
+    ss.banned_begin = int32_t(b.banned_tokens.size());
+    ss.num_banned = int32_t(ids.size());
+    b.banned_tokens.insert(b.banned_tokens.end(), ids.begin(), ids.end());
+  }
+  return ss;
+}
+
+const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& plan,
+                                              const std::vector<Sequence*>& holders) {
+  start(holders, plan.size());
+  runtime::StepBatch& b = batch_;
   for (const ScheduledSeq& e : plan) {
     Sequence* s = e.seq;
-    sync_tables(s);
-    runtime::StepSequence ss;
-    ss.seq_id = s->id;
-    ss.token_begin = int32_t(b.tokens.size());
-    ss.num_tokens = e.num_tokens;
-    ss.start_pos = s->num_computed;
+    runtime::StepSequence ss = sequence(e, 0);
     b.tokens.insert(b.tokens.end(), s->tokens.begin() + s->num_computed,
                     s->tokens.begin() + s->num_computed + (e.num_tokens - e.num_draft));
     ORCHID_CHECK(e.num_draft <= int32_t(s->draft.size()) && (e.num_draft == 0 || e.sample));
     b.tokens.insert(b.tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
-    ss.num_draft = e.num_draft;
-    ss.full_table_begin = s->region.begin;
-    ss.num_full_pages = int32_t(s->pages.full.size());
-    if (has_sliding_) {
-      ss.sliding_table_begin = s->region.begin;
-      ss.num_sliding_pages = int32_t(s->pages.sliding.size());
-    }
-    ss.sample = e.sample;
-    ss.sample_index = s->num_outputs();
-    ss.params_index = int32_t(b.params.size());
-    b.params.push_back(s->params);
     if (e.sample && s->params.uses_penalties()) {
       ss.prompt_history_begin = int32_t(b.history_tokens.size());
       ss.prompt_history_len = s->prompt_len;
@@ -117,13 +137,24 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
       b.history_tokens.insert(b.history_tokens.end(), s->tokens.begin(), s->tokens.end());
       b.history_tokens.insert(b.history_tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
     }
-    // A constrained request's own mask decides when it may end (min_tokens does not apply to it).
-    if (e.sample && !s->constraint && s->stop.bans_stop_ids(s->num_outputs())) {
-      const auto& ids = s->stop.config().stop_ids;
-      ss.banned_begin = int32_t(b.banned_tokens.size());
-      ss.num_banned = int32_t(ids.size());
-      b.banned_tokens.insert(b.banned_tokens.end(), ids.begin(), ids.end());
-    }
+    b.seqs.push_back(ss);
+  }
+  return b;
+}
+
+const runtime::StepBatch& BatchBuilder::build_continuation(const std::vector<ScheduledSeq>& plan,
+                                                           const std::vector<int32_t>& from,
+                                                           const std::vector<Sequence*>& holders) {
+  ORCHID_CHECK(plan.size() == from.size());
+  start(holders, plan.size());
+  runtime::StepBatch& b = batch_;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const ScheduledSeq& e = plan[i];
+    ORCHID_CHECK(e.num_tokens == 1 && e.num_draft == 0 && e.sample && !e.seq->params.uses_penalties(),
+                 "a pipelined step decodes one token a sequence");
+    runtime::StepSequence ss = sequence(e, 1);
+    b.from_previous.push_back({ss.token_begin, from[i]});
+    b.tokens.push_back(0);
     b.seqs.push_back(ss);
   }
   return b;

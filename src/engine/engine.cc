@@ -111,6 +111,14 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
   for (int64_t id : model.eos_token_ids) eos_ids_.push_back(int32_t(id));
   seed_state_ =
       config_.seed ? *config_.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (config_.async_scheduling) {
+    const char* why = round_                                         ? "the engines of a lockstep group"
+                      : proposer_                                    ? "speculative decoding"
+                      : config_.logits != runtime::LogitsMode::kNone ? "logits output"
+                                                                     : nullptr;
+    if (why) spdlog::warn("engine: --async-scheduling does not apply with {}; steps run one at a time", why);
+    pipelined_ = why == nullptr;
+  }
 }
 
 Engine::~Engine() {
@@ -308,6 +316,7 @@ bool Engine::step() {
 }
 
 bool Engine::step_once() {
+  if (launched_) return step_pipelined();
   if (round_) round_epoch_ = round_->work_epoch();  // before the inbox: later work wakes this engine
   take_inbox();
   drop_expiring_shares();
@@ -340,16 +349,21 @@ bool Engine::step_once() {
   if (round_ && round_->arrive(true) == StepRound::Outcome::kClosed) return false;
   const auto t_forward = Sequence::Clock::now();
   try {
-    output_ = backend_->forward(batch);
+    if (pipelined_)
+      backend_->launch(batch);
+    else
+      output_ = backend_->forward(batch);
   } catch (const Error& e) {
     // The backend refused this batch; its requests fail, the others carry on.
     spdlog::error("engine: step failed: {}", e.what());
-    for (const ScheduledSeq& entry : plan_) {
-      RequestEvent ev;
-      ev.error = e.what();
-      finish(entry.seq, FinishReason::kError, std::move(ev));
-    }
+    fail_plan(plan_, e.what());
     update_metrics(Sequence::Clock::now(), 0.0);
+    return true;
+  }
+  if (pipelined_) {  // read by the next call, after the step that follows it is launched, if one can be
+    launched_ = true;
+    step_phase_[0] += std::chrono::duration<double>(t_forward - t0).count();
+    step_phase_[1] += std::chrono::duration<double>(Sequence::Clock::now() - t_forward).count();
     return true;
   }
   const auto t_outputs = Sequence::Clock::now();
@@ -367,6 +381,68 @@ bool Engine::step_once() {
   step_phase_[3] += seconds(t_outputs, t1);
   update_metrics(t1, seconds(t0, t1));
   return true;
+}
+
+bool Engine::step_pipelined() {
+  const auto t0 = Sequence::Clock::now();
+  bool next = !work_waiting() && scheduler_.continue_decodes(plan_, next_plan_);
+  const auto t_launch = Sequence::Clock::now();
+  std::string launch_error;
+  if (next) {
+    try {
+      backend_->launch(scheduler_.batch());
+      ++pipelined_steps_;
+    } catch (const Error& e) {
+      next = false;
+      launch_error = e.what();
+    }
+  }
+  const auto t_collect = Sequence::Clock::now();
+  output_ = backend_->collect();  // plan_'s step; a failure here is the engine's (loop: fail_all)
+  launched_ = next;
+  const auto t_outputs = Sequence::Clock::now();
+  process_outputs(output_);
+  if (!launch_error.empty()) {
+    spdlog::error("engine: step failed: {}", launch_error);
+    fail_plan(next_plan_, launch_error);
+  }
+  if (next) std::swap(plan_, next_plan_);
+  const auto t1 = Sequence::Clock::now();
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const double wait = std::min(output_.device_wait_seconds, seconds(t_collect, t_outputs));
+  step_phase_[0] += seconds(t0, t_launch);
+  step_phase_[1] += seconds(t_launch, t_outputs) - wait;
+  step_phase_[2] += wait;
+  step_phase_[3] += seconds(t_outputs, t1);
+  update_metrics(t1, seconds(t0, t1));
+  return true;
+}
+
+bool Engine::work_waiting() const {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stopping_ || !inbox_.added.empty() || !inbox_.aborted.empty()) return true;
+  }
+  return scheduler_.can_admit();
+}
+
+void Engine::abandon_launched() {
+  if (!launched_) return;
+  launched_ = false;
+  try {
+    backend_->collect();
+  } catch (const std::exception& e) {
+    spdlog::error("engine: the last launched step failed: {}", e.what());
+  }
+}
+
+void Engine::fail_plan(const std::vector<ScheduledSeq>& plan, const std::string& message) {
+  for (const ScheduledSeq& entry : plan) {
+    if (entry.seq->state == SeqState::kFinished) continue;
+    RequestEvent ev;
+    ev.error = message;
+    finish(entry.seq, FinishReason::kError, std::move(ev));
+  }
 }
 
 bool Engine::step_empty() {
@@ -417,6 +493,15 @@ void Engine::process_outputs(const runtime::StepOutput& out) {
   size_t next_sample = 0, next_sampled_seq = 0, next_proposal = 0;
   for (const ScheduledSeq& entry : plan_) {
     Sequence* s = entry.seq;
+    if (s->state == SeqState::kFinished) {
+      // Pipelining: the sequence ended by the token the step before drew; what it drew after is dropped.
+      ORCHID_CHECK(pipelined_, "a finished sequence in the step's plan");
+      ORCHID_CHECK(entry.sample && entry.num_draft == 0 && next_sample < out.samples.size(),
+                   "a pipelined step's draw is missing");
+      ++next_sample;
+      ++next_sampled_seq;
+      continue;
+    }
     const int32_t start = s->num_computed;
     const int32_t fed_end = start + entry.num_tokens - entry.num_draft;
     step_prompt_tokens_ += std::max(0, std::min(fed_end, s->prompt_len) - start);
@@ -531,6 +616,7 @@ void Engine::update_metrics(Sequence::Clock::time_point now, double step_seconds
   m.requests_finished = finished_;
   m.requests_aborted = aborted_;
   m.requests_failed = failed_;
+  m.pipelined_steps = pipelined_steps_;
   if (step_seconds > 0) {
     ++m.steps;
     m.step_time.observe(step_seconds);
@@ -574,7 +660,7 @@ void Engine::run_until_idle() {
 }
 
 void Engine::check_invariants() const {
-  scheduler_.check_invariants();
+  scheduler_.check_invariants(launched_ ? &plan_ : nullptr);
 }
 
 void Engine::start() {
@@ -630,6 +716,7 @@ void Engine::fail_all(const std::string& message) {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     failure_ = message;
   }
+  abandon_launched();
   take_inbox();
   for (Sequence* s : scheduler_.sequences()) {
     RequestEvent ev;
@@ -659,6 +746,7 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
   running_thread_ = false;
   if (!failure_.empty()) return;
+  abandon_launched();
   take_inbox();
   for (Sequence* s : scheduler_.sequences()) finish(s, FinishReason::kAbort, {});
 }

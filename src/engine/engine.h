@@ -46,6 +46,12 @@ struct EngineConfig {
   // schedule theirs, and an engine with nothing to do runs an empty step while the others have work.
   // Stopping one engine of such a group stops them all.
   std::shared_ptr<StepRound> lockstep;
+  // --async-scheduling: while the backend runs a decode step, the engine plans and launches the next one
+  // (its tokens are the running step's draws, which only the backend knows yet) and then reads the running
+  // step's outputs (Backend::launch). The outputs are the same as without; a sequence that ends by the
+  // token it draws has one more step computed and dropped. Off with speculative decoding, logits output
+  // and lockstep groups (their steps run one at a time).
+  bool async_scheduling = false;
 };
 
 class Engine final : public ServingEngine {
@@ -97,6 +103,15 @@ class Engine final : public ServingEngine {
 
   void loop();
   bool step_once();
+  // A step is launched and not read (async scheduling): launches the step after it when the running
+  // sequences just decode on, then reads the launched one.
+  bool step_pipelined();
+  // Whether something waits that the next planned step must see (a request or abort in the inbox, a
+  // waiting request with room to run): the launched step is then read before anything else is planned.
+  bool work_waiting() const;
+  // Reads a launched step that will not be processed (the engine stops) and forgets it.
+  void abandon_launched();
+  void fail_plan(const std::vector<ScheduledSeq>& plan, const std::string& message);
   // Lockstep, nothing scheduled: takes part in the round, with an empty step when another engine has work.
   bool step_empty();
   // The loop's end once the group's rounds are closed: a stop aborts what this engine holds, a failure
@@ -148,13 +163,15 @@ class Engine final : public ServingEngine {
   uint64_t round_epoch_ = 0;          // its work epoch when this engine last looked at its inbox
 
   // Engine-thread state.
-  std::vector<ScheduledSeq> plan_;
+  bool pipelined_ = false;  // config_.async_scheduling, where it applies
+  bool launched_ = false;   // plan_'s step is launched and not read yet (pipelining)
+  std::vector<ScheduledSeq> plan_, next_plan_;
   MaskWorker mask_worker_;
   std::vector<Sequence*> masked_seqs_;  // the started mask jobs' sequences
   runtime::StepOutput output_;
   int64_t step_prompt_tokens_ = 0, step_generated_tokens_ = 0;
   std::vector<double> step_ttft_, step_itl_;
-  int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0;
+  int64_t finished_ = 0, aborted_ = 0, failed_ = 0, submitted_ = 0, pipelined_steps_ = 0;
   int64_t kv_import_bytes_ = 0, kv_export_bytes_ = 0;
   int64_t kv_shared_exports_ = 0, kv_shared_imports_ = 0;
   std::vector<double> step_queue_;      // this step's first admissions: seconds each waited

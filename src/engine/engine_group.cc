@@ -89,6 +89,7 @@ EngineMetrics EngineGroup::metrics() const {
     sum.step_backend_host_seconds += m.step_backend_host_seconds;
     sum.step_device_wait_seconds += m.step_device_wait_seconds;
     sum.step_outputs_seconds += m.step_outputs_seconds;
+    sum.pipelined_steps += m.pipelined_steps;
   }
   return sum;
 }

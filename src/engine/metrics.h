@@ -71,6 +71,8 @@ struct EngineMetrics {
   // that computes asynchronously), that wait, and taking the outputs (stop checks, events, text).
   double step_schedule_seconds = 0, step_backend_host_seconds = 0, step_device_wait_seconds = 0,
          step_outputs_seconds = 0;
+  // Async scheduling: steps launched while the step before them still ran (their planning overlapped it).
+  int64_t pipelined_steps = 0;
   // Speculative decoding: sequence-steps that carried drafts, their drafts, and the drafts accepted.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // Latencies, seconds.

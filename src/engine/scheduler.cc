@@ -187,6 +187,52 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   return !plan.empty();
 }
 
+bool Scheduler::can_admit() const {
+  if (waiting_.empty() || running_.size() >= size_t(config_.max_num_seqs)) return false;
+  const Sequence* s = waiting_.front();
+  if (s->state == SeqState::kFinished) return true;  // reaped by the next schedule()
+  const int32_t n =
+      std::min({int32_t(s->tokens.size()), config_.max_num_batched_tokens, config_.max_chunk_tokens});
+  return blocks_->can_allocate(blocks_->need_fresh(0, n));
+}
+
+bool Scheduler::continue_decodes(const std::vector<ScheduledSeq>& launched, std::vector<ScheduledSeq>& next) {
+  next.clear();
+  if (launched.empty() || config_.proposer || config_.logits != runtime::LogitsMode::kNone) return false;
+  std::vector<int32_t> from;  // the index of each next entry's sequence in `launched`
+  for (size_t i = 0; i < launched.size(); ++i) {
+    const ScheduledSeq& e = launched[i];
+    Sequence* s = e.seq;
+    if (s->state == SeqState::kFinished) continue;  // ended by what the step before drew
+    if (!e.sample || e.num_tokens != 1 || e.num_draft != 0 || e.import_kv || s->remaining() != 1 ||
+        s->constraint || s->params.uses_penalties() || s->kv_export || s->state != SeqState::kRunning)
+      return false;
+    // After the launched step the sequence holds one more token; it goes on if that one may not be its last.
+    const int32_t length = int32_t(s->tokens.size()) + 1, outputs = s->num_outputs() + 1;
+    if (outputs >= s->stop.config().max_tokens || length >= config_.max_model_len) continue;
+    next.push_back({s, 1, true, 0, false, false});
+    from.push_back(int32_t(i));
+  }
+  if (next.empty()) return false;
+  PageNeed need;
+  for (const ScheduledSeq& e : next) {
+    Sequence* s = e.seq;
+    const int32_t pos = s->num_computed + 1;
+    blocks_->release_out_of_window(s->pages, pos);
+    const PageNeed n = blocks_->need(s->pages, pos, pos + 1);
+    need.full += n.full;
+    need.sliding += n.sliding;
+  }
+  if (!blocks_->can_allocate(need)) {
+    next.clear();
+    return false;
+  }
+  for (const ScheduledSeq& e : next)
+    blocks_->allocate(e.seq->pages, e.seq->num_computed + 1, e.seq->num_computed + 2);
+  builder_.build_continuation(next, from, running_);
+  return true;
+}
+
 void Scheduler::complete(const ScheduledSeq& e, int32_t accepted) {
   Sequence* s = e.seq;
   ORCHID_CHECK(accepted >= 0 && accepted <= e.num_draft, "{} of {} drafts accepted", accepted, e.num_draft);
@@ -205,7 +251,7 @@ void Scheduler::complete(const ScheduledSeq& e, int32_t accepted) {
   s->draft.clear();
 }
 
-void Scheduler::check_invariants() const {
+void Scheduler::check_invariants(const std::vector<ScheduledSeq>* in_flight) const {
   std::vector<const SeqPages*> held;
   size_t live = 0;
   for (const auto& [id, s] : seqs_) {
@@ -225,12 +271,17 @@ void Scheduler::check_invariants() const {
   ORCHID_CHECK(std::is_sorted(running_.begin(), running_.end(), before));
   ORCHID_CHECK(std::is_sorted(waiting_.begin(), waiting_.end(), before));
   const int32_t p = blocks_->page_size();
+  std::unordered_map<const Sequence*, int32_t> ahead;  // positions a launched step computes
+  if (in_flight)
+    for (const ScheduledSeq& e : *in_flight) ahead[e.seq] = e.num_tokens;
   for (const Sequence* s : running_) {
     if (s->state == SeqState::kFinished) continue;
     ORCHID_CHECK(s->state == SeqState::kRunning, "sequence {} in the running list", s->id);
-    ORCHID_CHECK(int32_t(s->pages.full.size()) == (s->num_computed + p - 1) / p,
-                 "sequence {}: {} pages for {} computed tokens", s->id, s->pages.full.size(),
-                 s->num_computed);
+    const auto it = ahead.find(s);
+    const int32_t covered = s->num_computed + (it == ahead.end() ? 0 : it->second);
+    ORCHID_CHECK(int32_t(s->pages.full.size()) == (covered + p - 1) / p,
+                 "sequence {}: {} pages for {} computed tokens and {} in flight", s->id, s->pages.full.size(),
+                 s->num_computed, covered - s->num_computed);
     held.push_back(&s->pages);
   }
   for (const Sequence* s : waiting_) {

@@ -51,6 +51,15 @@ class Scheduler {
   bool schedule(std::vector<ScheduledSeq>& plan);
   const runtime::StepBatch& batch() const { return builder_.batch(); }
   runtime::StepBatch& batch() { return builder_.batch(); }
+  // Pipelining (asynchronous scheduling): plans and builds the step after `launched`, a step whose sampled
+  // tokens are not known yet, into `next` and batch(). Each sequence of `launched` still running decodes one
+  // more token, taken from the launched step's draw (StepBatch::from_previous), unless it ends at that step
+  // for a reason known now (max_tokens, the context); one that ends by the token it draws (a stop id or
+  // string) is found only when the engine reads it, and the engine drops what it drew after. Returns false,
+  // planning nothing, when `launched` holds a sequence of another kind (a prompt chunk, drafts, a structured
+  // output, penalties, K/V to export), when no sequence goes on, or when pages are short (schedule() then
+  // preempts as usual).
+  bool continue_decodes(const std::vector<ScheduledSeq>& launched, std::vector<ScheduledSeq>& next);
   // The step ran: the planned tokens up to the drafts, and the first `accepted` drafts, are in the cache now;
   // the caller has appended the step's sampled tokens to the sequence. Pages of rejected drafts are freed.
   void complete(const ScheduledSeq& entry, int32_t accepted = 0);
@@ -58,14 +67,18 @@ class Scheduler {
   void finish(Sequence* seq);
 
   size_t num_waiting() const { return waiting_.size(); }
+  // Whether schedule() could admit the head of the queue now (a free running slot, and pages for its first
+  // chunk without the prefix cache's help: an estimate that errs towards waiting).
+  bool can_admit() const;
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   size_t num_running() const { return running_.size(); }
   size_t num_sequences() const { return seqs_.size(); }
   const SchedulerCounters& counters() const { return counters_; }
   std::vector<Sequence*> sequences() const;
 
-  // Scheduler and block-manager invariants; throws InternalError on the first violation.
-  void check_invariants() const;
+  // Scheduler and block-manager invariants; throws InternalError on the first violation. `in_flight`: the
+  // plan of a launched step not yet completed, whose sequences hold pages for its tokens already.
+  void check_invariants(const std::vector<ScheduledSeq>* in_flight = nullptr) const;
 
  private:
   bool reserve(Sequence* seq, int32_t n, int32_t num_draft, std::vector<ScheduledSeq>& plan, int32_t& budget);

@@ -76,10 +76,47 @@ void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCach
                  "{} proposals asked of a sequence that samples nothing", s.num_propose);
   }
   ORCHID_CHECK(covered == int64_t(b.tokens.size()), "tokens not covered by sequences");
+  for (const auto& f : b.from_previous)
+    ORCHID_CHECK(f.token >= 0 && f.token < covered && f.sample >= 0,
+                 "token {} from sample {} of the step before", f.token, f.sample);
   for (int32_t p : b.full_page_table)
     ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec.num_full_pages), "page {}", p);
   for (int32_t p : b.sliding_page_table)
     ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec.num_sliding_pages), "page {}", p);
+}
+
+std::vector<int32_t> tokens_with_previous(const StepBatch& b, std::span<const int32_t> previous) {
+  std::vector<int32_t> tokens = b.tokens;
+  for (const auto& f : b.from_previous) {
+    ORCHID_CHECK(f.token >= 0 && size_t(f.token) < tokens.size() && f.sample >= 0 &&
+                     size_t(f.sample) < previous.size(),
+                 "token {} from sample {} of a step that drew {}", f.token, f.sample, previous.size());
+    tokens[size_t(f.token)] = previous[size_t(f.sample)];
+  }
+  return tokens;
+}
+
+void Backend::launch(const StepBatch& b) {
+  StepOutput out;
+  if (b.from_previous.empty()) {
+    out = forward(b);
+  } else {
+    StepBatch filled = b;
+    filled.tokens = tokens_with_previous(b, last_launched_tokens_);
+    filled.from_previous.clear();
+    out = forward(filled);
+  }
+  ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
+  last_launched_tokens_.clear();
+  for (const SampledToken& st : out.samples) last_launched_tokens_.push_back(st.token);
+  launched_.push_back(std::move(out));
+}
+
+StepOutput Backend::collect() {
+  ORCHID_CHECK(!launched_.empty(), "collect() without a launched step");
+  StepOutput out = std::move(launched_.front());
+  launched_.pop_front();
+  return out;
 }
 
 StepBatch single_sequence_batch(const KvCacheSpec& spec, int32_t n) {

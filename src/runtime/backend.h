@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -67,6 +68,13 @@ struct StepSequence {
 
 enum class LogitsMode : uint8_t { kNone, kSampled, kAll };
 
+// Pipelined steps (Backend::launch): token `token` of a batch is the one sampled at `sample`
+// (StepOutput::samples) by the step launched just before it, which the engine has not seen yet.
+struct TokenFromPrevious {
+  int32_t token = 0;
+  int32_t sample = 0;
+};
+
 struct StepBatch {
   std::vector<int32_t> tokens;  // new tokens of all sequences, back to back
   std::vector<StepSequence> seqs;
@@ -83,6 +91,9 @@ struct StepBatch {
   std::vector<uint32_t> token_masks;
   int32_t mask_words = 0;
   std::function<void()> token_masks_ready;
+  // Tokens that come from the previous launched step's samples (Backend::launch); StepBatch::tokens holds
+  // a placeholder (0) there. Empty for a batch run with forward().
+  std::vector<TokenFromPrevious> from_previous;
 
   void wait_token_masks() const {
     if (token_masks_ready) token_masks_ready();
@@ -169,6 +180,16 @@ class Backend {
   // part in the step's collectives.
   virtual int32_t lockstep_replicas() const { return 1; }
 
+  // Pipelined steps (the engine's asynchronous scheduling, --async-scheduling): launch() starts a step and
+  // returns once it no longer needs `b`; collect() returns the output of the oldest launched step not yet
+  // collected, waiting for it. At most two steps are uncollected at a time, so the host prepares step N+1
+  // while the device runs step N. A batch's from_previous tokens are the samples of the step launched just
+  // before it. The default runs forward() inside launch() (nothing overlaps, the results are the same);
+  // launches_async() says whether launch() returns before the device's work is done.
+  virtual void launch(const StepBatch& b);
+  virtual StepOutput collect();
+  virtual bool launches_async() const { return false; }
+
   // K/V handoff (prefill/decode disaggregation). read_kv copies the pages out (full_pages[k] holds logical
   // page k; sliding_pages[k] logical page first_sliding_page + k); write_kv copies pages of the same layout
   // into the given pages, one per page of `kv` (kNoPage: not wanted). Both run between steps on the engine
@@ -199,7 +220,16 @@ class Backend {
   // experts each token chose [n, k] when given. Uses the KV cache's first pages.
   virtual std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                        std::vector<int32_t>* topk);
+
+ private:
+  // The default launch()/collect(): outputs computed at launch, and the last launched step's tokens.
+  std::deque<StepOutput> launched_;
+  std::vector<int32_t> last_launched_tokens_;
 };
+
+// b.tokens with b.from_previous filled in from `previous` (the samples of the step launched before b);
+// throws orchid::InternalError for a sample that is not there.
+std::vector<int32_t> tokens_with_previous(const StepBatch& b, std::span<const int32_t> previous);
 
 // The checks every backend makes of a batch before running it: token ids in the vocabulary, sequences back
 // to back, positions within `max_positions`, page tables long enough and inside the pools, sampling

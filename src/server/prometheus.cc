@@ -161,6 +161,8 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
             e->step_device_wait_seconds);
   w.counter("orchid_step_outputs_seconds_total", "steps' time taking the outputs (stop checks, events, text)",
             e->step_outputs_seconds);
+  w.counter("orchid_pipelined_steps_total",
+            "steps launched while the step before them still ran (--async-scheduling)", e->pipelined_steps);
   return w.text();
 }
 

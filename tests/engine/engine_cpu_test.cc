@@ -124,6 +124,48 @@ TEST(EngineCpu, ConcurrentRequestsEqualAloneWithPrefixHitsAndPreemption) {
   EXPECT_GT(hits, 4);
 }
 
+// Asynchronous scheduling on the CPU backend (its launch() computes at once): decoding steps launched
+// before the engine has read the tokens they start from give every request its alone tokens and logprobs.
+TEST(EngineCpu, AsyncSchedulingGivesTheAloneTokens) {
+  std::mt19937 rng(43);
+  std::vector<Req> reqs;
+  for (int i = 0; i < 12; ++i) {
+    Req r;
+    for (int k = 0; k < 5 + int(rng() % 20); ++k) r.prompt.push_back(3 + int32_t(rng() % 1000));
+    r.sampling = sampling(i % 4);  // no penalties: they keep steps one at a time
+    r.sampling.num_logprobs = i % 3 == 0 ? 2 : -1;
+    r.seed = 2000 + uint64_t(i);
+    r.max_tokens = 4 + int32_t(rng() % 20);
+    r.ignore_eos = i % 2 == 0;
+    reqs.push_back(r);
+  }
+  EngineConfig c;
+  c.max_model_len = kMaxModelLen;
+  c.async_scheduling = true;
+  Engine engine(cpu_backend(128, 64), c);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const Req& r : reqs) streams.push_back(engine.submit(r.spec()));
+  int steps = 0;
+  while (engine.step()) {
+    engine.check_invariants();
+    ++steps;
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const RequestEvent got = streams[i]->wait_all();
+    const RequestEvent want = alone(reqs[i]);
+    EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
+    EXPECT_EQ(got.finish, want.finish) << "request " << i;
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t k = 0; k < got.logprobs.size(); ++k) {
+      EXPECT_EQ(got.logprobs[k].logprob, want.logprobs[k].logprob);
+      EXPECT_EQ(got.logprobs[k].top, want.logprobs[k].top);
+    }
+  }
+  const EngineMetrics m = engine.metrics();
+  EXPECT_EQ(m.kv_full_pages_used, 0);
+  EXPECT_GT(m.pipelined_steps, steps / 3) << m.pipelined_steps << " of " << steps << " steps";
+}
+
 // A request served from the prefix cache, and one preempted and recomputed, give their alone tokens.
 TEST(EngineCpu, PrefixHitAndPreemptionChangeNoOutput) {
   std::mt19937 rng(7);

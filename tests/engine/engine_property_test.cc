@@ -23,6 +23,9 @@ struct Workload {
   bool prefix_caching;
   int requests;
   uint32_t seed;
+  // EngineConfig::async_scheduling, over a backend that computes each step only when it is collected (the
+  // device behind the host).
+  bool async_scheduling = false;
 };
 
 void PrintTo(const Workload& w, std::ostream* os) {
@@ -42,10 +45,12 @@ TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) 
           .sliding_window = w.window};
   o.max_position = int64_t(w.full_pages) * w.page / 2;
   o.eos_bonus = -1.0f;
+  o.deferred = w.async_scheduling;
   EngineConfig c;
   c.max_num_seqs = w.max_num_seqs;
   c.max_num_batched_tokens = w.max_num_batched_tokens;
   c.enable_prefix_caching = w.prefix_caching;
+  c.async_scheduling = w.async_scheduling;
   auto fake = std::make_shared<FakeBackend>(o);
   Engine engine(fake, c);
 
@@ -136,9 +141,17 @@ TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) 
   if (w.prefix_caching) {
     EXPECT_GT(m.prefix_hit_tokens, 0);
   }
+  if (w.async_scheduling) {
+    EXPECT_GT(fake->num_continued_steps(), 50);  // arrivals and aborts every few steps: few steady runs
+  } else {
+    EXPECT_EQ(fake->num_continued_steps(), 0);
+  }
   RecordProperty("steps", steps);
-  std::printf("%s: %d requests, %d steps, %d aborted, %lld preemptions, prefix hit rate %.2f\n", w.name,
-              w.requests, steps, aborted, static_cast<long long>(m.preemptions), m.prefix_hit_rate());
+  std::printf(
+      "%s: %d requests, %d steps (%lld launched while the one before ran), %d aborted, %lld "
+      "preemptions, prefix hit rate %.2f\n",
+      w.name, w.requests, steps, static_cast<long long>(fake->num_continued_steps()), aborted,
+      static_cast<long long>(m.preemptions), m.prefix_hit_rate());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -146,7 +159,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Workload{"window8_page4", 4, 8, 160, 48, 16, 64, true, 2000, 1},
                       Workload{"no_sliding_page4", 4, 0, 160, 0, 16, 64, true, 1000, 2},
                       Workload{"window5_page3_no_cache", 3, 5, 200, 40, 8, 32, false, 600, 3},
-                      Workload{"window16_page8_tight", 8, 16, 40, 12, 32, 128, true, 600, 4}),
+                      Workload{"window16_page8_tight", 8, 16, 40, 12, 32, 128, true, 600, 4},
+                      Workload{"window8_page4_async", 4, 8, 160, 48, 16, 64, true, 2000, 5, true},
+                      Workload{"window16_page8_tight_async", 8, 16, 40, 12, 32, 128, true, 600, 6, true},
+                      Workload{"window5_page3_no_cache_async", 3, 5, 200, 40, 8, 32, false, 600, 7, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

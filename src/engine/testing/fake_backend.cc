@@ -176,6 +176,28 @@ int32_t first_allowed_from(const runtime::StepBatch& b, const runtime::StepSeque
 
 }  // namespace
 
+void FakeBackend::launch(const runtime::StepBatch& b) {
+  num_continued_ += !b.from_previous.empty();
+  if (!options_.deferred) return Backend::launch(b);
+  ORCHID_CHECK(deferred_.size() < 2, "a third step launched before the first was collected");
+  b.wait_token_masks();
+  deferred_.push_back(b);
+  deferred_.back().token_masks_ready = nullptr;
+}
+
+runtime::StepOutput FakeBackend::collect() {
+  if (!options_.deferred) return Backend::collect();
+  ORCHID_CHECK(!deferred_.empty(), "collect() without a launched step");
+  runtime::StepBatch b = std::move(deferred_.front());
+  deferred_.pop_front();
+  b.tokens = runtime::tokens_with_previous(b, last_tokens_);
+  b.from_previous.clear();
+  runtime::StepOutput out = forward(b);
+  last_tokens_.clear();
+  for (const auto& st : out.samples) last_tokens_.push_back(st.token);
+  return out;
+}
+
 runtime::StepOutput FakeBackend::forward(const runtime::StepBatch& b) {
   ++num_steps_;
   max_batch_tokens_ = std::max(max_batch_tokens_, b.num_tokens());

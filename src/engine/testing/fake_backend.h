@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,10 @@ struct FakeBackendOptions {
   std::chrono::microseconds step_time{0};
   int32_t max_draft_tokens = 16;   // speculative decoding: drafts verified per sequence (simulate only)
   bool check_sample_index = true;  // each sequence's sample indices count up (not so for a draft model)
+  // launch() only queues the batch and collect() computes it, in launch order, as a device runs a stream
+  // behind the host: the engine's bookkeeping between the two (pages freed and handed out again) happens
+  // before the step it launched has read or written anything.
+  bool deferred = false;
 };
 
 class FakeBackend : public runtime::Backend {
@@ -45,11 +50,16 @@ class FakeBackend : public runtime::Backend {
   const model::ModelConfig& model_config() const override { return config_; }
   runtime::KvCacheSpec kv_spec() const override { return options_.kv; }
   runtime::StepOutput forward(const runtime::StepBatch& batch) override;
+  void launch(const runtime::StepBatch& batch) override;
+  runtime::StepOutput collect() override;
+  bool launches_async() const override { return options_.deferred; }
 
   // Largest batch seen, for limit checks.
   int32_t max_batch_tokens() const { return max_batch_tokens_; }
   int32_t max_batch_seqs() const { return max_batch_seqs_; }
   int64_t num_steps() const { return num_steps_; }
+  // Steps launched with tokens of the step before them (StepBatch::from_previous).
+  int64_t num_continued_steps() const { return num_continued_; }
 
  private:
   struct Slot {
@@ -66,7 +76,9 @@ class FakeBackend : public runtime::Backend {
   std::vector<Slot> full_kv_, sliding_kv_;  // [page * page_size + offset]
   std::unordered_map<int64_t, int32_t> next_sample_index_;
   int32_t max_batch_tokens_ = 0, max_batch_seqs_ = 0;
-  int64_t num_steps_ = 0;
+  int64_t num_steps_ = 0, num_continued_ = 0;
+  std::deque<runtime::StepBatch> deferred_;  // launched, not computed (options_.deferred)
+  std::vector<int32_t> last_tokens_;         // the tokens the last computed deferred step drew
 };
 
 }  // namespace orchid::engine::testing
