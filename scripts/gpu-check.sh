@@ -49,7 +49,8 @@ no_bench=$([ "$benches" -eq 0 ] && echo --no-bench)
 [ "$tests" -eq 1 ] && step moe-kernels scripts/gpu-kernels-moe.sh $quick $no_bench
 for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test \
     "$build"/tests/kernels/sampling/sampling_kernels_test "$build"/tests/runtime/runtime_cuda_sampling_test \
-    "$build"/tests/runtime/runtime_cuda_kv_handoff_test "$build"/tests/runtime/runtime_cuda_eagle3_test; do
+    "$build"/tests/runtime/runtime_cuda_kv_handoff_test "$build"/tests/runtime/runtime_cuda_eagle3_test \
+    "$build"/tests/runtime/runtime_cuda_async_steps_test; do
   check "$(basename "$t")" "$t"
 done
 check sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
@@ -61,6 +62,8 @@ check sampling-racecheck compute-sanitizer --tool racecheck --racecheck-report h
 check eagle3-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$build"/tests/runtime/runtime_cuda_eagle3_test --gtest_filter='*Chunked*:*Graphed*'
 check eagle3-kernels "$build"/tests/kernels/eagle3/eagle3_kernels_test
+check async-steps-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$build"/tests/runtime/runtime_cuda_async_steps_test
 bench sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 check golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
 # The FP8 (e4m3) KV cache: its accuracy against the same references, reported.
@@ -110,6 +113,9 @@ check disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bi
 # The pair (K/V over CUDA IPC) against one instance at the same total memory, under orchid bench serve.
 bench disagg-bench-20b env ORCHID_LOG_DIR="$logs/disagg-bench" scripts/gpu-disagg-bench.sh synthetic:20b
 bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
+# The same with the engine planning each decode step while the one before runs (--async-scheduling).
+bench serve-bench-20b-async env ORCHID_LOG_DIR="$logs/serve-bench-async" \
+  ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b -- --async-scheduling
 rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"
 printf '%s\n' "${summary[@]}"

@@ -8,7 +8,8 @@
 #   ORCHID_SERVE_BACKEND=cpu runs the same on the CPU backend (a dry run of the script).
 # Per workload, from /metrics before and after it, where an engine step's time went: scheduling, the
 # backend's host work, its wait for the GPU, and taking the outputs (ms per step; host work is what a
-# synchronous engine adds to the GPU's time).
+# synchronous engine adds to the GPU's time; with --async-scheduling, the share of steps launched while the
+# one before ran).
 # Exit status 0 when every request of every workload succeeded with its exact length.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +60,8 @@ if steps > 0:
     ms = [1e3 * d(f"orchid_step_{k}_seconds_total") / steps
           for k in ("schedule", "backend_host", "device_wait", "outputs")]
     phases = f"{steps:.0f}: {ms[0]:.2f} / {ms[1]:.2f} / {ms[2]:.2f} / {ms[3]:.2f}"
+    if d("orchid_pipelined_steps_total") > 0:
+        phases += f" ({100 * d('orchid_pipelined_steps_total') / steps:.0f}% pipelined)"
 try:
     r = json.load(open(p))
 except Exception as e:

@@ -118,6 +118,11 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
                                                                      : nullptr;
     if (why) spdlog::warn("engine: --async-scheduling does not apply with {}; steps run one at a time", why);
     pipelined_ = why == nullptr;
+    if (pipelined_ && !backend_->launches_async())
+      spdlog::info(
+          "engine: the {} backend computes a step when it is launched: --async-scheduling reorders "
+          "the steps' host work but overlaps nothing",
+          backend_->name());
   }
 }
 

@@ -203,7 +203,23 @@ __global__ void __launch_bounds__(256) copy_spans_kernel(const CopySpan* __restr
   }
 }
 
+__global__ void scatter_tokens_kernel(const int32_t* __restrict__ src, int64_t src_stride,
+                                      const int32_t* __restrict__ pairs, int64_t n,
+                                      int32_t* __restrict__ tokens) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t id = src[int64_t(pairs[2 * i + 1]) * src_stride];
+  tokens[pairs[2 * i]] = id < 0 ? 0 : id;  // the sampler's "nothing drawable" (-1) must not index the table
+}
+
 }  // namespace
+
+void scatter_tokens(const int32_t* src, int64_t src_stride, const int32_t* pairs, int64_t n, int32_t* tokens,
+                    cudaStream_t stream) {
+  if (n <= 0) return;
+  scatter_tokens_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(src, src_stride, pairs, n, tokens);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
 
 void copy_spans(const CopySpan* spans, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;

@@ -44,6 +44,13 @@ struct CopySpan {
 };
 void copy_spans(const CopySpan* spans, int64_t n, cudaStream_t stream);
 
+// Pipelined steps (runtime::TokenFromPrevious): tokens[pairs[2i]] = src[pairs[2i + 1] * src_stride] for
+// i < n, where src holds the step before's sampled ids (`src_stride` int32 words apart: a plain id array,
+// or the id field of the sampler's result rows). `pairs` is in device memory. A negative id (the sampler's
+// "every token banned", which the host reports as an error) is written as 0, so the step stays in bounds.
+void scatter_tokens(const int32_t* src, int64_t src_stride, const int32_t* pairs, int64_t n, int32_t* tokens,
+                    cudaStream_t stream);
+
 // Per row of logits [rows, vocab] (fp32): the arg-max (lowest id on ties) and its log-softmax value.
 void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
                  cudaStream_t stream);

@@ -283,6 +283,17 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
   return out;
 }
 
+void CudaBackend::launch(const StepBatch& b) {
+  if (ranks_.size() != 1) return Backend::launch(b);
+  validate(b);
+  ranks_[0]->launch(b);
+}
+
+StepOutput CudaBackend::collect() {
+  if (ranks_.size() != 1) return Backend::collect();
+  return ranks_[0]->collect();
+}
+
 std::vector<float> CudaBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                           std::vector<int32_t>* topk) {
   if (layer < 0 || layer >= config_.num_layers)

@@ -59,6 +59,11 @@ class CudaBackend final : public Backend {
   size_t kv_share_leases() const override { return leases_ ? leases_->leases() : 0; }
   void open_kv_share(const KvShare& share) override;
   StepOutput forward(const StepBatch& batch) override;
+  // One rank: steps are enqueued and read later (CudaRank::launch). Several ranks: the default (forward()
+  // at launch), as their collectives and the sampled tokens' way to every rank are not pipelined yet.
+  void launch(const StepBatch& batch) override;
+  StepOutput collect() override;
+  bool launches_async() const override { return ranks_.size() == 1; }
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
 

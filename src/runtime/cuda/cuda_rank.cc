@@ -116,6 +116,9 @@ CudaRank::~CudaRank() {
   gemm_.reset();
   sampler_.reset();
   if (h_meta_) cudaFreeHost(h_meta_);
+  if (staged_) cudaEventDestroy(staged_);
+  for (auto e : done_)
+    if (e) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -140,7 +143,9 @@ void CudaRank::plan_workspace() {
   off_rows_ = off_blob_ + align256(cap_blob_);
   off_full_ = off_rows_ + align256(cap_rows_);
   off_sliding_ = off_full_ + align256(cap_table_);
-  meta_cap_ = off_sliding_ + align256(cap_table_);
+  cap_prev_ = size_t(S) * 8;  // a (token, sample) pair per sequence: pipelined steps decode one token each
+  off_prev_ = off_sliding_ + align256(cap_table_);
+  meta_cap_ = off_prev_ + align256(cap_prev_);
   // Precise routing: the norm outputs keep their low BF16 halves (h_ holds 2T rows), and the precise
   // layer's QKV rows (then its O-projection output) are fp32.
   precise_layer_ = opts_.precise_routing && c.num_layers > 0 && c.is_sliding(0) ? 0 : -1;
@@ -190,10 +195,13 @@ void CudaRank::plan_workspace() {
   d_meta_ = ws_.take_bytes(meta_cap_);
   gemm_ = std::make_unique<kernels::DenseGemm>(gemm_ws, kernels::DenseGemm::kRecommendedWorkspace);
   if (samples_) sampler_ = std::make_unique<GpuSampler>(sampled_rows_cap_, V);
+  // Two result slots of ids and logprobs: a pipelined step's are read while the next step's are copied.
   ORCHID_CUDA_CHECK(
-      cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + size_t(sampled_rows_cap_) * 8));
+      cudaMallocHost(reinterpret_cast<void**>(&h_meta_), meta_cap_ + 2 * size_t(sampled_rows_cap_) * 8));
   h_ids_ = reinterpret_cast<int32_t*>(h_meta_ + meta_cap_);
-  h_logprobs_ = reinterpret_cast<float*>(h_ids_ + sampled_rows_cap_);
+  h_logprobs_ = reinterpret_cast<float*>(h_ids_ + 2 * sampled_rows_cap_);
+  ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
+  for (auto& e : done_) ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   int64_t full = 0, sliding = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
 }
@@ -481,6 +489,9 @@ kernels::attention::PlanOptions CudaRank::make_plan_options() const {
 
 CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, const StepBatch& b,
                                          const std::vector<int32_t>& rows, const attn::PlanOptions& po) {
+  // The pinned buffer is the source of the last step's copies: with that step maybe still queued behind
+  // another (pipelining), wait until they have run.
+  ORCHID_CUDA_CHECK(cudaEventSynchronize(staged_));
   std::vector<attn::PlanSequence> ps(b.seqs.size());
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     ps[i].q_start = b.seqs[i].token_begin;
@@ -540,6 +551,23 @@ CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, con
   m.sliding = reinterpret_cast<const int32_t*>(d_meta_ + off_sliding_);
   m.rows = reinterpret_cast<const int32_t*>(d_meta_ + off_rows_);
   m.plan = plan_.device_view(d_meta_ + off_blob_);
+  if (!b.from_previous.empty()) {  // the tokens the step before drew, still on the device only
+    ORCHID_CHECK(prev_ids_ != nullptr, "a step takes {} tokens from a step that drew none here",
+                 b.from_previous.size());
+    const size_t bytes = b.from_previous.size() * 8;
+    if (bytes > cap_prev_)
+      fail("step metadata: {} tokens from the step before, room for {}", bytes / 8, cap_prev_ / 8);
+    static_assert(sizeof(TokenFromPrevious) == 8);
+    for (const auto& f : b.from_previous)
+      ORCHID_CHECK(f.sample >= 0 && f.sample < prev_rows_, "token from sample {} of {}", f.sample,
+                   prev_rows_);
+    std::memcpy(h_meta_ + off_prev_, b.from_previous.data(), bytes);
+    ORCHID_CUDA_CHECK(
+        cudaMemcpyAsync(d_meta_ + off_prev_, h_meta_ + off_prev_, bytes, cudaMemcpyHostToDevice, stream_));
+    kernels::ops::scatter_tokens(
+        prev_ids_, prev_stride_, reinterpret_cast<const int32_t*>(d_meta_ + off_prev_),
+        int64_t(b.from_previous.size()), reinterpret_cast<int32_t*>(d_meta_ + off_tokens_), stream_);
+  }
   return m;
 }
 
@@ -807,15 +835,20 @@ bool CudaRank::graphable(const StepBatch& b) const {
 // (algorithm selection, lazy initialisation), then is captured. A verify step's draws are accepted on the
 // host as in forward().
 namespace {
-// Waits for the stream, adding the time blocked to out.device_wait_seconds (StepOutput).
+// Waits for the stream (or an event), adding the time blocked to out.device_wait_seconds (StepOutput).
 void wait_for_device(cudaStream_t stream, StepOutput& out) {
   const auto t0 = std::chrono::steady_clock::now();
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   out.device_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+void wait_for_event(cudaEvent_t event, StepOutput& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ORCHID_CUDA_CHECK(cudaEventSynchronize(event));
+  out.device_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 }  // namespace
 
-StepOutput CudaRank::forward_graph(const StepBatch& b) {
+StepOutput CudaRank::forward_graph(const StepBatch& b, bool launch) {
   const int64_t B = int64_t(b.seqs.size());
   const int32_t q = b.seqs[0].num_tokens;
   int bucket = 0;
@@ -843,6 +876,7 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
   ORCHID_CHECK(m.plan.decode_bucket == bucket && m.plan.decode_q == q && m.plan.num_prefill_tiles == 0,
                "a graphed step must be all decode slots of {} tokens", q);
   if (sampler) sampler_->upload(b, stream_, T);
+  ORCHID_CUDA_CHECK(cudaEventRecord(staged_, stream_));
   const int key = (bucket * 64 + q) * 4 + int(pick);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
@@ -859,42 +893,126 @@ StepOutput CudaRank::forward_graph(const StepBatch& b) {
   }
   ORCHID_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   StepOutput out;
+  set_previous(nullptr, 1, 0);
   if (!samples_) {
     wait_for_device(stream_, out);
     return out;
   }
-  if (sampler) {
-    if (masked) {  // the graph is running: the masks are waited for (and copied) while it does
-      sampler_->upload_masks(b, stream_);
-      sampler_->enqueue(logits_, stream_);
-    }
-    sampler_->download(stream_);
-    wait_for_device(stream_, out);
-    out.samples = sampler_->results();
-  } else {
-    const int64_t n = B * q;
-    ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
-    ORCHID_CUDA_CHECK(
-        cudaMemcpyAsync(h_logprobs_, d_logprobs_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
-    wait_for_device(stream_, out);
-    for (int64_t i = 0; i < n; ++i) {
-      SampledToken st;
-      st.token = h_ids_[i];
-      st.logprob = h_logprobs_[i];
-      out.samples.push_back(st);
-    }
+  if (masked) {  // the graph is running: the masks are waited for (and copied) while it does
+    sampler_->upload_masks(b, stream_);
+    sampler_->enqueue(logits_, stream_);
   }
+  if (q == 1) {
+    if (sampler)
+      set_previous(sampler_->device_tokens(), GpuSampler::kTokenStride, sampler_->sampled_rows());
+    else
+      set_previous(d_ids_, 1, B);
+  }
+  Launched l = download_samples(sampler, B * q);
+  if (launch) {
+    launched_.push_back(std::move(l));
+    return out;
+  }
+  wait_for_device(stream_, out);
+  out.samples = read_samples(l);
   if (q > 1) keep_accepted(b, out);
   if (head_) head_->run(b, m.full, *gemm_, out);
   return out;
 }
 
+CudaRank::Launched CudaRank::download_samples(bool sampler, int64_t rows) {
+  Launched l;
+  l.slot = slot_;
+  slot_ ^= 1;
+  l.sampler = sampler;
+  l.rows = rows;
+  if (sampler) {
+    sampler_->download(stream_, l.slot);
+  } else {
+    int32_t* ids = h_ids_ + l.slot * sampled_rows_cap_;
+    float* logprobs = h_logprobs_ + l.slot * sampled_rows_cap_;
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(ids, d_ids_, size_t(rows) * 4, cudaMemcpyDeviceToHost, stream_));
+    ORCHID_CUDA_CHECK(
+        cudaMemcpyAsync(logprobs, d_logprobs_, size_t(rows) * 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  ORCHID_CUDA_CHECK(cudaEventRecord(done_[l.slot], stream_));
+  return l;
+}
+
+std::vector<SampledToken> CudaRank::read_samples(const Launched& l) const {
+  if (l.sampler) return sampler_->results(l.slot, l.rows);
+  std::vector<SampledToken> samples(size_t(l.rows));
+  for (int64_t k = 0; k < l.rows; ++k) {
+    samples[size_t(k)].token = h_ids_[l.slot * sampled_rows_cap_ + k];
+    samples[size_t(k)].logprob = h_logprobs_[l.slot * sampled_rows_cap_ + k];
+  }
+  return samples;
+}
+
+void CudaRank::set_previous(const int32_t* ids, int64_t stride, int64_t rows) {
+  prev_ids_ = ids;
+  prev_stride_ = stride;
+  prev_rows_ = ids ? rows : 0;
+}
+
+bool CudaRank::launchable(const StepBatch& b) const {
+  if (!samples_ || head_ || b.logits != LogitsMode::kNone || b.seqs.empty() || tp_->size() > 1 ||
+      ep_->size() > 1)
+    return false;
+  for (const auto& s : b.seqs)
+    if (!s.sample || s.num_draft > 0 || s.num_propose > 0 || s.mask_row >= 0 ||
+        b.params[size_t(s.params_index)].uses_penalties())
+      return false;
+  return true;
+}
+
+void CudaRank::settle(Launched& l) {
+  if (l.ready) return;
+  StepOutput out;
+  wait_for_event(done_[l.slot], out);
+  out.samples = read_samples(l);
+  l.done = std::move(out);
+  l.ready = true;
+}
+
+void CudaRank::launch(const StepBatch& b) {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
+  if (!launchable(b) || b.num_tokens() == 0) {
+    Launched l;
+    l.done = forward(b);
+    l.ready = true;
+    launched_.push_back(std::move(l));
+    return;
+  }
+  if (graphable(b)) {
+    forward_graph(b, true);
+    return;
+  }
+  forward_eager(b, true);
+}
+
+StepOutput CudaRank::collect() {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  ORCHID_CHECK(!launched_.empty(), "collect() without a launched step");
+  settle(launched_.front());
+  StepOutput out = std::move(launched_.front().done);
+  launched_.pop_front();
+  return out;
+}
+
 StepOutput CudaRank::forward(const StepBatch& b) {
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  for (Launched& l : launched_) settle(l);  // this step reuses their result slots
+  if (b.num_tokens() == 0) return StepOutput{};
+  if (graphable(b)) return forward_graph(b, false);
+  return forward_eager(b, false);
+}
+
+StepOutput CudaRank::forward_eager(const StepBatch& b, bool launch) {
   const auto& c = config_;
   const int64_t T = b.num_tokens(), H = c.hidden_size, V = c.vocab_size;
   StepOutput out;
-  if (T == 0) return out;
   // Token rows whose logits are needed: sampled positions first (a drafted sequence's last num_draft + 1).
   std::vector<int32_t> rows;
   bool drafted = false;
@@ -908,17 +1026,21 @@ StepOutput CudaRank::forward(const StepBatch& b) {
                sampled_rows_cap_);
   if (b.logits == LogitsMode::kAll)
     for (int32_t t = 0; t < T; ++t) rows.push_back(t);
-  if (graphable(b)) return forward_graph(b);
   const StepMeta m = upload_step(b.tokens, b, rows, plan_options_);
   const int32_t* d_rows = m.rows;
+  // Sampled rows: a plain greedy step takes the arg-max kernel; anything else (temperature, top-k/p, min-p,
+  // penalties, banned tokens, logprobs) the GPU sampler, whose parameters go up with the step's metadata.
+  const bool sampling = n_sampled > 0 && samples_;
+  const bool greedy = sampling && plain_greedy(b);
+  if (sampling && !greedy) sampler_->upload(b, stream_);
+  ORCHID_CUDA_CHECK(cudaEventRecord(staged_, stream_));
   kernels::ops::embedding_gather(weights_.embedding, m.tokens, x_, T, H, stream_);
   run_layers(m, T);
+  set_previous(nullptr, 1, 0);
 
-  // Sampled rows: a plain greedy step takes the arg-max kernel; anything else (temperature, top-k/p, min-p,
-  // penalties, banned tokens, logprobs) the GPU sampler. Raw logits, when asked for, are copied out first
-  // because the sampler applies penalties in place.
+  // Raw logits, when asked for, are copied out first because the sampler applies penalties in place.
   if (n_sampled > 0 && !samples_) compute_logits(d_rows, int64_t(n_sampled));  // its part of the gather
-  if (n_sampled > 0 && samples_) {
+  if (sampling) {
     compute_logits(d_rows, int64_t(n_sampled));
     std::vector<float> host_logits;
     if (b.logits == LogitsMode::kSampled) {
@@ -926,35 +1048,32 @@ StepOutput CudaRank::forward(const StepBatch& b) {
       ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4,
                                         cudaMemcpyDeviceToHost, stream_));
     }
-    const bool greedy = plain_greedy(b);
     if (greedy) {
       kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);
-      ORCHID_CUDA_CHECK(cudaMemcpyAsync(h_ids_, d_ids_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
-      ORCHID_CUDA_CHECK(
-          cudaMemcpyAsync(h_logprobs_, d_logprobs_, n_sampled * 4, cudaMemcpyDeviceToHost, stream_));
     } else {
-      sampler_->upload(b, stream_);
       sampler_->upload_masks(b, stream_);  // the layers are enqueued: waiting here overlaps them
       sampler_->enqueue(logits_, stream_);
-      sampler_->download(stream_);
+    }
+    if (!drafted) {
+      if (greedy)
+        set_previous(d_ids_, 1, int64_t(n_sampled));
+      else
+        set_previous(sampler_->device_tokens(), GpuSampler::kTokenStride, int64_t(n_sampled));
+    }
+    Launched l = download_samples(!greedy, int64_t(n_sampled));
+    if (launch) {
+      launched_.push_back(std::move(l));
+      return out;
     }
     wait_for_device(stream_, out);
-    if (greedy) {
-      for (size_t k = 0; k < n_sampled; ++k) {
-        SampledToken st;
-        st.token = h_ids_[k];
-        st.logprob = h_logprobs_[k];
-        out.samples.push_back(st);
-      }
-    } else {
-      out.samples = sampler_->results();
-    }
+    out.samples = read_samples(l);
     if (drafted) keep_accepted(b, out);
     if (b.logits == LogitsMode::kSampled) {
       out.logits = std::move(host_logits);
       out.logits_rows = int64_t(n_sampled);
     }
   }
+  ORCHID_CHECK(!launch, "a launched step samples every sequence");
   if (b.logits == LogitsMode::kAll) {  // every position, in passes of at most logits_rows_cap_ rows
     if (samples_) out.logits.resize(size_t(T * V));
     for (int64_t r0 = 0; r0 < T; r0 += logits_rows_cap_) {

@@ -26,6 +26,7 @@
 
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,12 @@ class CudaRank {
 
   // One step; rank 0 returns the samples (and logits asked for), the other ranks an empty output.
   StepOutput forward(const StepBatch& b);
+  // Pipelined steps (Backend::launch; one rank): a step in which every sequence samples one token without
+  // drafts, masks, penalties, logits or a draft head is enqueued, and collect() waits for its event and
+  // reads its result slot; any other step runs through forward() at launch. Tokens taken from the step
+  // before (StepBatch::from_previous) are copied on the device from its draws (upload_step).
+  void launch(const StepBatch& b);
+  StepOutput collect();
   // K/V handoff (Backend::read_kv): this rank's pages appended to `full` / `sliding`, layer by layer, K then
   // V, page by page; write_pages takes them back from `at` offsets in the same order (kNoPage: skipped).
   void read_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
@@ -146,7 +153,25 @@ class CudaRank {
   enum class DecodePick { kArgmax = 0, kSampler = 1, kAfterGraph = 2 };
   void decode_body(const StepMeta& m, int64_t T, DecodePick pick);
   bool graphable(const StepBatch& b) const;
-  StepOutput forward_graph(const StepBatch& b);
+  bool launchable(const StepBatch& b) const;
+  // A step's samples on their way to one of the two host result slots (the arg-max buffers or the
+  // sampler's); `done` holds the output once read, or of a step forward() ran at launch.
+  struct Launched {
+    bool ready = false;
+    StepOutput done;
+    int slot = 0;
+    bool sampler = false;
+    int64_t rows = 0;
+  };
+  // launch: enqueue everything, the samples' copy to the host included, and leave them in launched_.
+  StepOutput forward_graph(const StepBatch& b, bool launch);
+  StepOutput forward_eager(const StepBatch& b, bool launch);
+  // Enqueues the copy of the step's `rows` samples into the next result slot and records its event.
+  Launched download_samples(bool sampler, int64_t rows);
+  std::vector<SampledToken> read_samples(const Launched& l) const;
+  void settle(Launched& l);  // waits for its event and reads its slot
+  // Where the last step's draws lie on the device (for the next step's from_previous); null: not usable.
+  void set_previous(const int32_t* ids, int64_t stride, int64_t rows);
 
   CudaBackendOptions opts_;
   model::ModelConfig config_;                     // the whole model
@@ -208,8 +233,16 @@ class CudaRank {
   std::map<int, cudaGraphExec_t> graphs_;  // by (batch bucket * 64 + tokens a sequence) * 4 + DecodePick
   uint8_t* h_meta_ = nullptr;
   uint8_t* d_meta_ = nullptr;
-  int32_t* h_ids_ = nullptr;
-  float* h_logprobs_ = nullptr;
+  int32_t* h_ids_ = nullptr;            // two result slots of sampled_rows_cap_
+  float* h_logprobs_ = nullptr;         // the same
+  size_t off_prev_ = 0, cap_prev_ = 0;  // StepBatch::from_previous pairs in the metadata buffers
+  // Pipelining: staged_ passes once the last step's host-to-device copies (from h_meta_ and the sampler's
+  // pinned parameters) have run; done_[slot] once a step's samples are in that host slot.
+  cudaEvent_t staged_ = nullptr, done_[2] = {nullptr, nullptr};
+  int slot_ = 0;  // the next step's result slot
+  std::deque<Launched> launched_;
+  const int32_t* prev_ids_ = nullptr;
+  int64_t prev_stride_ = 1, prev_rows_ = 0;
   kernels::attention::AttentionPlanBuilder plan_;
 };
 

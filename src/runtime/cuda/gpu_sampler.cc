@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstddef>
+
 #include "core/error.h"
 #include "kernels/common/cuda_check.h"
 
@@ -17,7 +19,8 @@ GpuSampler::GpuSampler(int64_t max_rows, int64_t vocab)
   ORCHID_CUDA_CHECK(
       cudaMallocHost(reinterpret_cast<void**>(&params_h_), size_t(max_rows) * sizeof(ks::RowParams)));
   ORCHID_CUDA_CHECK(
-      cudaMallocHost(reinterpret_cast<void**>(&results_h_), size_t(max_rows) * sizeof(ks::RowResult)));
+      cudaMallocHost(reinterpret_cast<void**>(&results_h_), 2 * size_t(max_rows) * sizeof(ks::RowResult)));
+  static_assert(offsetof(ks::RowResult, token) == 0 && sizeof(ks::RowResult) % sizeof(int32_t) == 0);
 }
 
 GpuSampler::~GpuSampler() {
@@ -29,7 +32,9 @@ void GpuSampler::ensure(DeviceBuffer& buf, size_t bytes, const char* what) {
   if (buf.size() >= bytes) return;
   const size_t grown = std::max(bytes, buf.size() * 2);
   spdlog::debug("GPU sampler: {} buffer grows to {} bytes", what, grown);
-  buf = DeviceBuffer();  // free first: the stream has finished with it (results() synchronised)
+  // Free first; a pipelined step may still be reading the buffer, so wait for the device before.
+  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+  buf = DeviceBuffer();
   buf = DeviceBuffer(grown, what);
 }
 
@@ -152,16 +157,25 @@ void GpuSampler::enqueue(float* logits, cudaStream_t stream) {
   ks::sample_rows(a, stream);
 }
 
-void GpuSampler::download(cudaStream_t stream) {
+void GpuSampler::download(cudaStream_t stream, int slot) {
+  ORCHID_CHECK(slot == 0 || slot == 1);
   if (sampled_ == 0) return;
-  ORCHID_CUDA_CHECK(cudaMemcpyAsync(results_h_, results_d_.data(), size_t(sampled_) * sizeof(ks::RowResult),
-                                    cudaMemcpyDeviceToHost, stream));
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(results_h_ + slot * max_rows_, results_d_.data(),
+                                    size_t(sampled_) * sizeof(ks::RowResult), cudaMemcpyDeviceToHost,
+                                    stream));
 }
 
-std::vector<SampledToken> GpuSampler::results() const {
-  std::vector<SampledToken> out(static_cast<size_t>(sampled_));
-  for (int64_t r = 0; r < sampled_; ++r) {
-    const ks::RowResult& g = results_h_[r];
+const int32_t* GpuSampler::device_tokens() const {
+  return reinterpret_cast<const int32_t*>(results_d_.data());
+}
+
+std::vector<SampledToken> GpuSampler::results(int slot, int64_t rows) const {
+  ORCHID_CHECK(slot == 0 || slot == 1);
+  if (rows < 0) rows = sampled_;
+  ORCHID_CHECK(rows <= max_rows_);
+  std::vector<SampledToken> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const ks::RowResult& g = results_h_[slot * max_rows_ + r];
     ORCHID_CHECK(g.token >= 0 && g.token < vocab_, "every token is banned (GPU sampler row {})", r);
     out[size_t(r)].token = g.token;
     out[size_t(r)].logprob = g.logprob;

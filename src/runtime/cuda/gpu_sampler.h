@@ -34,10 +34,16 @@ class GpuSampler {
   // Its arguments are fixed buffers, so a CUDA graph may capture it for steps without penalties or banned
   // tokens (whose buffers can grow).
   void enqueue(float* logits, cudaStream_t stream);
-  // Enqueues the copy of the results to the host.
-  void download(cudaStream_t stream);
-  // Once the stream has passed the download: the sampled tokens, in StepBatch::seqs order.
-  std::vector<SampledToken> results() const;
+  // Enqueues the copy of the results to the host, into one of two result buffers (`slot` 0 or 1: a
+  // pipelined step's results are read while the next step's download is enqueued).
+  void download(cudaStream_t stream, int slot = 0);
+  // Once the stream has passed the download into `slot`: the sampled tokens, in StepBatch::seqs order;
+  // `rows`: the download's sampled rows (sampled_rows() when it was enqueued), -1: the last upload's.
+  std::vector<SampledToken> results(int slot = 0, int64_t rows = -1) const;
+  int64_t sampled_rows() const { return sampled_; }
+  // The sampled ids on the device, kTokenStride int32 words apart (row r at device_tokens()[r * stride]).
+  const int32_t* device_tokens() const;
+  static constexpr int64_t kTokenStride = sizeof(kernels::sampling::RowResult) / sizeof(int32_t);
 
  private:
   void ensure(DeviceBuffer& buf, size_t bytes, const char* what);
@@ -46,7 +52,7 @@ class GpuSampler {
   int64_t rows_ = 0;                                   // uploaded rows, padding included
   int64_t sampled_ = 0;                                // rows that belong to sequences
   kernels::sampling::RowParams* params_h_ = nullptr;   // pinned
-  kernels::sampling::RowResult* results_h_ = nullptr;  // pinned
+  kernels::sampling::RowResult* results_h_ = nullptr;  // pinned, two slots of max_rows_
   DeviceBuffer params_d_, results_d_, history_d_, history_raw_d_, banned_d_, scratch_d_, masks_d_;
   int32_t mask_words_ = 0;  // of the masks uploaded for this step; 0: none
   bool masked_ = false;     // a row of this step has a mask

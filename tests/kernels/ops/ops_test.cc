@@ -99,6 +99,32 @@ TEST_F(Ops, CopySpans) {
   ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+TEST_F(Ops, ScatterTokens) {
+  // The step before drew 300 rows; 257 tokens of this step (of 1000) take one of them each, read plainly
+  // and from rows of 5 words (the sampler's results); the other tokens stay.
+  const int64_t rows = 300, n = 257, T = 1000;
+  for (const int64_t stride : {int64_t(1), int64_t(5)}) {
+    std::vector<int32_t> src(size_t(rows * stride)), tokens(T), pairs;
+    for (auto& v : src) v = int32_t(rng() % 200000);
+    for (auto& v : tokens) v = int32_t(rng() % 200000);
+    std::vector<int32_t> dst(T);
+    for (int64_t t = 0; t < T; ++t) dst[size_t(t)] = int32_t(t);
+    std::shuffle(dst.begin(), dst.end(), rng);
+    std::vector<int32_t> want = tokens;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t from = int32_t(rng() % rows);
+      pairs.push_back(dst[size_t(i)]);
+      pairs.push_back(from);
+      want[size_t(dst[size_t(i)])] = src[size_t(from * stride)];
+    }
+    Dev<int32_t> dsrc(src), dpairs(pairs), dtokens(tokens);
+    scatter_tokens(dsrc.p, stride, dpairs.p, n, dtokens.p, nullptr);
+    scatter_tokens(dsrc.p, stride, dpairs.p, 0, dtokens.p, nullptr);  // nothing to do
+    ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(dtokens.get(size_t(T)), want) << "stride " << stride;
+  }
+}
+
 TEST_F(Ops, Conversions) {
   const int64_t n = 100003;
   std::vector<float> f(n);
