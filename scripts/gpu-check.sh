@@ -8,22 +8,26 @@
 #      synthetic gpt-oss-20b (sampling on the GPU, batching, streaming, SIGTERM),
 #   4. a benchmark smoke in the seed's terms on synthetic gpt-oss-20b weights: prefill, decode, the per-kernel
 #      breakdown of a decode step, and the server under `orchid bench serve` (shorter outputs than the issue's).
-#   scripts/gpu-check.sh [--quick] [--tests-only | --bench-only]
+#   scripts/gpu-check.sh [--quick] [--tests-only | --bench-only] [--only REGEX]
 #     --quick: fewer benchmark shapes; --tests-only: the checks of correctness alone (1-3, the kernel suites
 #     without their micro-benchmarks), e.g. while the GPU is busy with something else; --bench-only: 4 alone
-#     (the kernel suites' micro-benchmarks come only with a full run).
+#     (the kernel suites' micro-benchmarks come only with a full run); --only REGEX: the steps whose name
+#     matches (grep -E), e.g. --only 'async|fp8|ops_kernels|disagg' after a change to those paths (the
+#     layer-check steps need synth-20b in the pattern: it writes their checkpoint).
 # Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=""
-tests=1 benches=1
-for a in "$@"; do
-  case "$a" in
+tests=1 benches=1 only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
     --quick) quick="--quick" ;;
     --tests-only) benches=0 ;;
     --bench-only) tests=0 ;;
-    *) echo "usage: $0 [--quick] [--tests-only | --bench-only]" >&2; exit 2 ;;
+    --only) only=${2:?--only needs a pattern}; shift ;;
+    *) echo "usage: $0 [--quick] [--tests-only | --bench-only] [--only REGEX]" >&2; exit 2 ;;
   esac
+  shift
 done
 build=${ORCHID_BUILD_DIR:-build/cuda}
 logs=${ORCHID_LOG_DIR:-$build/gpu-check}
@@ -35,6 +39,7 @@ status=0
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
   local name=$1
   shift
+  if [ -n "$only" ] && ! grep -Eq -- "$only" <<<"$name"; then return 0; fi
   echo "== $name"
   "$@" 2>&1 | tee "$logs/$name.log"
   local rc=${PIPESTATUS[0]}
