@@ -115,6 +115,10 @@ check disaggregation-tiny python3 tools/gpu/disaggregation_check.py --orchid "$b
 check disaggregation-golden python3 tools/gpu/disaggregation_check.py --orchid "$bin" \
   --model tests/golden/tiny/checkpoint
 check disaggregation-20b python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model synthetic:20b
+# A TP1 prefill instance feeding a TP2 decode instance (its two ranks on this GPU): each decode rank copies
+# its KV heads from the prefill rank's buffer in place.
+check disaggregation-tp1-tp2 python3 tools/gpu/disaggregation_check.py --orchid "$bin" \
+  --model tests/golden/tiny/checkpoint --decode-args "--tp 2 --collectives local"
 # The pair (K/V over CUDA IPC) against one instance at the same total memory, under orchid bench serve.
 bench disagg-bench-20b env ORCHID_LOG_DIR="$logs/disagg-bench" scripts/gpu-disagg-bench.sh synthetic:20b
 bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b

@@ -1,5 +1,6 @@
 #include "runtime/kv_reshard.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -42,6 +43,22 @@ std::vector<uint8_t> reshard_kv(std::span<const uint8_t> bytes, int from, int to
     }
   }
   return out;
+}
+
+std::vector<HeadRun> head_runs(int from, int to, int num_heads, int receiver, uint64_t page_bytes) {
+  if (from < 1 || to < 1 || num_heads % from != 0 || num_heads % to != 0)
+    fail("K/V of {} KV heads over {} ranks cannot go to {} ranks", num_heads, from, to);
+  ORCHID_CHECK(receiver >= 0 && receiver < to, "receiver rank {} of {}", receiver, to);
+  const int hf = num_heads / from, ht = num_heads / to;
+  if (page_bytes % uint64_t(ht) != 0) fail("a page of {} bytes is not {} heads' blocks", page_bytes, ht);
+  const uint64_t block = page_bytes / uint64_t(ht);
+  std::vector<HeadRun> runs;
+  const int lo = receiver * ht, hi = lo + ht;  // the receiver's heads
+  for (int s = lo / hf; s * hf < hi; ++s) {
+    const int a = std::max(lo, s * hf), b = std::min(hi, (s + 1) * hf);
+    runs.push_back({s, uint64_t(a - s * hf) * block, uint64_t(a - lo) * block, uint64_t(b - a) * block});
+  }
+  return runs;
 }
 
 }  // namespace orchid::runtime

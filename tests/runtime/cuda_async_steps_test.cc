@@ -70,7 +70,8 @@ Outcome run(bool async, bool graphs) {
   c.max_num_batched_tokens = 512;
   engine::Engine e(backend, c);
   std::vector<std::shared_ptr<engine::RequestStream>> streams;
-  for (auto& r : requests(int32_t(backend->model_config().vocab_size))) streams.push_back(e.submit(std::move(r)));
+  for (auto& r : requests(int32_t(backend->model_config().vocab_size)))
+    streams.push_back(e.submit(std::move(r)));
   e.run_until_idle();
   Outcome out;
   for (auto& s : streams) out.events.push_back(s->wait_all());

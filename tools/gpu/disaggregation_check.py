@@ -11,10 +11,16 @@ prompt where the outputs first differ, and per transfer its counters: the prompt
 (all of them, with `--kv-transfer auto`), the bytes, and the transfer's share of TTFT.
 
   tools/gpu/disaggregation_check.py --orchid build/cuda/src/cli/orchid [--model synthetic:20b] [--noise 0.05]
+      [--prefill-args "--tp 1"] [--decode-args "--tp 2 --collectives local"]
+
+The two instances may be of different tensor-parallel splits (--prefill-args / --decode-args): the decode
+instance's ranks then take their KV heads from the prefill ranks that hold them (in place) or regroup the
+bytes; the reference runs with the decode instance's flags.
 """
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -41,7 +47,10 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--noise", type=float, default=0.05)
     ap.add_argument("--backend", default="cuda", help="cpu: the same check on the CPU backend (exact)")
+    ap.add_argument("--prefill-args", default="", help="extra flags of the prefill instance")
+    ap.add_argument("--decode-args", default="", help="extra flags of the decode and reference instances")
     a = ap.parse_args()
+    prefill_args, decode_args = shlex.split(a.prefill_args), shlex.split(a.decode_args)
     os.environ["ORCHID_BIN"] = a.orchid
     common = [a.model, "--backend", a.backend, "--served-model-name", "m", "--max-model-len", "4096",
               "--gpu-memory-utilization", "0.3"]
@@ -52,14 +61,14 @@ def main():
     ok = True
     want = []
     for p in prompts:  # the pair's two steps: len(p) - 1 prompt tokens, then the last one
-        with OrchidServer(*common, "--max-num-batched-tokens", str(len(p) - 1), "--max-num-seqs", "1",
-                          timeout=600) as single:
+        with OrchidServer(*common, *decode_args, "--max-num-batched-tokens", str(len(p) - 1), "--max-num-seqs",
+                          "1", timeout=600) as single:
             want.append(complete(single, p, a.tokens))
     for transfer in ("auto", "host"):
         print(f"== --kv-transfer {transfer}")
-        with OrchidServer(*common, "--role", "prefill", timeout=600) as prefill, \
-                OrchidServer(*common, "--role", "decode", "--prefill-url", prefill.base_url, "--kv-transfer",
-                             transfer, timeout=600) as decode:
+        with OrchidServer(*common, *prefill_args, "--role", "prefill", timeout=600) as prefill, \
+                OrchidServer(*common, *decode_args, "--role", "decode", "--prefill-url", prefill.base_url,
+                             "--kv-transfer", transfer, timeout=600) as decode:
             t0 = time.time()
             got = [complete(decode, p, a.tokens) for p in prompts]
             seconds = time.time() - t0

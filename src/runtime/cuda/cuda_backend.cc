@@ -219,12 +219,9 @@ void CudaBackend::write_kv(const KvPages& kv, std::span<const int32_t> full_page
         reshard_kv(kv.sliding, from, to, heads, int64_t(sliding_pages.size()), 1, head_block_bytes(true));
     return write_kv(mine, full_pages, sliding_pages);
   }
-  if (kv.share) {
-    if (kv.share->transport != "cuda_ipc" || kv.share->ranks.size() != ranks_.size())
-      fail("K/V shared over {} by {} ranks; this instance takes cuda_ipc from {}", kv.share->transport,
-           kv.share->ranks.size(), ranks_.size());
-    for (size_t r = 0; r < ranks_.size(); ++r)
-      ranks_[r]->take_shared_pages(full_pages, sliding_pages, kv.share->ranks[r]);
+  if (kv.share) {  // each rank copies its heads from the sender ranks that hold them
+    check_share_split(*kv.share);
+    for (auto& r : ranks_) r->take_shared_pages(full_pages, sliding_pages, *kv.share);
     return;
   }
   size_t at_full = 0, at_sliding = 0;
@@ -238,7 +235,8 @@ std::optional<KvPages> CudaBackend::share_kv(std::span<const int32_t> full_pages
                                              std::span<const int32_t> sliding_pages,
                                              int32_t first_sliding_page, int32_t num_tokens,
                                              int32_t receiver_ranks) {
-  if (!leases_ || (receiver_ranks > 0 && receiver_ranks != int32_t(ranks_.size()))) return std::nullopt;
+  // A receiver of another split takes its heads from the ranks that hold them (CudaRank::take_shared_pages).
+  if (!leases_ || (receiver_ranks > 0 && config_.num_kv_heads % receiver_ranks != 0)) return std::nullopt;
   const auto [full_bytes, sliding_bytes] = ranks_[0]->handoff_bytes(full_pages, sliding_pages);
   const auto lease = leases_->acquire(full_bytes + sliding_bytes, steady_now_ms());
   if (!lease) return std::nullopt;  // the buffer is full: the pages go as bytes
@@ -264,13 +262,19 @@ std::optional<KvPages> CudaBackend::share_kv(std::span<const int32_t> full_pages
   return kv;
 }
 
-void CudaBackend::open_kv_share(const KvShare& share) {
+void CudaBackend::check_share_split(const KvShare& share) const {
   if (share.transport != "cuda_ipc")
     fail("K/V shared over {}; this instance takes cuda_ipc", share.transport);
-  if (share.ranks.size() != ranks_.size())  // each rank maps its peer rank's buffer: same split only
-    fail("K/V shared in place by {} ranks; this instance has {} (other splits take the bytes)",
-         share.ranks.size(), ranks_.size());
-  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->open_peer(share.ranks[r].region);
+  const size_t from = share.ranks.size();
+  if (from == 0 || config_.num_kv_heads % int64_t(from) != 0)
+    fail("K/V shared in place by {} ranks: they cannot hold the model's {} KV heads", from,
+         config_.num_kv_heads);
+}
+
+void CudaBackend::open_kv_share(const KvShare& share) {
+  check_share_split(share);
+  for (auto& r : ranks_)
+    for (int s : r->share_senders(int(share.ranks.size()))) r->open_peer(share.ranks[size_t(s)].region);
 }
 
 StepOutput CudaBackend::forward(const StepBatch& b) {

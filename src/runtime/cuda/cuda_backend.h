@@ -68,6 +68,8 @@ class CudaBackend final : public Backend {
                                std::vector<int32_t>* topk) override;
 
  private:
+  // A share this instance can take in place: CUDA IPC, from ranks that split the KV heads evenly.
+  void check_share_split(const KvShare& share) const;
   void validate(const StepBatch& b) const;
   // Bytes of one KV head's block in a page of each layer of a pool's kind, in layer order (kv_reshard.h).
   std::vector<size_t> head_block_bytes(bool sliding) const;

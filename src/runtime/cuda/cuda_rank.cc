@@ -21,6 +21,7 @@
 #include "kernels/norm/rmsnorm.h"
 #include "kernels/ops/ops.h"
 #include "runtime/kv_memory_plan.h"
+#include "runtime/kv_reshard.h"
 #include "runtime/sampler.h"
 
 namespace orchid::runtime::cuda {
@@ -108,10 +109,35 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   }
 }
 
+namespace {
+// CUDA IPC mappings of peers' export buffers, one per (device, region) in the process: the ranks of a split
+// that share a GPU (tests, --collectives local) read the same sender buffer, and a handle must not be
+// opened twice in one context. Counted: the last rank that let go closes it.
+struct IpcMapping {
+  uint8_t* base = nullptr;
+  uint64_t size = 0;
+  int users = 0;
+};
+std::mutex ipc_mu;
+std::map<std::pair<int, std::string>, IpcMapping>& ipc_mappings() {
+  static std::map<std::pair<int, std::string>, IpcMapping> m;
+  return m;
+}
+}  // namespace
+
 CudaRank::~CudaRank() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [region, mapping] : peers_) cudaIpcCloseMemHandle(mapping.first);
+  {
+    std::lock_guard<std::mutex> lock(ipc_mu);
+    for (const auto& [region, mapping] : peers_) {
+      auto it = ipc_mappings().find({device_, region});
+      if (it != ipc_mappings().end() && --it->second.users == 0) {
+        cudaIpcCloseMemHandle(it->second.base);
+        ipc_mappings().erase(it);
+      }
+    }
+  }
   for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
   gemm_.reset();
   sampler_.reset();
@@ -410,40 +436,69 @@ void CudaRank::open_peer(const std::string& region) {
     fail("K/V shared over CUDA IPC: a region of {} bytes is not a handle and size", region.size());
   std::lock_guard<std::mutex> lock(peers_mu_);
   if (peers_.count(region)) return;
-  std::memcpy(&h, region.data(), sizeof(h));
-  std::memcpy(&size, region.data() + sizeof(h), sizeof(size));
-  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
-  void* p = nullptr;
-  const cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // not sticky, but leave no error behind for the next check
-    fail("K/V shared over CUDA IPC: the peer's export buffer cannot be mapped on GPU {}: {}", device_,
-         cudaGetErrorString(err));
+  std::lock_guard<std::mutex> global(ipc_mu);
+  IpcMapping& m = ipc_mappings()[{device_, region}];
+  if (m.users == 0) {
+    std::memcpy(&h, region.data(), sizeof(h));
+    std::memcpy(&size, region.data() + sizeof(h), sizeof(size));
+    ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    const cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // not sticky, but leave no error behind for the next check
+      ipc_mappings().erase({device_, region});
+      fail("K/V shared over CUDA IPC: the peer's export buffer cannot be mapped on GPU {}: {}", device_,
+           cudaGetErrorString(err));
+    }
+    m.base = static_cast<uint8_t*>(p);
+    m.size = size;
   }
-  peers_.emplace(region, std::make_pair(static_cast<uint8_t*>(p), size));
+  ++m.users;
+  peers_.emplace(region, std::make_pair(m.base, m.size));
+}
+
+std::vector<int> CudaRank::share_senders(int from) const {
+  const int heads = int(config_.num_kv_heads), mine = int(local_.num_kv_heads);
+  std::vector<int> senders;
+  for (const HeadRun& r :
+       head_runs(from, heads / mine, heads, int(shard_.kv_head_begin) / mine, uint64_t(mine)))
+    senders.push_back(r.sender);
+  return senders;
 }
 
 void CudaRank::take_shared_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
-                                 const KvShareRank& from) {
+                                 const KvShare& share) {
+  const int from = int(share.ranks.size()), heads = int(config_.num_kv_heads);
+  const int mine = int(local_.num_kv_heads), to = heads / mine, me = int(shard_.kv_head_begin) / mine;
   const auto [full_bytes, sliding_bytes] = handoff_bytes(full_pages, sliding_pages);
-  if (from.full_bytes != full_bytes || from.sliding_bytes != sliding_bytes)
-    fail("K/V shared: {} + {} bytes on a rank, {} + {} expected", from.full_bytes, from.sliding_bytes,
-         full_bytes, sliding_bytes);
-  open_peer(from.region);
-  const uint8_t* base = nullptr;
-  {
+  // Each sender rank's part holds its heads' blocks of the same pages: the receiver's bytes scaled.
+  const uint64_t part[2] = {sender_page_bytes(from, to, full_bytes),
+                            sender_page_bytes(from, to, sliding_bytes)};
+  std::vector<const uint8_t*> base(size_t(from), nullptr);
+  for (const HeadRun& r : head_runs(from, to, heads, me, uint64_t(mine))) {
+    const KvShareRank& s = share.ranks[size_t(r.sender)];
+    if (s.full_bytes != part[0] || s.sliding_bytes != part[1])
+      fail("K/V shared: {} + {} bytes on sender rank {} of {}, {} + {} expected", s.full_bytes,
+           s.sliding_bytes, r.sender, from, part[0], part[1]);
+    open_peer(s.region);
     std::lock_guard<std::mutex> lock(peers_mu_);
-    const auto& [mapping, size] = peers_.at(from.region);
-    if (from.offset > size || size - from.offset < full_bytes + sliding_bytes)
-      fail("K/V shared: bytes {}..{} outside the peer's buffer of {}", from.offset,
-           from.offset + full_bytes + sliding_bytes, size);
-    base = mapping;
+    const auto& [mapping, size] = peers_.at(s.region);
+    if (s.offset > size || size - s.offset < part[0] + part[1])
+      fail("K/V shared: bytes {}..{} outside the peer's buffer of {}", s.offset, s.offset + part[0] + part[1],
+           size);
+    base[size_t(r.sender)] = mapping + s.offset;
   }
-  const uint8_t* at[2] = {base + from.offset, base + from.offset + full_bytes};
+  // Walk this rank's pages in the handoff order; each sender's cursor advances by its own page.
+  uint64_t at[2] = {0, part[0]};  // offsets in every sender's part: the full section, then the sliding one
   std::vector<kernels::ops::CopySpan> spans;
+  std::map<uint64_t, std::vector<HeadRun>> runs;  // by page size (one per layer kind and precision)
   for_each_kv_page(full_pages, sliding_pages, [&](bool is_sliding, uint8_t* page, size_t bytes) {
-    if (page) spans.push_back({at[is_sliding], page, bytes});
-    at[is_sliding] += bytes;
+    auto it = runs.find(bytes);
+    if (it == runs.end()) it = runs.emplace(bytes, head_runs(from, to, heads, me, bytes)).first;
+    if (page)
+      for (const HeadRun& r : it->second)
+        spans.push_back({base[size_t(r.sender)] + at[is_sliding] + r.src, page + r.dst, r.bytes});
+    at[is_sliding] += sender_page_bytes(from, to, bytes);
   });
   copy_spans(spans);
 }

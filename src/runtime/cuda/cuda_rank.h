@@ -97,8 +97,10 @@ class CudaRank {
   // K/V handed over in place over CUDA IPC (runtime/kv_share.h). share_region(): what a peer opens to read
   // this rank's export buffer (its IPC handle and size; "" without one). handoff_bytes(): this rank's bytes
   // of the pages' full and sliding parts. share_pages() copies the pages into the export buffer at
-  // `offset` (full pages, then sliding ones, in the handoff order); take_shared_pages() copies them from a
-  // peer's buffer (mapped by open_peer(), which any thread may call) into this rank's pages.
+  // `offset` (full pages, then sliding ones, in the handoff order); take_shared_pages() copies this rank's
+  // heads of them from the buffers of the sender ranks that hold those heads (the sender may be split in
+  // other tensor-parallel ranks: runtime/kv_reshard.h, head_runs), mapped by open_peer(), which any thread
+  // may call.
   std::string share_region() const;
   std::pair<uint64_t, uint64_t> handoff_bytes(std::span<const int32_t> full_pages,
                                               std::span<const int32_t> sliding_pages) const;
@@ -106,7 +108,9 @@ class CudaRank {
                    uint64_t offset);
   void open_peer(const std::string& region);
   void take_shared_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
-                         const KvShareRank& from);
+                         const KvShare& share);
+  // The sender ranks of a share of `from` ranks whose heads this rank holds.
+  std::vector<int> share_senders(int from) const;
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk);
   int device() const { return device_; }
