@@ -88,7 +88,7 @@ void BatchBuilder::start(const std::vector<Sequence*>& holders, size_t num_seqs)
   b.params.reserve(num_seqs);
 }
 
-runtime::StepSequence BatchBuilder::sequence(const ScheduledSeq& e, int32_t ahead) {
+runtime::StepSequence BatchBuilder::sequence(const ScheduledSeq& e) {
   runtime::StepBatch& b = batch_;
   Sequence* s = e.seq;
   sync_tables(s);
@@ -96,7 +96,7 @@ runtime::StepSequence BatchBuilder::sequence(const ScheduledSeq& e, int32_t ahea
   ss.seq_id = s->id;
   ss.token_begin = int32_t(b.tokens.size());
   ss.num_tokens = e.num_tokens;
-  ss.start_pos = s->num_computed + ahead;
+  ss.start_pos = s->computed_ahead();
   ss.num_draft = e.num_draft;
   ss.full_table_begin = s->region.begin;
   ss.num_full_pages = int32_t(s->pages.full.size());
@@ -105,11 +105,11 @@ runtime::StepSequence BatchBuilder::sequence(const ScheduledSeq& e, int32_t ahea
     ss.num_sliding_pages = int32_t(s->pages.sliding.size());
   }
   ss.sample = e.sample;
-  ss.sample_index = s->num_outputs() + ahead;
+  ss.sample_index = s->outputs_ahead();
   ss.params_index = int32_t(b.params.size());
   b.params.push_back(s->params);
   // A constrained request's own mask decides when it may end (min_tokens does not apply to it).
-  if (e.sample && !s->constraint && s->stop.bans_stop_ids(s->num_outputs() + ahead)) {
+  if (e.sample && !s->constraint && s->stop.bans_stop_ids(s->outputs_ahead())) {
     const auto& ids = s->stop.config().stop_ids;
     ss.banned_begin = int32_t(b.banned_tokens.size());
     ss.num_banned = int32_t(ids.size());
@@ -124,12 +124,21 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
   runtime::StepBatch& b = batch_;
   for (const ScheduledSeq& e : plan) {
     Sequence* s = e.seq;
-    runtime::StepSequence ss = sequence(e, 0);
-    b.tokens.insert(b.tokens.end(), s->tokens.begin() + s->num_computed,
-                    s->tokens.begin() + s->num_computed + (e.num_tokens - e.num_draft));
+    runtime::StepSequence ss = sequence(e);
+    // The fed tokens; the last of them may be the one a launched step draws (asynchronous scheduling).
+    const int32_t begin = s->computed_ahead(), end = begin + e.num_tokens - e.num_draft;
+    const int32_t known = int32_t(s->tokens.size());
+    b.tokens.insert(b.tokens.end(), s->tokens.begin() + begin, s->tokens.begin() + std::min(end, known));
+    if (end > known) {
+      ORCHID_CHECK(end == known + 1 && s->ahead_sample >= 0, "sequence {}: tokens {}..{} of {} known", s->id,
+                   begin, end, known);
+      b.from_previous.push_back({int32_t(b.tokens.size()), s->ahead_sample});
+      b.tokens.push_back(0);
+    }
     ORCHID_CHECK(e.num_draft <= int32_t(s->draft.size()) && (e.num_draft == 0 || e.sample));
     b.tokens.insert(b.tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
     if (e.sample && s->params.uses_penalties()) {
+      ORCHID_CHECK(s->ahead_sample < 0, "sequence {}: a penalty's history ahead of its last token", s->id);
       ss.prompt_history_begin = int32_t(b.history_tokens.size());
       ss.prompt_history_len = s->prompt_len;
       ss.output_history_begin = ss.prompt_history_begin + s->prompt_len;
@@ -137,24 +146,6 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
       b.history_tokens.insert(b.history_tokens.end(), s->tokens.begin(), s->tokens.end());
       b.history_tokens.insert(b.history_tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
     }
-    b.seqs.push_back(ss);
-  }
-  return b;
-}
-
-const runtime::StepBatch& BatchBuilder::build_continuation(const std::vector<ScheduledSeq>& plan,
-                                                           const std::vector<int32_t>& from,
-                                                           const std::vector<Sequence*>& holders) {
-  ORCHID_CHECK(plan.size() == from.size());
-  start(holders, plan.size());
-  runtime::StepBatch& b = batch_;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const ScheduledSeq& e = plan[i];
-    ORCHID_CHECK(e.num_tokens == 1 && e.num_draft == 0 && e.sample && !e.seq->params.uses_penalties(),
-                 "a pipelined step decodes one token a sequence");
-    runtime::StepSequence ss = sequence(e, 1);
-    b.from_previous.push_back({ss.token_begin, from[i]});
-    b.tokens.push_back(0);
     b.seqs.push_back(ss);
   }
   return b;

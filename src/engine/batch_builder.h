@@ -26,15 +26,10 @@ class BatchBuilder {
  public:
   BatchBuilder(bool has_sliding, runtime::LogitsMode logits);
 
-  // The batch for `plan`. `holders` are all sequences that may own a region (the running ones).
+  // The batch for `plan`. `holders` are all sequences that may own a region (the running ones). A token that
+  // a launched step draws (Sequence::ahead_sample) enters as StepBatch::from_previous.
   const runtime::StepBatch& build(const std::vector<ScheduledSeq>& plan,
                                   const std::vector<Sequence*>& holders);
-  // Pipelining: the batch of the step after the one just built, whose tokens are not known yet. Entry i of
-  // `plan` decodes one token: the one its sequence draws in the step just built, as sample `from[i]` of it
-  // (StepBatch::from_previous). The sequences' pages already cover that position.
-  const runtime::StepBatch& build_continuation(const std::vector<ScheduledSeq>& plan,
-                                               const std::vector<int32_t>& from,
-                                               const std::vector<Sequence*>& holders);
   // The sequence stopped running (finished, aborted, preempted): its region is free.
   void drop(Sequence* seq);
   // The sequence's tables lost pages at their end (rejected drafts): the entries there are stale, and the
@@ -46,9 +41,9 @@ class BatchBuilder {
 
  private:
   void start(const std::vector<Sequence*>& holders, size_t num_seqs);
-  // Fills what every entry has: its tables, positions, sampling parameters and banned tokens. `ahead`:
-  // tokens the sequence holds beyond seq->tokens (pipelining).
-  runtime::StepSequence sequence(const ScheduledSeq& e, int32_t ahead);
+  // Fills what every entry has: its tables, positions (past what a launched step computes: Sequence::ahead),
+  // sampling parameters and banned tokens.
+  runtime::StepSequence sequence(const ScheduledSeq& e);
   void sync_tables(Sequence* seq);
   void place(Sequence* seq);  // a fresh region at the end of the tables
   void compact(const std::vector<Sequence*>& holders);

@@ -367,6 +367,7 @@ bool Engine::step_once() {
   }
   if (pipelined_) {  // read by the next call, after the step that follows it is launched, if one can be
     launched_ = true;
+    mark_launched(plan_);
     step_phase_[0] += std::chrono::duration<double>(t_forward - t0).count();
     step_phase_[1] += std::chrono::duration<double>(Sequence::Clock::now() - t_forward).count();
     return true;
@@ -390,7 +391,28 @@ bool Engine::step_once() {
 
 bool Engine::step_pipelined() {
   const auto t0 = Sequence::Clock::now();
-  bool next = !work_waiting() && scheduler_.continue_decodes(plan_, next_plan_);
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    stopping = stopping_;
+  }
+  // Arrivals join the queue and aborts end their requests while the launched step runs: pages it holds
+  // that go back to the pools are handed out only to later steps, which the backend runs after it.
+  take_inbox();
+  drop_expiring_shares();
+  bool next = !stopping && scheduler_.schedule(next_plan_, /*ahead=*/true);
+  if (next) {
+    for (const ScheduledSeq& entry : next_plan_) {
+      if (entry.first_admission)
+        step_queue_.push_back(std::chrono::duration<double>(t0 - entry.seq->arrival_time).count());
+      if (entry.import_kv) import_kv(entry.seq);
+    }
+    // No sequence of a plan made ahead is constrained: this clears the batch's masks.
+    std::swap(plan_, next_plan_);
+    const bool masked = start_masks(scheduler_.batch());
+    std::swap(plan_, next_plan_);
+    ORCHID_CHECK(!masked, "a plan made ahead of a launched step has a structured output");
+  }
   const auto t_launch = Sequence::Clock::now();
   std::string launch_error;
   if (next) {
@@ -404,14 +426,17 @@ bool Engine::step_pipelined() {
   }
   const auto t_collect = Sequence::Clock::now();
   output_ = backend_->collect();  // plan_'s step; a failure here is the engine's (loop: fail_all)
-  launched_ = next;
   const auto t_outputs = Sequence::Clock::now();
   process_outputs(output_);
   if (!launch_error.empty()) {
     spdlog::error("engine: step failed: {}", launch_error);
     fail_plan(next_plan_, launch_error);
   }
-  if (next) std::swap(plan_, next_plan_);
+  if (next) {
+    std::swap(plan_, next_plan_);
+    mark_launched(plan_);
+  }
+  launched_ = next;
   const auto t1 = Sequence::Clock::now();
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   const double wait = std::min(output_.device_wait_seconds, seconds(t_collect, t_outputs));
@@ -423,12 +448,14 @@ bool Engine::step_pipelined() {
   return true;
 }
 
-bool Engine::work_waiting() const {
-  {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
-    if (stopping_ || !inbox_.added.empty() || !inbox_.aborted.empty()) return true;
+void Engine::mark_launched(const std::vector<ScheduledSeq>& plan) {
+  int32_t sample = 0;
+  for (const ScheduledSeq& entry : plan) {
+    const int32_t slot = entry.sample ? sample++ : -1;
+    if (entry.seq->state == SeqState::kFinished) continue;  // ended by the step before's draw
+    entry.seq->ahead = entry.num_tokens;
+    entry.seq->ahead_sample = slot;
   }
-  return scheduler_.can_admit();
 }
 
 void Engine::abandon_launched() {
@@ -499,14 +526,18 @@ void Engine::process_outputs(const runtime::StepOutput& out) {
   for (const ScheduledSeq& entry : plan_) {
     Sequence* s = entry.seq;
     if (s->state == SeqState::kFinished) {
-      // Pipelining: the sequence ended by the token the step before drew; what it drew after is dropped.
-      ORCHID_CHECK(pipelined_, "a finished sequence in the step's plan");
-      ORCHID_CHECK(entry.sample && entry.num_draft == 0 && next_sample < out.samples.size(),
-                   "a pipelined step's draw is missing");
-      ++next_sample;
-      ++next_sampled_seq;
+      // Pipelining: the sequence ended (by the token the step before drew, or an abort) after this step
+      // was launched; what it computed and drew here is dropped.
+      ORCHID_CHECK(pipelined_ && entry.num_draft == 0, "a finished sequence in the step's plan");
+      if (entry.sample) {
+        ORCHID_CHECK(next_sample < out.samples.size(), "a pipelined step's draw is missing");
+        ++next_sample;
+        ++next_sampled_seq;
+      }
       continue;
     }
+    s->ahead = 0;  // what the step adds is in num_computed and tokens from here on
+    s->ahead_sample = -1;
     const int32_t start = s->num_computed;
     const int32_t fed_end = start + entry.num_tokens - entry.num_draft;
     step_prompt_tokens_ += std::max(0, std::min(fed_end, s->prompt_len) - start);
@@ -665,7 +696,7 @@ void Engine::run_until_idle() {
 }
 
 void Engine::check_invariants() const {
-  scheduler_.check_invariants(launched_ ? &plan_ : nullptr);
+  scheduler_.check_invariants();
 }
 
 void Engine::start() {

@@ -103,12 +103,11 @@ class Engine final : public ServingEngine {
 
   void loop();
   bool step_once();
-  // A step is launched and not read (async scheduling): launches the step after it when the running
-  // sequences just decode on, then reads the launched one.
+  // A step is launched and not read (async scheduling): plans and launches the step after it when it can
+  // (Scheduler::schedule ahead), then reads the launched one.
   bool step_pipelined();
-  // Whether something waits that the next planned step must see (a request or abort in the inbox, a
-  // waiting request with room to run): the launched step is then read before anything else is planned.
-  bool work_waiting() const;
+  // The sequences of a plan just launched: what it computes and draws, for the plan after it.
+  void mark_launched(const std::vector<ScheduledSeq>& plan);
   // Reads a launched step that will not be processed (the engine stops) and forgets it.
   void abandon_launched();
   void fail_plan(const std::vector<ScheduledSeq>& plan, const std::string& message);

@@ -76,17 +76,19 @@ void Scheduler::preempt(Sequence* s, std::vector<ScheduledSeq>& plan, int32_t& b
 }
 
 bool Scheduler::reserve(Sequence* s, int32_t n, int32_t num_draft, std::vector<ScheduledSeq>& plan,
-                        int32_t& budget) {
-  blocks_->release_out_of_window(s->pages, s->num_computed);
-  const int32_t end = s->num_computed + n;
-  while (!blocks_->can_allocate(blocks_->need(s->pages, s->num_computed, end))) {
+                        int32_t& budget, bool ahead) {
+  const int32_t start = s->computed_ahead();
+  blocks_->release_out_of_window(s->pages, start);
+  const int32_t end = start + n;
+  while (!blocks_->can_allocate(blocks_->need(s->pages, start, end))) {
+    if (ahead) return false;             // no preemption while a step is launched: it runs at the next plan
     Sequence* victim = running_.back();  // lowest precedence
     preempt(victim, plan, budget);
     if (victim == s) return false;
   }
-  blocks_->allocate(s->pages, s->num_computed, end);
+  blocks_->allocate(s->pages, start, end);
   s->plan_slot = int32_t(plan.size());
-  plan.push_back({s, n, end - num_draft == int32_t(s->tokens.size()), num_draft});
+  plan.push_back({s, n, end - num_draft == s->length_ahead(), num_draft});
   budget -= n;
   return true;
 }
@@ -114,16 +116,49 @@ void Scheduler::propose_drafts(const std::vector<Sequence*>& decodes, int32_t bu
                  r.draft->size(), r.max_tokens);
 }
 
-bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
+bool Scheduler::ends_at_launched_step(const Sequence* s) const {
+  // Its draw there is its last for a reason known now: max_tokens, or the context full.
+  return s->ahead_sample >= 0 &&
+         (s->outputs_ahead() >= s->stop.config().max_tokens || s->length_ahead() >= config_.max_model_len);
+}
+
+bool Scheduler::plannable_ahead() const {
+  if (config_.proposer || config_.logits != runtime::LogitsMode::kNone) return false;
+  PageNeed decodes;
+  for (const Sequence* s : running_) {
+    if (s->state != SeqState::kRunning || ends_at_launched_step(s)) continue;
+    // A structured output's mask (and a penalty's history) would follow the token the launched step draws;
+    // exported K/V are read when the request ends.
+    if (s->constraint || s->kv_export || (s->ahead_sample >= 0 && s->params.uses_penalties())) return false;
+    if (s->remaining_ahead() == 1) {
+      const PageNeed n = blocks_->need(s->pages, s->computed_ahead(), s->computed_ahead() + 1);
+      decodes.full += n.full;
+      decodes.sliding += n.sliding;
+    }
+  }
+  // Every decode goes on (as schedule() would make room for them by preempting).
+  if (!blocks_->can_allocate(decodes)) return false;
+  // The head of the queue must be one this plan may admit, or one that waits either way.
+  if (!waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
+    const Sequence* head = waiting_.front();
+    if (head->state != SeqState::kFinished && (head->constraint || head->kv_export)) return false;
+  }
+  return true;
+}
+
+bool Scheduler::schedule(std::vector<ScheduledSeq>& plan, bool ahead) {
+  plan.clear();
   if (finished_unreaped_ > 0) {
     auto done = [](const Sequence* s) { return s->state == SeqState::kFinished; };
     std::erase_if(running_, done);
     std::erase_if(waiting_, done);
-    std::erase_if(seqs_, [](const auto& kv) { return kv.second->state == SeqState::kFinished; });
-    finished_unreaped_ = 0;
+    if (!ahead) {  // a launched step's plan may still name finished sequences: they stay until it is read
+      std::erase_if(seqs_, [](const auto& kv) { return kv.second->state == SeqState::kFinished; });
+      finished_unreaped_ = 0;
+    }
   }
+  if (ahead && !plannable_ahead()) return false;
 
-  plan.clear();
   preempted_this_step_ = false;
   int32_t budget = config_.max_num_batched_tokens;
 
@@ -131,25 +166,26 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   decodes_.clear();
   for (Sequence* s : running_) {
     s->draft.clear();
-    if (s->remaining() == 1) decodes_.push_back(s);
+    if (s->remaining_ahead() == 1 && !ends_at_launched_step(s)) decodes_.push_back(s);
   }
   propose_drafts(decodes_, budget);
   for (Sequence* s : decodes_) {
     if (budget <= 0) break;
     if (s->state != SeqState::kRunning) continue;  // preempted by an earlier one's reservation
     const int32_t num_draft = std::min(int32_t(s->draft.size()), budget - 1);
-    reserve(s, 1 + num_draft, num_draft, plan, budget);
+    reserve(s, 1 + num_draft, num_draft, plan, budget, ahead);
   }
   // 2. The next prefill chunk of running sequences (long prompts, resumed sequences).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
-    if (s->plan_slot >= 0) continue;
-    reserve(s, std::min({s->remaining(), budget, config_.max_chunk_tokens}), 0, plan, budget);
+    if (s->plan_slot >= 0 || s->remaining_ahead() <= 0 || ends_at_launched_step(s)) continue;
+    reserve(s, std::min({s->remaining_ahead(), budget, config_.max_chunk_tokens}), 0, plan, budget, ahead);
   }
   // 3. Waiting requests, head of the queue first; none while running ones had to give way this step.
   while (!preempted_this_step_ && !waiting_.empty() && budget > 0 &&
          running_.size() < size_t(config_.max_num_seqs)) {
     Sequence* s = waiting_.front();
+    if (ahead && (s->constraint || s->kv_export)) break;  // admitted by a plan made with no step launched
     const int32_t len = int32_t(s->tokens.size());
     // K/V handed over, or else the prefix cache; at least the last token is computed, to have logits.
     const bool importing = s->kv_import != nullptr;
@@ -187,52 +223,6 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan) {
   return !plan.empty();
 }
 
-bool Scheduler::can_admit() const {
-  if (waiting_.empty() || running_.size() >= size_t(config_.max_num_seqs)) return false;
-  const Sequence* s = waiting_.front();
-  if (s->state == SeqState::kFinished) return true;  // reaped by the next schedule()
-  const int32_t n =
-      std::min({int32_t(s->tokens.size()), config_.max_num_batched_tokens, config_.max_chunk_tokens});
-  return blocks_->can_allocate(blocks_->need_fresh(0, n));
-}
-
-bool Scheduler::continue_decodes(const std::vector<ScheduledSeq>& launched, std::vector<ScheduledSeq>& next) {
-  next.clear();
-  if (launched.empty() || config_.proposer || config_.logits != runtime::LogitsMode::kNone) return false;
-  std::vector<int32_t> from;  // the index of each next entry's sequence in `launched`
-  for (size_t i = 0; i < launched.size(); ++i) {
-    const ScheduledSeq& e = launched[i];
-    Sequence* s = e.seq;
-    if (s->state == SeqState::kFinished) continue;  // ended by what the step before drew
-    if (!e.sample || e.num_tokens != 1 || e.num_draft != 0 || e.import_kv || s->remaining() != 1 ||
-        s->constraint || s->params.uses_penalties() || s->kv_export || s->state != SeqState::kRunning)
-      return false;
-    // After the launched step the sequence holds one more token; it goes on if that one may not be its last.
-    const int32_t length = int32_t(s->tokens.size()) + 1, outputs = s->num_outputs() + 1;
-    if (outputs >= s->stop.config().max_tokens || length >= config_.max_model_len) continue;
-    next.push_back({s, 1, true, 0, false, false});
-    from.push_back(int32_t(i));
-  }
-  if (next.empty()) return false;
-  PageNeed need;
-  for (const ScheduledSeq& e : next) {
-    Sequence* s = e.seq;
-    const int32_t pos = s->num_computed + 1;
-    blocks_->release_out_of_window(s->pages, pos);
-    const PageNeed n = blocks_->need(s->pages, pos, pos + 1);
-    need.full += n.full;
-    need.sliding += n.sliding;
-  }
-  if (!blocks_->can_allocate(need)) {
-    next.clear();
-    return false;
-  }
-  for (const ScheduledSeq& e : next)
-    blocks_->allocate(e.seq->pages, e.seq->num_computed + 1, e.seq->num_computed + 2);
-  builder_.build_continuation(next, from, running_);
-  return true;
-}
-
 void Scheduler::complete(const ScheduledSeq& e, int32_t accepted) {
   Sequence* s = e.seq;
   ORCHID_CHECK(accepted >= 0 && accepted <= e.num_draft, "{} of {} drafts accepted", accepted, e.num_draft);
@@ -251,7 +241,7 @@ void Scheduler::complete(const ScheduledSeq& e, int32_t accepted) {
   s->draft.clear();
 }
 
-void Scheduler::check_invariants(const std::vector<ScheduledSeq>* in_flight) const {
+void Scheduler::check_invariants() const {
   std::vector<const SeqPages*> held;
   size_t live = 0;
   for (const auto& [id, s] : seqs_) {
@@ -271,17 +261,12 @@ void Scheduler::check_invariants(const std::vector<ScheduledSeq>* in_flight) con
   ORCHID_CHECK(std::is_sorted(running_.begin(), running_.end(), before));
   ORCHID_CHECK(std::is_sorted(waiting_.begin(), waiting_.end(), before));
   const int32_t p = blocks_->page_size();
-  std::unordered_map<const Sequence*, int32_t> ahead;  // positions a launched step computes
-  if (in_flight)
-    for (const ScheduledSeq& e : *in_flight) ahead[e.seq] = e.num_tokens;
   for (const Sequence* s : running_) {
     if (s->state == SeqState::kFinished) continue;
     ORCHID_CHECK(s->state == SeqState::kRunning, "sequence {} in the running list", s->id);
-    const auto it = ahead.find(s);
-    const int32_t covered = s->num_computed + (it == ahead.end() ? 0 : it->second);
-    ORCHID_CHECK(int32_t(s->pages.full.size()) == (covered + p - 1) / p,
+    ORCHID_CHECK(int32_t(s->pages.full.size()) == (s->computed_ahead() + p - 1) / p,
                  "sequence {}: {} pages for {} computed tokens and {} in flight", s->id, s->pages.full.size(),
-                 s->num_computed, covered - s->num_computed);
+                 s->num_computed, s->ahead);
     held.push_back(&s->pages);
   }
   for (const Sequence* s : waiting_) {

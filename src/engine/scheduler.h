@@ -48,18 +48,17 @@ class Scheduler {
   Sequence* find(int64_t id) const;
 
   // Plans the next step and builds its batch (batch()). Returns false when there is nothing to run.
-  bool schedule(std::vector<ScheduledSeq>& plan);
+  // ahead (asynchronous scheduling): a step is launched and not read yet (Sequence::ahead): the plan
+  // follows it, its sequences' draws entering the batch as StepBatch::from_previous. Such a plan never
+  // preempts and does not admit a request that needs what the launched step decides (a structured output;
+  // K/V to export); it is not made (false) when the launched step's sequences need what it draws
+  // (penalties, a structured output), when a decode would need a preemption, or when such a request heads
+  // the queue: the engine then reads the launched step first and plans as usual. A sequence whose draw in
+  // the launched step ends it by max_tokens or the context is left out; one that ends by what it draws is
+  // found when the engine reads it, and the engine drops what it drew after.
+  bool schedule(std::vector<ScheduledSeq>& plan, bool ahead = false);
   const runtime::StepBatch& batch() const { return builder_.batch(); }
   runtime::StepBatch& batch() { return builder_.batch(); }
-  // Pipelining (asynchronous scheduling): plans and builds the step after `launched`, a step whose sampled
-  // tokens are not known yet, into `next` and batch(). Each sequence of `launched` still running decodes one
-  // more token, taken from the launched step's draw (StepBatch::from_previous), unless it ends at that step
-  // for a reason known now (max_tokens, the context); one that ends by the token it draws (a stop id or
-  // string) is found only when the engine reads it, and the engine drops what it drew after. Returns false,
-  // planning nothing, when `launched` holds a sequence of another kind (a prompt chunk, drafts, a structured
-  // output, penalties, K/V to export), when no sequence goes on, or when pages are short (schedule() then
-  // preempts as usual).
-  bool continue_decodes(const std::vector<ScheduledSeq>& launched, std::vector<ScheduledSeq>& next);
   // The step ran: the planned tokens up to the drafts, and the first `accepted` drafts, are in the cache now;
   // the caller has appended the step's sampled tokens to the sequence. Pages of rejected drafts are freed.
   void complete(const ScheduledSeq& entry, int32_t accepted = 0);
@@ -67,21 +66,23 @@ class Scheduler {
   void finish(Sequence* seq);
 
   size_t num_waiting() const { return waiting_.size(); }
-  // Whether schedule() could admit the head of the queue now (a free running slot, and pages for its first
-  // chunk without the prefix cache's help: an estimate that errs towards waiting).
-  bool can_admit() const;
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   size_t num_running() const { return running_.size(); }
   size_t num_sequences() const { return seqs_.size(); }
   const SchedulerCounters& counters() const { return counters_; }
   std::vector<Sequence*> sequences() const;
 
-  // Scheduler and block-manager invariants; throws InternalError on the first violation. `in_flight`: the
-  // plan of a launched step not yet completed, whose sequences hold pages for its tokens already.
-  void check_invariants(const std::vector<ScheduledSeq>* in_flight = nullptr) const;
+  // Scheduler and block-manager invariants; throws InternalError on the first violation. A sequence of a
+  // launched step holds pages for its tokens already (Sequence::ahead).
+  void check_invariants() const;
 
  private:
-  bool reserve(Sequence* seq, int32_t n, int32_t num_draft, std::vector<ScheduledSeq>& plan, int32_t& budget);
+  // ahead: never preempts (false when the pages are not there).
+  bool reserve(Sequence* seq, int32_t n, int32_t num_draft, std::vector<ScheduledSeq>& plan, int32_t& budget,
+               bool ahead);
+  bool ends_at_launched_step(const Sequence* seq) const;
+  // Whether a plan ahead of a launched step can be made (schedule(plan, true)).
+  bool plannable_ahead() const;
   // Fills the drafts of this step's decoding sequences (all with s->draft cleared).
   void propose_drafts(const std::vector<Sequence*>& decodes, int32_t budget);
   void preempt(Sequence* seq, std::vector<ScheduledSeq>& plan, int32_t& budget);

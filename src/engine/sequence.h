@@ -58,8 +58,19 @@ struct Sequence {
     int32_t full_synced = 0, sliding_synced = 0, sliding_begin_synced = 0;
   } region;
 
+  // Asynchronous scheduling: what a launched step the engine has not read yet adds. It computes `ahead`
+  // positions past num_computed and, when ahead_sample >= 0, draws one token (that step's sample
+  // ahead_sample), unknown until it is read. Both 0 / -1 otherwise, and always without pipelining.
+  int32_t ahead = 0;
+  int32_t ahead_sample = -1;
+
   int32_t num_outputs() const { return int32_t(tokens.size()) - prompt_len; }
   int32_t remaining() const { return int32_t(tokens.size()) - num_computed; }
+  // The same, counting what the launched step adds.
+  int32_t computed_ahead() const { return num_computed + ahead; }
+  int32_t length_ahead() const { return int32_t(tokens.size()) + (ahead_sample >= 0 ? 1 : 0); }
+  int32_t outputs_ahead() const { return length_ahead() - prompt_len; }
+  int32_t remaining_ahead() const { return length_ahead() - computed_ahead(); }
   // Scheduling precedence: lower priority value first, then earlier arrival.
   auto precedence() const { return std::tuple(priority, arrival); }
 };

@@ -26,6 +26,8 @@ struct Workload {
   // EngineConfig::async_scheduling, over a backend that computes each step only when it is collected (the
   // device behind the host).
   bool async_scheduling = false;
+  bool penalties =
+      true;  // a fifth of the requests with a frequency penalty (a pipelined plan waits for them)
 };
 
 void PrintTo(const Workload& w, std::ostream* os) {
@@ -87,7 +89,7 @@ TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) 
         while (int32_t(r.prompt.size()) < len) r.prompt.push_back(1 + int32_t(rng() % 47));
         r.sampling.temperature = rng() % 3 ? 1.0f : 0.0f;
         r.sampling.top_k = rng() % 2 ? 8 : 0;
-        if (rng() % 5 == 0) r.sampling.frequency_penalty = 0.7f;
+        if (rng() % 5 == 0 && w.penalties) r.sampling.frequency_penalty = 0.7f;
         r.seed = rng();
         r.max_tokens = 1 + int32_t(rng() % 50);
         r.ignore_eos = rng() % 4 == 0;
@@ -142,7 +144,8 @@ TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) 
     EXPECT_GT(m.prefix_hit_tokens, 0);
   }
   if (w.async_scheduling) {
-    EXPECT_GT(fake->num_continued_steps(), 50);  // arrivals and aborts every few steps: few steady runs
+    // Steps planned ahead stop for preemptions (and penalized requests): most of them in these tight pools.
+    EXPECT_GT(fake->num_continued_steps(), w.penalties ? 50 : steps / 5);
   } else {
     EXPECT_EQ(fake->num_continued_steps(), 0);
   }
@@ -156,13 +159,14 @@ TEST_P(EngineProperty, InvariantsHoldAndEveryRequestEndsOnceWithItsAloneTokens) 
 
 INSTANTIATE_TEST_SUITE_P(
     Workloads, EngineProperty,
-    ::testing::Values(Workload{"window8_page4", 4, 8, 160, 48, 16, 64, true, 2000, 1},
-                      Workload{"no_sliding_page4", 4, 0, 160, 0, 16, 64, true, 1000, 2},
-                      Workload{"window5_page3_no_cache", 3, 5, 200, 40, 8, 32, false, 600, 3},
-                      Workload{"window16_page8_tight", 8, 16, 40, 12, 32, 128, true, 600, 4},
-                      Workload{"window8_page4_async", 4, 8, 160, 48, 16, 64, true, 2000, 5, true},
-                      Workload{"window16_page8_tight_async", 8, 16, 40, 12, 32, 128, true, 600, 6, true},
-                      Workload{"window5_page3_no_cache_async", 3, 5, 200, 40, 8, 32, false, 600, 7, true}),
+    ::testing::Values(
+        Workload{"window8_page4", 4, 8, 160, 48, 16, 64, true, 2000, 1},
+        Workload{"no_sliding_page4", 4, 0, 160, 0, 16, 64, true, 1000, 2},
+        Workload{"window5_page3_no_cache", 3, 5, 200, 40, 8, 32, false, 600, 3},
+        Workload{"window16_page8_tight", 8, 16, 40, 12, 32, 128, true, 600, 4},
+        Workload{"window8_page4_async", 4, 8, 160, 48, 16, 64, true, 2000, 5, true, false},
+        Workload{"window16_page8_tight_async", 8, 16, 40, 12, 32, 128, true, 600, 6, true, false},
+        Workload{"window5_page3_no_cache_async", 3, 5, 200, 40, 8, 32, false, 600, 7, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1014,11 +1014,14 @@ bool CudaRank::launchable(const StepBatch& b) const {
   if (!samples_ || head_ || b.logits != LogitsMode::kNone || b.seqs.empty() || tp_->size() > 1 ||
       ep_->size() > 1)
     return false;
-  for (const auto& s : b.seqs)
-    if (!s.sample || s.num_draft > 0 || s.num_propose > 0 || s.mask_row >= 0 ||
-        b.params[size_t(s.params_index)].uses_penalties())
-      return false;
-  return true;
+  bool samples = false;  // the step must draw something to be read later (prompt chunks may ride along)
+  for (const auto& s : b.seqs) {
+    if (s.num_draft > 0 || s.num_propose > 0 || s.mask_row >= 0) return false;
+    if (!s.sample) continue;
+    if (b.params[size_t(s.params_index)].uses_penalties()) return false;
+    samples = true;
+  }
+  return samples;
 }
 
 void CudaRank::settle(Launched& l) {

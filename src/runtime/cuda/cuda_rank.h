@@ -80,9 +80,9 @@ class CudaRank {
 
   // One step; rank 0 returns the samples (and logits asked for), the other ranks an empty output.
   StepOutput forward(const StepBatch& b);
-  // Pipelined steps (Backend::launch; one rank): a step in which every sequence samples one token without
-  // drafts, masks, penalties, logits or a draft head is enqueued, and collect() waits for its event and
-  // reads its result slot; any other step runs through forward() at launch. Tokens taken from the step
+  // Pipelined steps (Backend::launch; one rank): a step that draws tokens without drafts, masks, penalties,
+  // logits or a draft head (prompt chunks may ride along) is enqueued, and collect() waits for its event
+  // and reads its result slot; any other step runs through forward() at launch. Tokens taken from the step
   // before (StepBatch::from_previous) are copied on the device from its draws (upload_step).
   void launch(const StepBatch& b);
   StepOutput collect();
