@@ -92,6 +92,11 @@ check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck
 check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
+# The same steps launched back to back as the pipelined engine runs them (--async-scheduling), ctx 1024.
+for mode in "" --async-scheduling; do
+  bench "bench-decode-20b-1024${mode:+-async}" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 1024 \
+    --batch-sizes 1,16,64,256 --steps 32 $mode
+done
 # Long-context decode with a BF16 and an FP8 KV cache (the FP8 cache's point: half the bytes a key).
 for kv in bf16 fp8; do
   bench "bench-decode-32k-$kv" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 32768 \
