@@ -2,7 +2,8 @@
 // sequence cap, decodes before prefill chunks before new requests, chunked prefill, precedence (priority,
 // then arrival), preemption of the lowest-precedence sequence when pages run out and its recomputation, and
 // finishing. Every step's batch is checked against the plan (tokens, positions, sampled rows, page tables)
-// and the scheduler's invariants.
+// and the scheduler's invariants. Plans made ahead of a launched step (asynchronous scheduling): positions,
+// sample indices and the launched step's draws in the batch, what is left out, and when no plan is made.
 #include "engine/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -226,6 +227,112 @@ void step_with_drafts(Fixture& f, Accept accept) {
     f.sched.complete(e, a);
   }
   f.sched.check_invariants();
+}
+
+// As the engine marks a launched step's sequences (Sequence::ahead) and reads the step later.
+void mark_launched(const std::vector<ScheduledSeq>& plan) {
+  int32_t sample = 0;
+  for (const auto& e : plan) {
+    e.seq->ahead = e.num_tokens;
+    e.seq->ahead_sample = e.sample ? sample++ : -1;
+  }
+}
+void read_launched(Scheduler& sched, const std::vector<ScheduledSeq>& plan, int32_t token) {
+  for (const auto& e : plan) {
+    e.seq->ahead = 0;
+    e.seq->ahead_sample = -1;
+    if (e.sample) e.seq->tokens.push_back(token);
+    sched.complete(e);
+  }
+}
+
+TEST(SchedulerAhead, PlansFromWhatTheLaunchedStepAdds) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 8;
+  Fixture f(c, spec(64));
+  Sequence* a = f.add(6);
+  Sequence* b = f.add(20);
+  std::vector<ScheduledSeq> launched;
+  ASSERT_TRUE(f.sched.schedule(launched));  // a's whole prompt (sampled), b's first 2 tokens
+  ASSERT_EQ(launched.size(), 2u);
+  mark_launched(launched);
+  f.sched.check_invariants();  // pages held for the launched tokens count
+  Sequence* late = f.add(3);   // arrives while the step runs
+  std::vector<ScheduledSeq> next;
+  ASSERT_TRUE(f.sched.schedule(next, /*ahead=*/true));
+  const runtime::StepBatch& batch = f.sched.batch();
+  ASSERT_EQ(next.size(), 2u);  // a decodes its draw, b's next chunk takes the rest; `late` waits
+  EXPECT_EQ(next[0].seq, a);
+  EXPECT_EQ(next[1].seq, b);
+  EXPECT_EQ(next[1].num_tokens, 7);
+  ASSERT_EQ(batch.seqs.size(), 2u);
+  EXPECT_EQ(batch.seqs[0].start_pos, 6);
+  EXPECT_EQ(batch.seqs[0].sample_index, 1);  // the launched step draws output 0
+  EXPECT_TRUE(batch.seqs[0].sample);
+  ASSERT_EQ(batch.from_previous.size(), 1u);
+  EXPECT_EQ(batch.from_previous[0].token, 0);
+  EXPECT_EQ(batch.from_previous[0].sample, 0);
+  EXPECT_EQ(batch.seqs[1].start_pos, 2);
+  for (int32_t t = 0; t < 7; ++t) EXPECT_EQ(batch.tokens[size_t(1 + t)], b->tokens[size_t(2 + t)]);
+  EXPECT_EQ(int32_t(a->pages.full.size()), 2);  // position 6 is in page 1
+  read_launched(f.sched, launched, 42);
+  mark_launched(next);
+  f.sched.check_invariants();
+  EXPECT_EQ(a->tokens.back(), 42);
+  // The next plan ahead: a's second draw, b's chunk, and now `late` with what budget is left.
+  std::vector<ScheduledSeq> third;
+  ASSERT_TRUE(f.sched.schedule(third, true));
+  ASSERT_EQ(third.size(), 2u);
+  EXPECT_EQ(third[0].seq, a);
+  EXPECT_EQ(f.sched.batch().seqs[0].start_pos, 7);
+  EXPECT_EQ(f.sched.batch().seqs[0].sample_index, 2);
+  EXPECT_EQ(third[1].seq, b);  // b's last 11 tokens need more than the 7 left: a chunk, `late` waits
+  EXPECT_EQ(f.sched.batch().seqs[1].start_pos, 9);
+  EXPECT_EQ(late->state, SeqState::kWaiting);
+}
+
+TEST(SchedulerAhead, LeavesOutWhatEndsAndMakesNoPlanWhereTheDrawDecides) {
+  SchedulerConfig c;
+  c.max_model_len = 64;
+  Fixture f(c, spec(64));
+  Sequence* last = f.add(5);  // its launched draw is its last (max_tokens 1)
+  last->stop = StopChecker(StopConfig{.max_tokens = 1}, nullptr);
+  Sequence* goes_on = f.add(5);
+  std::vector<ScheduledSeq> launched, next;
+  ASSERT_TRUE(f.sched.schedule(launched));
+  mark_launched(launched);
+  ASSERT_TRUE(f.sched.schedule(next, true));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].seq, goes_on);
+  read_launched(f.sched, launched, 3);
+  mark_launched(next);
+  // A penalty needs the history up to the launched draw: no plan, and nothing changes.
+  goes_on->params.frequency_penalty = 0.5f;
+  const auto pages = goes_on->pages.full;
+  std::vector<ScheduledSeq> none;
+  EXPECT_FALSE(f.sched.schedule(none, true));
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(goes_on->pages.full, pages);
+  f.sched.check_invariants();
+}
+
+TEST(SchedulerAhead, NeverPreempts) {
+  SchedulerConfig c;
+  Fixture f(c, spec(3, 64));  // 3 pages: two sequences of 4 tokens each fill one; the third is left
+  Sequence* a = f.add(4);
+  Sequence* b = f.add(4);
+  std::vector<ScheduledSeq> launched, next;
+  ASSERT_TRUE(f.sched.schedule(launched));
+  mark_launched(launched);
+  // Each decode needs a new page (position 4): two pages for one free page. Without a step launched the
+  // scheduler would preempt b; ahead of one it makes no plan.
+  EXPECT_FALSE(f.sched.schedule(next, true));
+  EXPECT_EQ(a->state, SeqState::kRunning);
+  EXPECT_EQ(b->state, SeqState::kRunning);
+  read_launched(f.sched, launched, 5);
+  f.sched.check_invariants();
+  ASSERT_TRUE(f.sched.schedule(next));
+  EXPECT_EQ(f.sched.counters().preemptions, 1);
 }
 
 TEST(SchedulerDrafts, DraftsShareTheBudgetLeftAfterOneTokenPerDecode) {
