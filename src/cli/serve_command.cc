@@ -36,6 +36,7 @@ struct ServeArgs {
   double shutdown_timeout_s = 30;
   std::vector<std::string> prefill_urls;  // --role decode
   double prefill_timeout_s = 300;
+  double prefill_health_interval_s = 2;
   double kv_share_buffer_gib = -1;  // --role prefill: the K/V export buffer (-1: 2 GiB there, 0 elsewhere)
   double kv_share_timeout_s = 60;
 };
@@ -85,7 +86,8 @@ void serve(const ServeArgs& a) {
   server::ServerContext ctx(so, tok);
   if (so.role == "decode")
     ctx.set_remote_prefill(std::make_shared<server::RemotePrefill>(
-        a.prefill_urls, so.api_key, std::chrono::milliseconds(int64_t(a.prefill_timeout_s * 1000))));
+        a.prefill_urls, so.api_key, std::chrono::milliseconds(int64_t(a.prefill_timeout_s * 1000)), 2,
+        std::chrono::milliseconds(int64_t(a.prefill_health_interval_s * 1000))));
   else if (!a.prefill_urls.empty())
     fail("--prefill-url is for --role decode");
   server::OpenAIServer http(ctx, a.http);
@@ -210,6 +212,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--prefill-timeout", a->prefill_timeout_s,
                   "seconds to wait for a prefill instance before computing the prompt here")
       ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--prefill-health-interval", a->prefill_health_interval_s,
+                  "--role decode: seconds between health checks of each prefill instance (GET /health); one "
+                  "that fails gets no prompts until it passes again (0: no checks)")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   cmd->add_option("--kv-transfer", a->server.kv_transfer,
                   "--role decode: take prompts' K/V in place from a prefill instance on this machine (auto: "

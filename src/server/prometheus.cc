@@ -83,6 +83,10 @@ std::string prometheus_text(const engine::EngineMetrics* e, const ServerMetrics&
               double(p->shared_bytes));
     w.counter("orchid_remote_prefill_seconds_total", "time waiting for prefill instances, transfer included",
               p->seconds);
+    w.gauge("orchid_prefill_instances", "prefill instances this decode instance sends prompts to",
+            double(p->instances));
+    w.gauge("orchid_prefill_instances_healthy", "prefill instances whose last health check passed",
+            double(p->healthy));
     w.histogram("orchid_remote_prefill_compute_seconds",
                 "a prefill instance's time for one prompt (its queue and compute): TTFT's prefill share",
                 p->prefill_seconds);

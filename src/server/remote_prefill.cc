@@ -33,30 +33,104 @@ int64_t now_ms() {
       .count();
 }
 
+// One request to an instance and its response, all of it within `timeout` (the stream's deadline applies to
+// asynchronous operations only: a peer that accepts the connection and then hangs must not block the
+// caller). Throws on any failure, the deadline included.
+template <class Body>
+http::response<http::string_body> exchange(const HttpUrl& url, http::request<Body>& req,
+                                           std::chrono::milliseconds timeout, uint64_t body_limit) {
+  boost::asio::io_context io;
+  tcp::resolver resolver(io);
+  beast::tcp_stream stream(io);
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(body_limit);
+  beast::error_code error;
+  const auto endpoints = resolver.resolve(url.host, url.port);
+  stream.expires_after(timeout);  // one deadline for connecting, writing and reading
+  stream.async_connect(endpoints, [&](beast::error_code ec, const tcp::endpoint&) {
+    if (ec) {
+      error = ec;
+      return;
+    }
+    http::async_write(stream, req, [&](beast::error_code ec, size_t) {
+      if (ec) {
+        error = ec;
+        return;
+      }
+      http::async_read(stream, buf, parser, [&](beast::error_code ec, size_t) { error = ec; });
+    });
+  });
+  io.run();
+  if (error) throw beast::system_error(error);
+  return parser.release();
+}
+
 // One POST of a JSON body to an instance; returns the response. Throws on any failure.
 http::response<http::string_body> post_json(const HttpUrl& url, const std::string& path,
                                             const std::string& body, const std::string& api_key,
                                             std::chrono::milliseconds timeout, uint64_t body_limit) {
-  boost::asio::io_context io;
-  tcp::resolver resolver(io);
-  beast::tcp_stream stream(io);
-  stream.expires_after(timeout);
-  stream.connect(resolver.resolve(url.host, url.port));
   http::request<http::string_body> req{http::verb::post, url.base + path, 11};
   req.set(http::field::host, url.host + ":" + url.port);
   req.set(http::field::content_type, "application/json");
   if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
   req.body() = body;
   req.prepare_payload();
-  http::write(stream, req);
-  beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(body_limit);
-  http::read(stream, buf, parser);
-  return parser.release();
+  return exchange(url, req, timeout, body_limit);
+}
+
+// One GET of an instance's path; its status. Throws on any failure.
+int get_status(const HttpUrl& url, const std::string& path, std::chrono::milliseconds timeout) {
+  http::request<http::empty_body> req{http::verb::get, url.base + path, 11};
+  req.set(http::field::host, url.host + ":" + url.port);
+  return exchange(url, req, timeout, 1 << 16).result_int();
 }
 
 }  // namespace
+
+// Every interval, GET /health of each instance (a second at most each); an instance that does not answer
+// 200 is skipped by pick() until one does.
+class RemotePrefill::HealthChecker {
+ public:
+  HealthChecker(const std::vector<std::unique_ptr<Instance>>& instances, std::chrono::milliseconds interval)
+      : instances_(instances), interval_(interval), thread_([this] { run(); }) {}
+  ~HealthChecker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    const auto timeout = std::min(interval_, std::chrono::milliseconds(1000));
+    for (;;) {
+      for (const auto& in : instances_) {
+        bool ok = false;
+        try {
+          ok = get_status(in->url, "/health", timeout) == 200;
+        } catch (const std::exception&) {
+        }
+        if (in->healthy.exchange(ok) != ok) {
+          if (ok)
+            spdlog::info("remote prefill: {} is healthy again", in->name);
+          else
+            spdlog::warn("remote prefill: {} fails its health check; prompts go elsewhere", in->name);
+        }
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, interval_, [&] { return stop_; })) return;
+    }
+  }
+  const std::vector<std::unique_ptr<Instance>>& instances_;
+  std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
 
 // Ends leases at prefill instances off the engine's thread: the pages' deleter only queues the lease.
 // A release that fails is dropped (the lease ends by itself at the prefill instance).
@@ -123,7 +197,8 @@ int64_t RemotePrefill::pending_releases() const {
 }
 
 RemotePrefill::RemotePrefill(const std::vector<std::string>& urls, std::string api_key,
-                             std::chrono::milliseconds timeout, int32_t min_prompt_tokens)
+                             std::chrono::milliseconds timeout, int32_t min_prompt_tokens,
+                             std::chrono::milliseconds health_interval)
     : api_key_(std::move(api_key)),
       timeout_(timeout),
       min_prompt_tokens_(std::max(2, min_prompt_tokens)),
@@ -135,13 +210,14 @@ RemotePrefill::RemotePrefill(const std::vector<std::string>& urls, std::string a
     in->name = u;
     instances_.push_back(std::move(in));
   }
+  if (health_interval.count() > 0) health_ = std::make_unique<HealthChecker>(instances_, health_interval);
 }
 
 RemotePrefill::Instance* RemotePrefill::pick() {
   const int64_t now = now_ms();
   Instance* best = nullptr;
   for (const auto& in : instances_) {
-    if (in->down_until_ms.load() > now) continue;
+    if (in->down_until_ms.load() > now || !in->healthy.load()) continue;
     const auto load = [](const Instance* i) {
       return std::make_pair(i->outstanding_tokens.load(), i->outstanding.load());
     };
@@ -210,6 +286,8 @@ RemotePrefillCounters RemotePrefill::counters() const {
   c.seconds = double(micros_.load()) * 1e-6;
   c.shared = shared_.load();
   c.shared_bytes = shared_bytes_.load();
+  c.instances = int64_t(instances_.size());
+  for (const auto& in : instances_) c.healthy += in->healthy.load();
   std::lock_guard<std::mutex> lock(histograms_mu_);
   c.prefill_seconds = prefill_seconds_;
   c.transfer_seconds = transfer_seconds_;

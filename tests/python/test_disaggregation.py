@@ -8,7 +8,9 @@ instance's export buffer, leases released by the decode instance) and as bytes o
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
+import time
 import urllib.request
 
 import pytest
@@ -128,6 +130,65 @@ def test_decode_without_its_prefill_instance_computes_prompts_itself(plain):
         m = decode.wait_idle()
         assert m["orchid_remote_prefill_failures_total"] >= 1
         assert m["orchid_kv_full_pages_used"] == 0
+
+
+def test_a_hung_prefill_instance_is_skipped_by_health_checks(plain):
+    """A prefill instance that stops answering (SIGSTOP: its port still accepts connections) fails its health
+    check; prompts go to the other instance without waiting out --prefill-timeout, and the stopped one gets
+    prompts again once it answers."""
+    with OrchidServer(*MODEL, "--role", "prefill") as hung, OrchidServer(*MODEL, "--role", "prefill") as ok, \
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", hung.base_url, "--prefill-url", ok.base_url,
+                         "--prefill-timeout", "120", "--prefill-health-interval", "0.3") as decode:
+        def healthy():
+            return decode.metrics()["orchid_prefill_instances_healthy"]
+
+        assert decode.metrics()["orchid_prefill_instances"] == 2
+        os.kill(hung.proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.time() + 30
+            while healthy() != 1 and time.time() < deadline:
+                time.sleep(0.1)
+            assert healthy() == 1
+            client, want_client = openai_client(decode), openai_client(plain)
+            kws = [dict(prompt=PHRASE * 3 + f" {i}", max_tokens=8, temperature=0) for i in range(6)]
+            t0 = time.time()
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                got = list(pool.map(lambda k: run(client, "completion", k), kws))
+            assert time.time() - t0 < 60
+            assert got == [run(want_client, "completion", k) for k in kws]
+            m = decode.wait_idle()
+            assert m["orchid_remote_prefill_failures_total"] == 0
+            assert m["orchid_remote_prefill_requests_total"] == len(kws)  # all to the one that answers
+        finally:
+            os.kill(hung.proc.pid, signal.SIGCONT)
+        deadline = time.time() + 30
+        while healthy() != 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert healthy() == 2
+
+
+def test_a_hung_prefill_instance_costs_the_timeout():
+    """Without health checks a hung prefill instance (it accepts the connection, never answers) costs a prompt
+    --prefill-timeout, then the prompt is computed here; the instance is skipped for a while after that."""
+    with OrchidServer(*MODEL) as plain, OrchidServer(*MODEL, "--role", "prefill") as hung, \
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", hung.base_url, "--prefill-timeout", "2",
+                         "--prefill-health-interval", "0") as decode:
+        os.kill(hung.proc.pid, signal.SIGSTOP)
+        try:
+            kw = dict(prompt=PHRASE * 3, max_tokens=8, temperature=0)
+            t0 = time.time()
+            got = run(openai_client(decode), "completion", kw)
+            waited = time.time() - t0
+            assert 2 <= waited < 30, waited
+            assert got == run(openai_client(plain), "completion", kw)
+            t0 = time.time()
+            assert run(openai_client(decode), "completion", kw) == got  # skipped: no second wait
+            assert time.time() - t0 < 2
+            m = decode.wait_idle()
+            assert m["orchid_remote_prefill_failures_total"] == 1
+            assert m["orchid_prefill_instances_healthy"] == 1  # no checks: not marked
+        finally:
+            os.kill(hung.proc.pid, signal.SIGCONT)
 
 
 @pytest.mark.parametrize("transfer", ["auto", "host"])
