@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "server/http_client.h"
 #include "server/http_url.h"
 
 namespace orchid::cli {
@@ -96,18 +97,9 @@ void set_common_headers(Request& req, const Url& u, const std::string& api_key) 
 // GET `target` on the server (one connection, 30 s at most); throws on a failed connection.
 http::response<http::string_body> http_get(const Url& u, const std::string& target,
                                            const std::string& api_key) {
-  asio::io_context io;
-  tcp::resolver resolver(io);
-  beast::tcp_stream stream(io);
-  stream.expires_after(std::chrono::seconds(30));
-  stream.connect(resolver.resolve(u.host, u.port));
   http::request<http::empty_body> req{http::verb::get, target, 11};
   set_common_headers(req, u, api_key);
-  http::write(stream, req);
-  beast::flat_buffer buf;
-  http::response<http::string_body> res;
-  http::read(stream, buf, res);
-  return res;
+  return server::http_exchange(u, req, std::chrono::seconds(30), uint64_t(1) << 26);
 }
 
 // The server's first model id (GET /v1/models).

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "runtime/kv_pages_codec.h"
 #include "server/api_error.h"
+#include "server/http_client.h"
 #include "server/http_server.h"
 #include "server/json_body.h"
 #include "server/server_context.h"
@@ -33,39 +34,6 @@ int64_t now_ms() {
       .count();
 }
 
-// One request to an instance and its response, all of it within `timeout` (the stream's deadline applies to
-// asynchronous operations only: a peer that accepts the connection and then hangs must not block the
-// caller). Throws on any failure, the deadline included.
-template <class Body>
-http::response<http::string_body> exchange(const HttpUrl& url, http::request<Body>& req,
-                                           std::chrono::milliseconds timeout, uint64_t body_limit) {
-  boost::asio::io_context io;
-  tcp::resolver resolver(io);
-  beast::tcp_stream stream(io);
-  beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(body_limit);
-  beast::error_code error;
-  const auto endpoints = resolver.resolve(url.host, url.port);
-  stream.expires_after(timeout);  // one deadline for connecting, writing and reading
-  stream.async_connect(endpoints, [&](beast::error_code ec, const tcp::endpoint&) {
-    if (ec) {
-      error = ec;
-      return;
-    }
-    http::async_write(stream, req, [&](beast::error_code ec, size_t) {
-      if (ec) {
-        error = ec;
-        return;
-      }
-      http::async_read(stream, buf, parser, [&](beast::error_code ec, size_t) { error = ec; });
-    });
-  });
-  io.run();
-  if (error) throw beast::system_error(error);
-  return parser.release();
-}
-
 // One POST of a JSON body to an instance; returns the response. Throws on any failure.
 http::response<http::string_body> post_json(const HttpUrl& url, const std::string& path,
                                             const std::string& body, const std::string& api_key,
@@ -76,14 +44,14 @@ http::response<http::string_body> post_json(const HttpUrl& url, const std::strin
   if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
   req.body() = body;
   req.prepare_payload();
-  return exchange(url, req, timeout, body_limit);
+  return http_exchange(url, req, timeout, body_limit);
 }
 
 // One GET of an instance's path; its status. Throws on any failure.
 int get_status(const HttpUrl& url, const std::string& path, std::chrono::milliseconds timeout) {
   http::request<http::empty_body> req{http::verb::get, url.base + path, 11};
   req.set(http::field::host, url.host + ":" + url.port);
-  return exchange(url, req, timeout, 1 << 16).result_int();
+  return http_exchange(url, req, timeout, 1 << 16).result_int();
 }
 
 }  // namespace
