@@ -1,8 +1,10 @@
 """Asynchronous scheduling through the server (CPU backend, loopback): `--async-scheduling` gives, for chat,
 completions and responses, streamed or not, greedy, seeded and penalized, exactly what the same server gives
 without it, one request at a time and many at once (arrivals, stop strings and max_tokens while steps are
-planned ahead of launched ones), steps are launched ahead, and no KV page is left held."""
+planned ahead of launched ones), steps are launched ahead, and no KV page is left held. And with the replay
+backend, whose launched steps become ready like a device's: reasoning, tool calls and text parse the same."""
 import concurrent.futures
+import json
 
 from orchid_server import OrchidServer, openai_client
 from test_speculative import PHRASE, requests, run
@@ -36,3 +38,45 @@ def test_outputs_equal_the_synchronous_server():
         assert m["orchid_pipelined_steps_total"] > 0
         assert m["orchid_kv_full_pages_used"] == 0 and m["orchid_kv_sliding_pages_used"] == 0
         assert plain.wait_idle().get("orchid_pipelined_steps_total", 0) == 0
+
+
+SCRIPT = {"rules": [{"match": "", "output": "<|channel|>analysis<|message|>Think about it a little while."
+                                          "<|end|><|start|>assistant<|channel|>commentary to=functions.lookup "
+                                          "<|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"}],
+          "step_delay_ms": 3}
+
+
+def test_replayed_harmony_output_parses_the_same(tmp_path):
+    (tmp_path / "script.json").write_text(json.dumps(SCRIPT), encoding="utf-8")
+    args = ("synthetic:tiny", "--replay", tmp_path / "script.json", "--served-model-name", "tiny")
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    work = [("chat", dict(messages=[{"role": "user", "content": f"weather {i}"}], tools=tools,
+                          stream=i % 2 == 0, max_tokens=200)) for i in range(16)]
+    def chat(client, kw):
+        """Text fields, tool calls (name, arguments) and the finish reason, streamed or not."""
+        if not kw["stream"]:
+            c = client.chat.completions.create(model="tiny", **kw).choices[0]
+            calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
+            return c.message.model_dump(include={"content", "reasoning_content"}), calls, c.finish_reason
+        text, calls, finish = {}, {}, None
+        for chunk in client.chat.completions.create(model="tiny", **kw):
+            for c in chunk.choices:
+                d = c.delta.model_dump(exclude_none=True)
+                for key in ("content", "reasoning_content"):
+                    if isinstance(d.get(key), str):
+                        text[key] = text.get(key, "") + d[key]
+                for t in c.delta.tool_calls or []:
+                    name, args = calls.get(t.index, ("", ""))
+                    calls[t.index] = (name + (t.function.name or ""), args + (t.function.arguments or ""))
+                finish = c.finish_reason or finish
+        return text, [calls[i] for i in sorted(calls)], finish
+
+    with OrchidServer(*args) as plain, OrchidServer(*args, "--async-scheduling") as piped:
+        want_client, got_client = openai_client(plain), openai_client(piped)
+        with concurrent.futures.ThreadPoolExecutor(len(work)) as pool:
+            got = list(pool.map(lambda r: chat(got_client, r[1]), work))
+        want = [chat(want_client, r[1]) for r in work]
+        assert got == want
+        assert all(w[1] == [("lookup", '{"city": "Paris"}')] and w[2] == "tool_calls" for w in want), want[:2]
+        assert piped.wait_idle()["orchid_pipelined_steps_total"] > 0

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -73,6 +74,38 @@ const ReplayRule* ReplayBackend::select(const std::vector<int32_t>& prompt) cons
 runtime::StepOutput ReplayBackend::forward(const runtime::StepBatch& batch) {
   if (options_.step_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_delay_ms));
+  return compute(batch);
+}
+
+void ReplayBackend::launch(const runtime::StepBatch& batch) {
+  ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
+  Launched l;
+  if (batch.from_previous.empty()) {
+    l.out = compute(batch);
+  } else {
+    runtime::StepBatch filled = batch;
+    filled.tokens = runtime::tokens_with_previous(batch, last_tokens_);
+    filled.from_previous.clear();
+    l.out = compute(filled);
+  }
+  last_tokens_.clear();
+  for (const auto& st : l.out.samples) last_tokens_.push_back(st.token);
+  device_free_ = std::max(device_free_, Clock::now()) + std::chrono::milliseconds(options_.step_delay_ms);
+  l.ready = device_free_;
+  launched_.push_back(std::move(l));
+}
+
+runtime::StepOutput ReplayBackend::collect() {
+  ORCHID_CHECK(!launched_.empty(), "collect() without a launched step");
+  Launched l = std::move(launched_.front());
+  launched_.pop_front();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_until(l.ready);
+  l.out.device_wait_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return std::move(l.out);
+}
+
+runtime::StepOutput ReplayBackend::compute(const runtime::StepBatch& batch) {
   const int32_t P = options_.kv.page_size;
   auto slot = [&](const runtime::StepSequence& s, int32_t pos) -> int32_t& {
     ORCHID_CHECK(pos / P < s.num_full_pages, "position {} beyond the page table", pos);

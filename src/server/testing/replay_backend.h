@@ -9,10 +9,14 @@
 // different script than the turn that made the call. Output text is tokenized with special tokens allowed.
 // Tokens are kept in paged storage read back through the batch's page tables, like a model's KV cache, so
 // prefix caching and chunked prefill work as with a real model. After the script the rule's last token
-// (normally a stop token) repeats.
+// (normally a stop token) repeats. Steps launched for asynchronous scheduling (Backend::launch) are computed
+// at once but become ready step_delay_ms after the step before them is, as on a device that runs them back
+// to back, so the engine's and server's host work can overlap the "device" as on a GPU.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -50,9 +54,14 @@ class ReplayBackend : public runtime::Backend {
   const model::ModelConfig& model_config() const override { return config_; }
   runtime::KvCacheSpec kv_spec() const override { return options_.kv; }
   runtime::StepOutput forward(const runtime::StepBatch& batch) override;
+  void launch(const runtime::StepBatch& batch) override;
+  runtime::StepOutput collect() override;
+  bool launches_async() const override { return true; }
 
  private:
+  using Clock = std::chrono::steady_clock;
   const ReplayRule* select(const std::vector<int32_t>& prompt) const;
+  runtime::StepOutput compute(const runtime::StepBatch& batch);  // forward() without the delay
 
   ReplayOptions options_;
   std::shared_ptr<const tokenizer::Tokenizer> tok_;
@@ -60,6 +69,13 @@ class ReplayBackend : public runtime::Backend {
   std::vector<int32_t> pages_;  // [page * page_size + offset] -> token id
   std::unordered_map<int64_t, const ReplayRule*> chosen_;
   std::ofstream log_;
+  struct Launched {
+    runtime::StepOutput out;
+    Clock::time_point ready;
+  };
+  std::deque<Launched> launched_;
+  std::vector<int32_t> last_tokens_;  // what the last launched step drew
+  Clock::time_point device_free_{};   // when the last launched step is ready
 };
 
 }  // namespace orchid::server::testing
