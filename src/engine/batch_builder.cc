@@ -84,6 +84,7 @@ void BatchBuilder::start(const std::vector<Sequence*>& holders, size_t num_seqs)
   b.history_tokens.clear();
   b.banned_tokens.clear();
   b.from_previous.clear();
+  b.history_from_previous.clear();
   b.seqs.reserve(num_seqs);
   b.params.reserve(num_seqs);
 }
@@ -138,12 +139,15 @@ const runtime::StepBatch& BatchBuilder::build(const std::vector<ScheduledSeq>& p
     ORCHID_CHECK(e.num_draft <= int32_t(s->draft.size()) && (e.num_draft == 0 || e.sample));
     b.tokens.insert(b.tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
     if (e.sample && s->params.uses_penalties()) {
-      ORCHID_CHECK(s->ahead_sample < 0, "sequence {}: a penalty's history ahead of its last token", s->id);
       ss.prompt_history_begin = int32_t(b.history_tokens.size());
       ss.prompt_history_len = s->prompt_len;
       ss.output_history_begin = ss.prompt_history_begin + s->prompt_len;
-      ss.output_history_len = s->num_outputs();
+      ss.output_history_len = s->outputs_ahead();
       b.history_tokens.insert(b.history_tokens.end(), s->tokens.begin(), s->tokens.end());
+      if (s->ahead_sample >= 0) {  // the history ends with what the launched step draws
+        b.history_from_previous.push_back({int32_t(b.history_tokens.size()), s->ahead_sample});
+        b.history_tokens.push_back(0);
+      }
       b.history_tokens.insert(b.history_tokens.end(), s->draft.begin(), s->draft.begin() + e.num_draft);
     }
     b.seqs.push_back(ss);

@@ -127,9 +127,9 @@ bool Scheduler::plannable_ahead() const {
   PageNeed decodes;
   for (const Sequence* s : running_) {
     if (s->state != SeqState::kRunning || ends_at_launched_step(s)) continue;
-    // A structured output's mask (and a penalty's history) would follow the token the launched step draws;
+    // A structured output's mask follows the token the launched step draws, which the host computes;
     // exported K/V are read when the request ends.
-    if (s->constraint || s->kv_export || (s->ahead_sample >= 0 && s->params.uses_penalties())) return false;
+    if (s->constraint || s->kv_export) return false;
     if (s->remaining_ahead() == 1) {
       const PageNeed n = blocks_->need(s->pages, s->computed_ahead(), s->computed_ahead() + 1);
       decodes.full += n.full;

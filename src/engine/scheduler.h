@@ -51,11 +51,12 @@ class Scheduler {
   // ahead (asynchronous scheduling): a step is launched and not read yet (Sequence::ahead): the plan
   // follows it, its sequences' draws entering the batch as StepBatch::from_previous. Such a plan never
   // preempts and does not admit a request that needs what the launched step decides (a structured output;
-  // K/V to export); it is not made (false) when the launched step's sequences need what it draws
-  // (penalties, a structured output), when a decode would need a preemption, or when such a request heads
-  // the queue: the engine then reads the launched step first and plans as usual. A sequence whose draw in
-  // the launched step ends it by max_tokens or the context is left out; one that ends by what it draws is
-  // found when the engine reads it, and the engine drops what it drew after.
+  // K/V to export); it is not made (false) when a running sequence needs what the launched step draws on
+  // the host (a structured output's mask), when a decode would need a preemption, or when such a request
+  // heads the queue (a penalty's history takes the draw like the tokens do,
+  // StepBatch::history_from_previous): the engine then reads the launched step first and plans as usual. A
+  // sequence whose draw in the launched step ends it by max_tokens or the context is left out; one that ends
+  // by what it draws is found when the engine reads it, and the engine drops what it drew after.
   bool schedule(std::vector<ScheduledSeq>& plan, bool ahead = false);
   const runtime::StepBatch& batch() const { return builder_.batch(); }
   runtime::StepBatch& batch() { return builder_.batch(); }

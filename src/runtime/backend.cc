@@ -79,31 +79,37 @@ void validate_step(const StepBatch& b, const model::ModelConfig& c, const KvCach
   for (const auto& f : b.from_previous)
     ORCHID_CHECK(f.token >= 0 && f.token < covered && f.sample >= 0,
                  "token {} from sample {} of the step before", f.token, f.sample);
+  for (const auto& f : b.history_from_previous)
+    ORCHID_CHECK(f.token >= 0 && size_t(f.token) < b.history_tokens.size() && f.sample >= 0,
+                 "history entry {} from sample {} of the step before", f.token, f.sample);
   for (int32_t p : b.full_page_table)
     ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec.num_full_pages), "page {}", p);
   for (int32_t p : b.sliding_page_table)
     ORCHID_CHECK(p == kNoPage || (p >= 0 && p < spec.num_sliding_pages), "page {}", p);
 }
 
-std::vector<int32_t> tokens_with_previous(const StepBatch& b, std::span<const int32_t> previous) {
-  std::vector<int32_t> tokens = b.tokens;
-  for (const auto& f : b.from_previous) {
-    ORCHID_CHECK(f.token >= 0 && size_t(f.token) < tokens.size() && f.sample >= 0 &&
-                     size_t(f.sample) < previous.size(),
-                 "token {} from sample {} of a step that drew {}", f.token, f.sample, previous.size());
-    tokens[size_t(f.token)] = previous[size_t(f.sample)];
-  }
-  return tokens;
+void fill_from_previous(StepBatch& b, std::span<const int32_t> previous) {
+  auto fill = [&](std::vector<int32_t>& into, const std::vector<TokenFromPrevious>& from, const char* what) {
+    for (const auto& f : from) {
+      ORCHID_CHECK(f.token >= 0 && size_t(f.token) < into.size() && f.sample >= 0 &&
+                       size_t(f.sample) < previous.size(),
+                   "{} {} from sample {} of a step that drew {}", what, f.token, f.sample, previous.size());
+      into[size_t(f.token)] = previous[size_t(f.sample)];
+    }
+  };
+  fill(b.tokens, b.from_previous, "token");
+  fill(b.history_tokens, b.history_from_previous, "history entry");
+  b.from_previous.clear();
+  b.history_from_previous.clear();
 }
 
 void Backend::launch(const StepBatch& b) {
   StepOutput out;
-  if (b.from_previous.empty()) {
+  if (b.from_previous.empty() && b.history_from_previous.empty()) {
     out = forward(b);
   } else {
     StepBatch filled = b;
-    filled.tokens = tokens_with_previous(b, last_launched_tokens_);
-    filled.from_previous.clear();
+    fill_from_previous(filled, last_launched_tokens_);
     out = forward(filled);
   }
   ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");

@@ -92,8 +92,10 @@ struct StepBatch {
   int32_t mask_words = 0;
   std::function<void()> token_masks_ready;
   // Tokens that come from the previous launched step's samples (Backend::launch); StepBatch::tokens holds
-  // a placeholder (0) there. Empty for a batch run with forward().
+  // a placeholder (0) there. Likewise entries of history_tokens (a penalized sequence's history ends with
+  // the token the launched step draws). Both empty for a batch run with forward().
   std::vector<TokenFromPrevious> from_previous;
+  std::vector<TokenFromPrevious> history_from_previous;  // .token: an index into history_tokens
 
   void wait_token_masks() const {
     if (token_masks_ready) token_masks_ready();
@@ -227,9 +229,9 @@ class Backend {
   std::vector<int32_t> last_launched_tokens_;
 };
 
-// b.tokens with b.from_previous filled in from `previous` (the samples of the step launched before b);
-// throws orchid::InternalError for a sample that is not there.
-std::vector<int32_t> tokens_with_previous(const StepBatch& b, std::span<const int32_t> previous);
+// Fills b's tokens and history entries that come from the step launched before it from `previous` (that
+// step's sampled tokens) and clears the lists; throws orchid::InternalError for a sample that is not there.
+void fill_from_previous(StepBatch& b, std::span<const int32_t> previous);
 
 // The checks every backend makes of a batch before running it: token ids in the vocabulary, sequences back
 // to back, positions within `max_positions`, page tables long enough and inside the pools, sampling

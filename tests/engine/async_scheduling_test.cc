@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/token_constraint.h"
 #include "test_util.h"
 
 namespace orchid::engine {
@@ -137,11 +138,16 @@ TEST(AsyncScheduling, ArrivalsAndAbortsWhileAStepIsLaunched) {
   EXPECT_GT(h.fake->num_continued_steps(), 0);
 }
 
-TEST(AsyncScheduling, RequestsThatCannotBePipelinedRunOneStepAtATime) {
-  // Penalties need the history with the last token, which only the launched step knows.
+TEST(AsyncScheduling, PenalizedRequestsTakeTheirHistoryFromTheLaunchedStep) {
+  // A penalty's history ends with the token the launched step draws (StepBatch::history_from_previous):
+  // with a wrong history the draws differ from the request's alone.
   std::mt19937 rng(14);
-  std::vector<Req> reqs = mixed_requests(rng, 8);
-  for (Req& r : reqs) r.sampling.frequency_penalty = 0.5f;
+  std::vector<Req> reqs = mixed_requests(rng, 12);
+  for (Req& r : reqs) {
+    r.sampling.frequency_penalty = 1.5f;
+    r.sampling.presence_penalty = 0.5f;
+    r.sampling.repetition_penalty = 1.3f;
+  }
   test::Harness h(deferred_options(), async_config());
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const Req& r : reqs) streams.push_back(h.engine.submit(r.spec()));
@@ -149,6 +155,36 @@ TEST(AsyncScheduling, RequestsThatCannotBePipelinedRunOneStepAtATime) {
   std::vector<RequestEvent> got;
   for (auto& s : streams) got.push_back(s->wait_all());
   expect_alone_tokens(reqs, got, h.options);
+  EXPECT_GT(h.fake->num_continued_steps(), h.fake->num_steps() / 2);
+}
+
+TEST(AsyncScheduling, StructuredOutputsRunOneStepAtATime) {
+  // A mask follows the token the launched step draws, which only the host turns into the next mask.
+  class Only : public TokenConstraint {
+   public:
+    explicit Only(int32_t token) : token_(token) {}
+    void fill_mask(std::span<uint32_t> mask, int32_t) override {
+      std::fill(mask.begin(), mask.end(), 0u);
+      mask[size_t(token_) / 32] |= 1u << (token_ % 32);
+    }
+    bool accept(int32_t token) override { return token == token_; }
+
+   private:
+    int32_t token_;
+  };
+  test::Harness h(deferred_options(), async_config());
+  Req plain;
+  plain.prompt = {5, 6, 7};
+  plain.max_tokens = 12;
+  plain.ignore_eos = true;
+  plain.seed = 7;
+  RequestSpec constrained = plain.spec();
+  constrained.constraint = std::make_unique<Only>(9);
+  auto a = h.engine.submit(plain.spec());
+  auto b = h.engine.submit(std::move(constrained));
+  h.run();
+  EXPECT_EQ(b->wait_all().token_ids, std::vector<int32_t>(12, 9));
+  EXPECT_EQ(a->wait_all().token_ids, test::run_alone(plain, test::fake_options()).token_ids);
   EXPECT_EQ(h.fake->num_continued_steps(), 0);
 }
 

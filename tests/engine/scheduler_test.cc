@@ -291,7 +291,7 @@ TEST(SchedulerAhead, PlansFromWhatTheLaunchedStepAdds) {
   EXPECT_EQ(late->state, SeqState::kWaiting);
 }
 
-TEST(SchedulerAhead, LeavesOutWhatEndsAndMakesNoPlanWhereTheDrawDecides) {
+TEST(SchedulerAhead, LeavesOutWhatEndsTakesHistoryFromTheDrawAndStopsForExports) {
   SchedulerConfig c;
   c.max_model_len = 64;
   Fixture f(c, spec(64));
@@ -305,9 +305,23 @@ TEST(SchedulerAhead, LeavesOutWhatEndsAndMakesNoPlanWhereTheDrawDecides) {
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].seq, goes_on);
   read_launched(f.sched, launched, 3);
+  f.sched.finish(last);  // the engine ends it when it reads its draw
   mark_launched(next);
-  // A penalty needs the history up to the launched draw: no plan, and nothing changes.
+  // A penalty's history ends with the launched draw, named like the token.
   goes_on->params.frequency_penalty = 0.5f;
+  std::vector<ScheduledSeq> penalized;
+  ASSERT_TRUE(f.sched.schedule(penalized, true));
+  const runtime::StepBatch& b = f.sched.batch();
+  ASSERT_EQ(b.seqs.size(), 1u);
+  EXPECT_EQ(b.seqs[0].output_history_len, 2);  // output 0 known, output 1 drawn by the launched step
+  ASSERT_EQ(b.history_from_previous.size(), 1u);
+  EXPECT_EQ(b.history_from_previous[0].token, b.seqs[0].output_history_begin + 1);
+  EXPECT_EQ(b.history_from_previous[0].sample, 0);
+  EXPECT_EQ(int32_t(b.history_tokens.size()), 5 + 2);
+  read_launched(f.sched, next, 4);
+  mark_launched(penalized);
+  // K/V to export are read when the request ends: no plan ahead while one runs, and nothing changes.
+  goes_on->kv_export = true;
   const auto pages = goes_on->pages.full;
   std::vector<ScheduledSeq> none;
   EXPECT_FALSE(f.sched.schedule(none, true));

@@ -190,8 +190,7 @@ runtime::StepOutput FakeBackend::collect() {
   ORCHID_CHECK(!deferred_.empty(), "collect() without a launched step");
   runtime::StepBatch b = std::move(deferred_.front());
   deferred_.pop_front();
-  b.tokens = runtime::tokens_with_previous(b, last_tokens_);
-  b.from_previous.clear();
+  runtime::fill_from_previous(b, last_tokens_);
   runtime::StepOutput out = forward(b);
   last_tokens_.clear();
   for (const auto& st : out.samples) last_tokens_.push_back(st.token);

@@ -1036,6 +1036,21 @@ void CudaRank::settle(Launched& l) {
 void CudaRank::launch(const StepBatch& b) {
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
   ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
+  if (!b.history_from_previous.empty()) {
+    // A penalty's history ends with the step before's draw, which the sampler's host parameters need: read
+    // that step first (not overlapped), then run this one with everything known.
+    ORCHID_CHECK(!launched_.empty(), "a step takes history entries from a step not launched here");
+    for (Launched& l : launched_) settle(l);
+    std::vector<int32_t> previous;
+    for (const SampledToken& st : launched_.back().done.samples) previous.push_back(st.token);
+    StepBatch filled = b;
+    fill_from_previous(filled, previous);
+    Launched l;
+    l.done = forward(filled);
+    l.ready = true;
+    launched_.push_back(std::move(l));
+    return;
+  }
   if (!launchable(b) || b.num_tokens() == 0) {
     Launched l;
     l.done = forward(b);

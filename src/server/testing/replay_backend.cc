@@ -80,12 +80,11 @@ runtime::StepOutput ReplayBackend::forward(const runtime::StepBatch& batch) {
 void ReplayBackend::launch(const runtime::StepBatch& batch) {
   ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
   Launched l;
-  if (batch.from_previous.empty()) {
+  if (batch.from_previous.empty() && batch.history_from_previous.empty()) {
     l.out = compute(batch);
   } else {
     runtime::StepBatch filled = batch;
-    filled.tokens = runtime::tokens_with_previous(batch, last_tokens_);
-    filled.from_previous.clear();
+    runtime::fill_from_previous(filled, last_tokens_);
     l.out = compute(filled);
   }
   last_tokens_.clear();
