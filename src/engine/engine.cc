@@ -66,7 +66,7 @@ int32_t resolved_max_model_len(const EngineConfig& c, const model::ModelConfig& 
 }
 
 SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSpec& spec,
-                                 int32_t max_model_len, Proposer* proposer) {
+                                 int32_t max_model_len, Proposer* proposer, bool late_masks) {
   if (c.max_num_seqs < 1) fail("--max-num-seqs: {} (must be >= 1)", c.max_num_seqs);
   if (c.max_num_batched_tokens < c.max_num_seqs)
     fail("--max-num-batched-tokens: {} (must be >= --max-num-seqs, {})", c.max_num_batched_tokens,
@@ -78,6 +78,7 @@ SchedulerConfig scheduler_config(const EngineConfig& c, const runtime::KvCacheSp
   s.proposer = proposer;
   s.max_model_len = max_model_len;
   s.num_speculative_tokens = proposer ? c.speculative.num_speculative_tokens : 0;
+  s.late_masks = late_masks;
   if (spec.sliding_window > 0) {
     // A chunk of n tokens from position q touches sliding pages from the one holding q-W+1 to the one
     // holding q+n-1: at most floor((W+n-2)/P)+2 pages. Keep that within the pool so one sequence alone
@@ -97,7 +98,9 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
       proposer_(checked_proposer(config, *backend_)),
       backend_proposer_(dynamic_cast<BackendProposer*>(proposer_.get())),
       blocks_(backend_->kv_spec(), config.enable_prefix_caching),
-      scheduler_(scheduler_config(config, blocks_.spec(), max_model_len_, proposer_.get()), &blocks_) {
+      scheduler_(scheduler_config(config, blocks_.spec(), max_model_len_, proposer_.get(),
+                                  backend_->accepts_late_masks()),
+                 &blocks_) {
   const auto& model = backend_->model_config();
   ORCHID_CHECK(config_.first_id >= 1 && config_.id_stride >= 1, "request ids {} + k * {}", config_.first_id,
                config_.id_stride);
@@ -391,7 +394,7 @@ bool Engine::step_once() {
 
 bool Engine::step_pipelined() {
   const auto t0 = Sequence::Clock::now();
-  bool stopping = false;
+  bool stopping = false, late_masks = false;
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     stopping = stopping_;
@@ -407,11 +410,12 @@ bool Engine::step_pipelined() {
         step_queue_.push_back(std::chrono::duration<double>(t0 - entry.seq->arrival_time).count());
       if (entry.import_kv) import_kv(entry.seq);
     }
-    // No sequence of a plan made ahead is constrained: this clears the batch's masks.
+    // A structured output's mask follows what the launched step draws: its row is computed once that step
+    // is read, and handed over before anything else is launched (Backend::supply_masks).
     std::swap(plan_, next_plan_);
-    const bool masked = start_masks(scheduler_.batch());
+    late_masks = assign_masks(scheduler_.batch());
     std::swap(plan_, next_plan_);
-    ORCHID_CHECK(!masked, "a plan made ahead of a launched step has a structured output");
+    scheduler_.batch().masks_later = late_masks;
   }
   const auto t_launch = Sequence::Clock::now();
   std::string launch_error;
@@ -431,6 +435,11 @@ bool Engine::step_pipelined() {
   if (!launch_error.empty()) {
     spdlog::error("engine: step failed: {}", launch_error);
     fail_plan(next_plan_, launch_error);
+  }
+  if (next && late_masks) {  // the constraints have heard the draws the masks follow
+    start_mask_jobs(scheduler_.batch());
+    end_masks();
+    backend_->supply_masks(scheduler_.batch());
   }
   if (next) {
     std::swap(plan_, next_plan_);
@@ -485,9 +494,17 @@ bool Engine::step_empty() {
 }
 
 bool Engine::start_masks(runtime::StepBatch& batch) {
+  if (!assign_masks(batch)) return false;
+  start_mask_jobs(batch);
+  batch.token_masks_ready = [this] { mask_worker_.wait(); };
+  return true;
+}
+
+bool Engine::assign_masks(runtime::StepBatch& batch) {
   batch.token_masks.clear();
   batch.mask_words = 0;
   batch.token_masks_ready = nullptr;
+  batch.masks_later = false;
   masked_seqs_.clear();
   for (const ScheduledSeq& entry : plan_)
     if (entry.sample && entry.seq->constraint) masked_seqs_.push_back(entry.seq);
@@ -495,29 +512,38 @@ bool Engine::start_masks(runtime::StepBatch& batch) {
   const size_t words = (size_t(vocab_size_) + 31) / 32;
   batch.mask_words = int32_t(words);
   batch.token_masks.resize(masked_seqs_.size() * words);
-  std::vector<MaskJob> jobs;
-  jobs.reserve(masked_seqs_.size());
   ORCHID_CHECK(batch.seqs.size() == plan_.size(), "batch of {} for a plan of {}", batch.seqs.size(),
                plan_.size());
-  for (size_t i = 0; i < plan_.size(); ++i) {
-    Sequence* s = plan_[i].seq;
-    if (!plan_[i].sample || !s->constraint) continue;
-    const int32_t row = int32_t(jobs.size());
-    batch.seqs[i].mask_row = row;
+  int32_t row = 0;
+  for (size_t i = 0; i < plan_.size(); ++i)
+    if (plan_[i].sample && plan_[i].seq->constraint) batch.seqs[i].mask_row = row++;
+  return true;
+}
+
+void Engine::start_mask_jobs(runtime::StepBatch& batch) {
+  const size_t words = size_t(batch.mask_words);
+  std::vector<MaskJob> jobs;
+  jobs.reserve(masked_seqs_.size());
+  for (size_t row = 0; row < masked_seqs_.size(); ++row) {
+    Sequence* s = masked_seqs_[row];
+    const std::span<uint32_t> mask(batch.token_masks.data() + row * words, words);
+    if (s->state == SeqState::kFinished) {  // ended by the step before's draw: its row here is dropped
+      std::fill(mask.begin(), mask.end(), ~0u);
+      continue;
+    }
     const int32_t remaining =
         std::min(s->stop.config().max_tokens - s->num_outputs(), max_model_len_ - int32_t(s->tokens.size()));
-    jobs.push_back({s->constraint.get(), std::max(1, remaining),
-                    std::span<uint32_t>(batch.token_masks.data() + size_t(row) * words, words)});
+    jobs.push_back({s->constraint.get(), std::max(1, remaining), mask});
+    mask_job_seqs_.push_back(s);
   }
   mask_worker_.start(std::move(jobs));
-  batch.token_masks_ready = [this] { mask_worker_.wait(); };
-  return true;
 }
 
 void Engine::end_masks() {
   mask_worker_.wait();
   for (const auto& [job, message] : mask_worker_.failures())
-    masked_seqs_[job]->constraint_error = "structured output: " + message;
+    mask_job_seqs_[job]->constraint_error = "structured output: " + message;
+  mask_job_seqs_.clear();
 }
 
 void Engine::process_outputs(const runtime::StepOutput& out) {

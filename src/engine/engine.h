@@ -133,6 +133,10 @@ class Engine final : public ServingEngine {
   void process_outputs(const runtime::StepOutput& out);
   // Sizes the step's token masks and starts computing them; false when no sequence is constrained.
   bool start_masks(runtime::StepBatch& batch);
+  // The two halves of start_masks: the rows of plan_'s constrained sequences (masked_seqs_), and the jobs
+  // that compute them (a sequence that ended meanwhile gets a row allowing everything).
+  bool assign_masks(runtime::StepBatch& batch);
+  void start_mask_jobs(runtime::StepBatch& batch);
   void end_masks();
   void fail_all(const std::string& message);
   void update_metrics(Sequence::Clock::time_point now, double step_seconds);
@@ -166,7 +170,8 @@ class Engine final : public ServingEngine {
   bool launched_ = false;   // plan_'s step is launched and not read yet (pipelining)
   std::vector<ScheduledSeq> plan_, next_plan_;
   MaskWorker mask_worker_;
-  std::vector<Sequence*> masked_seqs_;  // the started mask jobs' sequences
+  std::vector<Sequence*> masked_seqs_;    // the step's constrained sequences, in mask row order
+  std::vector<Sequence*> mask_job_seqs_;  // the started mask jobs' sequences
   runtime::StepOutput output_;
   int64_t step_prompt_tokens_ = 0, step_generated_tokens_ = 0;
   std::vector<double> step_ttft_, step_itl_;

@@ -129,7 +129,7 @@ bool Scheduler::plannable_ahead() const {
     if (s->state != SeqState::kRunning || ends_at_launched_step(s)) continue;
     // A structured output's mask follows the token the launched step draws, which the host computes;
     // exported K/V are read when the request ends.
-    if (s->constraint || s->kv_export) return false;
+    if ((s->constraint && !config_.late_masks) || s->kv_export) return false;
     if (s->remaining_ahead() == 1) {
       const PageNeed n = blocks_->need(s->pages, s->computed_ahead(), s->computed_ahead() + 1);
       decodes.full += n.full;
@@ -141,7 +141,8 @@ bool Scheduler::plannable_ahead() const {
   // The head of the queue must be one this plan may admit, or one that waits either way.
   if (!waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
     const Sequence* head = waiting_.front();
-    if (head->state != SeqState::kFinished && (head->constraint || head->kv_export)) return false;
+    if (head->state != SeqState::kFinished && ((head->constraint && !config_.late_masks) || head->kv_export))
+      return false;
   }
   return true;
 }
@@ -185,7 +186,8 @@ bool Scheduler::schedule(std::vector<ScheduledSeq>& plan, bool ahead) {
   while (!preempted_this_step_ && !waiting_.empty() && budget > 0 &&
          running_.size() < size_t(config_.max_num_seqs)) {
     Sequence* s = waiting_.front();
-    if (ahead && (s->constraint || s->kv_export)) break;  // admitted by a plan made with no step launched
+    if (ahead && ((s->constraint && !config_.late_masks) || s->kv_export))
+      break;  // admitted by a plan made with no step launched
     const int32_t len = int32_t(s->tokens.size());
     // K/V handed over, or else the prefix cache; at least the last token is computed, to have logits.
     const bool importing = s->kv_import != nullptr;

@@ -29,6 +29,9 @@ struct SchedulerConfig {
   int32_t num_speculative_tokens = 0;
   Proposer* proposer = nullptr;
   int32_t max_model_len = 1 << 30;  // no draft reaches past it
+  // The backend takes a step's token masks after launching it (Backend::accepts_late_masks): structured
+  // outputs may then be planned ahead of a launched step.
+  bool late_masks = false;
 };
 
 struct SchedulerCounters {

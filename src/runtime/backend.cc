@@ -104,22 +104,46 @@ void fill_from_previous(StepBatch& b, std::span<const int32_t> previous) {
 }
 
 void Backend::launch(const StepBatch& b) {
+  ORCHID_CHECK(!awaiting_masks_, "a step launched before the one before got its masks");
+  ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
+  if (b.masks_later) {
+    awaiting_masks_ = std::make_unique<StepBatch>(b);
+    return;
+  }
+  run_launched(b);
+}
+
+void Backend::supply_masks(const StepBatch& b) {
+  ORCHID_CHECK(awaiting_masks_, "masks for a step that does not wait for them");
+  std::unique_ptr<StepBatch> step = std::move(awaiting_masks_);
+  step->token_masks = b.token_masks;
+  step->mask_words = b.mask_words;
+  step->token_masks_ready = nullptr;
+  step->masks_later = false;
+  ORCHID_CHECK(step->seqs.size() == b.seqs.size(), "masks of another batch");
+  for (size_t i = 0; i < b.seqs.size(); ++i) step->seqs[i].mask_row = b.seqs[i].mask_row;
+  run_launched(*step);
+}
+
+void Backend::run_launched(const StepBatch& b) {
   StepOutput out;
   if (b.from_previous.empty() && b.history_from_previous.empty()) {
     out = forward(b);
   } else {
+    b.wait_token_masks();  // the copy takes the masks: they must be written
     StepBatch filled = b;
+    filled.token_masks_ready = nullptr;
     fill_from_previous(filled, last_launched_tokens_);
     out = forward(filled);
   }
-  ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
   last_launched_tokens_.clear();
   for (const SampledToken& st : out.samples) last_launched_tokens_.push_back(st.token);
   launched_.push_back(std::move(out));
 }
 
 StepOutput Backend::collect() {
-  ORCHID_CHECK(!launched_.empty(), "collect() without a launched step");
+  ORCHID_CHECK(!launched_.empty(), "collect() without a launched step{}",
+               awaiting_masks_ ? " (one still waits for its masks)" : "");
   StepOutput out = std::move(launched_.front());
   launched_.pop_front();
   return out;

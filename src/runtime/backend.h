@@ -96,6 +96,9 @@ struct StepBatch {
   // the token the launched step draws). Both empty for a batch run with forward().
   std::vector<TokenFromPrevious> from_previous;
   std::vector<TokenFromPrevious> history_from_previous;  // .token: an index into history_tokens
+  // Launched with its token masks still to come (asynchronous scheduling: they follow the draws of the step
+  // launched before, which the engine reads after this launch): Backend::supply_masks() brings them.
+  bool masks_later = false;
 
   void wait_token_masks() const {
     if (token_masks_ready) token_masks_ready();
@@ -191,6 +194,11 @@ class Backend {
   virtual void launch(const StepBatch& b);
   virtual StepOutput collect();
   virtual bool launches_async() const { return false; }
+  // A step launched with masks_later gets its token masks here, `b` being that batch with its masks written,
+  // before the next launch or collect. Whether this backend takes masks so (the default does: it computes
+  // such a step when they come).
+  virtual void supply_masks(const StepBatch& b);
+  virtual bool accepts_late_masks() const { return true; }
 
   // K/V handoff (prefill/decode disaggregation). read_kv copies the pages out (full_pages[k] holds logical
   // page k; sliding_pages[k] logical page first_sliding_page + k); write_kv copies pages of the same layout
@@ -224,9 +232,12 @@ class Backend {
                                        std::vector<int32_t>* topk);
 
  private:
-  // The default launch()/collect(): outputs computed at launch, and the last launched step's tokens.
+  // The default launch()/collect(): outputs computed at launch (or when late masks come), and the last
+  // launched step's tokens.
+  void run_launched(const StepBatch& b);
   std::deque<StepOutput> launched_;
   std::vector<int32_t> last_launched_tokens_;
+  std::unique_ptr<StepBatch> awaiting_masks_;
 };
 
 // Fills b's tokens and history entries that come from the step launched before it from `previous` (that

@@ -158,34 +158,86 @@ TEST(AsyncScheduling, PenalizedRequestsTakeTheirHistoryFromTheLaunchedStep) {
   EXPECT_GT(h.fake->num_continued_steps(), h.fake->num_steps() / 2);
 }
 
-TEST(AsyncScheduling, StructuredOutputsRunOneStepAtATime) {
-  // A mask follows the token the launched step draws, which only the host turns into the next mask.
-  class Only : public TokenConstraint {
-   public:
-    explicit Only(int32_t token) : token_(token) {}
-    void fill_mask(std::span<uint32_t> mask, int32_t) override {
-      std::fill(mask.begin(), mask.end(), 0u);
-      mask[size_t(token_) / 32] |= 1u << (token_ % 32);
-    }
-    bool accept(int32_t token) override { return token == token_; }
+// Allows only the successor of the last token it heard (1..63, wrapping): every mask follows the draw
+// before it, so a mask computed before that draw was heard gives another token.
+class Successor : public TokenConstraint {
+ public:
+  explicit Successor(int32_t first) : next_(first) {}
+  void fill_mask(std::span<uint32_t> mask, int32_t) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    mask[size_t(next_) / 32] |= 1u << (next_ % 32);
+  }
+  bool accept(int32_t token) override {
+    if (token != next_) return false;
+    next_ = next_ % 63 + 1;
+    return true;
+  }
 
-   private:
-    int32_t token_;
+ private:
+  int32_t next_;
+};
+
+TEST(AsyncScheduling, StructuredOutputsGetEachMaskAfterTheDrawBeforeIt) {
+  // The masks of a step planned ahead are computed once the launched step is read and handed over before
+  // the next launch (Backend::supply_masks): over the deferred fake and over the default launch(), which
+  // computes the step when its masks come.
+  for (const bool deferred : {true, false}) {
+    FakeBackendOptions o = deferred_options();
+    o.deferred = deferred;
+    test::Harness h(o, async_config());
+    Req plain;
+    plain.prompt = {5, 6, 7};
+    plain.max_tokens = 20;
+    plain.ignore_eos = true;
+    plain.seed = 7;
+    std::vector<std::shared_ptr<RequestStream>> constrained;
+    auto a = h.engine.submit(plain.spec());
+    for (int32_t i = 0; i < 6; ++i) {
+      Req r = plain;
+      r.prompt.push_back(10 + i);
+      r.max_tokens = 8 + 3 * i;
+      RequestSpec spec = r.spec();
+      spec.constraint = std::make_unique<Successor>(1 + 9 * i);
+      constrained.push_back(h.engine.submit(std::move(spec)));
+    }
+    h.run();
+    for (int32_t i = 0; i < 6; ++i) {
+      const RequestEvent ev = constrained[size_t(i)]->wait_all();
+      ASSERT_EQ(ev.finish, FinishReason::kLength) << ev.error;
+      std::vector<int32_t> want;
+      for (int32_t t = 0, next = 1 + 9 * i; t < 8 + 3 * i; ++t, next = next % 63 + 1) want.push_back(next);
+      EXPECT_EQ(ev.token_ids, want) << "request " << i;
+    }
+    EXPECT_EQ(a->wait_all().token_ids, test::run_alone(plain, test::fake_options()).token_ids);
+    EXPECT_GT(h.fake->num_continued_steps(), 10);
+  }
+}
+
+TEST(AsyncScheduling, StructuredOutputsRunOneStepAtATimeWhereMasksMustComeFirst) {
+  // A backend that needs the masks when a step is launched (the CUDA backend, for now).
+  class EarlyMasks : public testing::FakeBackend {
+   public:
+    using FakeBackend::FakeBackend;
+    bool accepts_late_masks() const override { return false; }
   };
-  test::Harness h(deferred_options(), async_config());
+  FakeBackendOptions o = deferred_options();
+  auto fake = std::make_shared<EarlyMasks>(o);
+  Engine engine(fake, async_config());
   Req plain;
   plain.prompt = {5, 6, 7};
   plain.max_tokens = 12;
   plain.ignore_eos = true;
   plain.seed = 7;
-  RequestSpec constrained = plain.spec();
-  constrained.constraint = std::make_unique<Only>(9);
-  auto a = h.engine.submit(plain.spec());
-  auto b = h.engine.submit(std::move(constrained));
-  h.run();
-  EXPECT_EQ(b->wait_all().token_ids, std::vector<int32_t>(12, 9));
+  RequestSpec spec = plain.spec();
+  spec.constraint = std::make_unique<Successor>(30);
+  auto b = engine.submit(std::move(spec));
+  auto a = engine.submit(plain.spec());
+  engine.run_until_idle();
+  std::vector<int32_t> want;
+  for (int32_t t = 0, next = 30; t < 12; ++t, next = next % 63 + 1) want.push_back(next);
+  EXPECT_EQ(b->wait_all().token_ids, want);
   EXPECT_EQ(a->wait_all().token_ids, test::run_alone(plain, test::fake_options()).token_ids);
-  EXPECT_EQ(h.fake->num_continued_steps(), 0);
+  EXPECT_EQ(fake->num_continued_steps(), 0);
 }
 
 TEST(AsyncScheduling, OffWithSpeculativeDecoding) {

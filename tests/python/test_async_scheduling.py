@@ -2,11 +2,13 @@
 completions and responses, streamed or not, greedy, seeded and penalized, exactly what the same server gives
 without it, one request at a time and many at once (arrivals, stop strings and max_tokens while steps are
 planned ahead of launched ones), steps are launched ahead, and no KV page is left held. And with the replay
-backend, whose launched steps become ready like a device's: reasoning, tool calls and text parse the same."""
+backend, whose launched steps become ready like a device's: reasoning, tool calls and text parse the same; and
+structured outputs, whose masks follow each draw, answer the same."""
 import concurrent.futures
 import json
 
 from orchid_server import OrchidServer, openai_client
+from structured_schemas import SCHEMAS, validate
 from test_speculative import PHRASE, requests, run
 
 MODEL = ("synthetic:tiny", "--max-model-len", "1024", "--served-model-name", "tiny")
@@ -79,4 +81,34 @@ def test_replayed_harmony_output_parses_the_same(tmp_path):
         want = [chat(want_client, r[1]) for r in work]
         assert got == want
         assert all(w[1] == [("lookup", '{"city": "Paris"}')] and w[2] == "tool_calls" for w in want), want[:2]
+        assert piped.wait_idle()["orchid_pipelined_steps_total"] > 0
+
+
+def test_structured_outputs_equal_the_synchronous_server():
+    """JSON-schema answers, eight at once beside plain requests: the pipelined server's masks follow each
+    draw (computed once the launched step is read), so every answer equals the synchronous server's."""
+    args = ("synthetic:tiny", "--served-model-name", "tiny", "--max-model-len", "4096")
+    msgs = [{"role": "user", "content": "Answer in JSON."}]
+    items = list(SCHEMAS.items())[:8]
+
+    def one(client, i):
+        name, schema = items[i]
+        r = client.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=160, seed=i, temperature=1.0,
+            response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
+            extra_body={"reasoning": {"max_tokens": 12}})
+        return r.choices[0].message.content, r.choices[0].finish_reason
+
+    with OrchidServer(*args) as plain, OrchidServer(*args, "--async-scheduling") as piped:
+        want_client, got_client = openai_client(plain), openai_client(piped)
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            side = [pool.submit(run, got_client, "completion",
+                                dict(prompt=PHRASE + str(k), max_tokens=40, temperature=0)) for k in range(4)]
+            got = list(pool.map(lambda i: one(got_client, i), range(len(items))))
+            for f in side:
+                f.result()
+        want = [one(want_client, i) for i in range(len(items))]
+        assert got == want
+        for (content, _), (_, schema) in zip(got, items):
+            validate(json.loads(content), schema)
         assert piped.wait_idle()["orchid_pipelined_steps_total"] > 0

@@ -180,14 +180,27 @@ void FakeBackend::launch(const runtime::StepBatch& b) {
   num_continued_ += !b.from_previous.empty();
   if (!options_.deferred) return Backend::launch(b);
   ORCHID_CHECK(deferred_.size() < 2, "a third step launched before the first was collected");
-  b.wait_token_masks();
+  ORCHID_CHECK(deferred_.empty() || !deferred_.back().masks_later, "launched before the last got its masks");
+  if (!b.masks_later) b.wait_token_masks();
   deferred_.push_back(b);
   deferred_.back().token_masks_ready = nullptr;
+}
+
+void FakeBackend::supply_masks(const runtime::StepBatch& b) {
+  if (!options_.deferred) return Backend::supply_masks(b);
+  ORCHID_CHECK(!deferred_.empty() && deferred_.back().masks_later, "masks for a step that does not wait");
+  runtime::StepBatch& step = deferred_.back();
+  ORCHID_CHECK(step.seqs.size() == b.seqs.size(), "masks of another batch");
+  step.token_masks = b.token_masks;
+  step.mask_words = b.mask_words;
+  for (size_t i = 0; i < b.seqs.size(); ++i) step.seqs[i].mask_row = b.seqs[i].mask_row;
+  step.masks_later = false;
 }
 
 runtime::StepOutput FakeBackend::collect() {
   if (!options_.deferred) return Backend::collect();
   ORCHID_CHECK(!deferred_.empty(), "collect() without a launched step");
+  ORCHID_CHECK(!deferred_.front().masks_later, "collect() of a step whose masks never came");
   runtime::StepBatch b = std::move(deferred_.front());
   deferred_.pop_front();
   runtime::fill_from_previous(b, last_tokens_);

@@ -52,6 +52,7 @@ class FakeBackend : public runtime::Backend {
   runtime::StepOutput forward(const runtime::StepBatch& batch) override;
   void launch(const runtime::StepBatch& batch) override;
   runtime::StepOutput collect() override;
+  void supply_masks(const runtime::StepBatch& batch) override;
   bool launches_async() const override { return options_.deferred; }
 
   // Largest batch seen, for limit checks.

@@ -1043,7 +1043,9 @@ void CudaRank::launch(const StepBatch& b) {
     for (Launched& l : launched_) settle(l);
     std::vector<int32_t> previous;
     for (const SampledToken& st : launched_.back().done.samples) previous.push_back(st.token);
+    b.wait_token_masks();  // the copy takes the masks: they must be written
     StepBatch filled = b;
+    filled.token_masks_ready = nullptr;
     fill_from_previous(filled, previous);
     Launched l;
     l.done = forward(filled);
