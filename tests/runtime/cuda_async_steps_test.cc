@@ -2,20 +2,38 @@
 // tokens copied on the device from step N's draws, before it reads step N. Every request must get exactly
 // the tokens and logprobs it gets with steps run one at a time, through CUDA graphs (arg-max and the GPU
 // sampler) and eagerly (banned tokens while min_tokens holds the stop ids back), and the steady part of
-// the run must actually be pipelined. No request ends by a drawn token: such a request has one more step
-// computed (and dropped) when pipelined, which changes later batches' shapes and so, on a GPU, the last
-// bits of other rows; the engine's handling of that case is tested on the CPU (async_scheduling_test).
+// the run must actually be pipelined, structured outputs included (their masks handed over after launch). No
+// request ends by a drawn token: such a request has one more step computed (and dropped) when pipelined,
+// which changes later batches' shapes and so, on a GPU, the last bits of other rows; the engine's handling of
+// that case is tested on the CPU (async_scheduling_test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "../kernels/gpu_test_util.h"
 #include "engine/engine.h"
+#include "engine/token_constraint.h"
 #include "runtime/cuda/cuda_backend.h"
 
 namespace orchid::runtime::cuda {
 namespace {
+
+// Allows only `first`, `first` + 1, ... (a structured output whose every mask follows the draw before it).
+class Successor : public engine::TokenConstraint {
+ public:
+  explicit Successor(int32_t first) : next_(first) {}
+  void fill_mask(std::span<uint32_t> mask, int32_t) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    mask[size_t(next_) / 32] |= 1u << (next_ % 32);
+  }
+  bool accept(int32_t token) override { return token == next_++; }
+
+ private:
+  int32_t next_;
+};
 
 struct Outcome {
   std::vector<engine::RequestEvent> events;
@@ -72,6 +90,16 @@ Outcome run(bool async, bool graphs) {
   std::vector<std::shared_ptr<engine::RequestStream>> streams;
   for (auto& r : requests(int32_t(backend->model_config().vocab_size)))
     streams.push_back(e.submit(std::move(r)));
+  for (int i = 0; i < 2; ++i) {  // structured outputs: masks supplied after launch when pipelined
+    engine::RequestSpec r;
+    r.prompt = {11, 12, 13 + i};
+    r.max_tokens = 20;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.7f;
+    r.seed = 9;
+    r.constraint = std::make_unique<Successor>(1000 + 100 * i);
+    streams.push_back(e.submit(std::move(r)));
+  }
   e.run_until_idle();
   Outcome out;
   for (auto& s : streams) out.events.push_back(s->wait_all());
@@ -89,6 +117,11 @@ TEST(CudaAsyncSteps, PipelinedStepsDrawWhatStepsOneAtATimeDraw) {
     EXPECT_EQ(sync.pipelined_steps, 0);
     EXPECT_GT(async.pipelined_steps, async.steps / 2) << async.pipelined_steps << " of " << async.steps;
     ASSERT_EQ(sync.events.size(), async.events.size());
+    for (int i = 0; i < 2; ++i) {  // the constrained requests drew what their masks allowed, in order
+      const auto& ev = async.events[async.events.size() - 2 + size_t(i)];
+      ASSERT_EQ(ev.token_ids.size(), 20u) << ev.error;
+      for (int32_t t = 0; t < 20; ++t) EXPECT_EQ(ev.token_ids[size_t(t)], 1000 + 100 * i + t);
+    }
     for (size_t i = 0; i < sync.events.size(); ++i) {
       const auto &a = sync.events[i], &b = async.events[i];
       EXPECT_EQ(a.token_ids, b.token_ids) << "request " << i << (graphs ? " (graphs)" : " (eager)");

@@ -293,6 +293,11 @@ void CudaBackend::launch(const StepBatch& b) {
   ranks_[0]->launch(b);
 }
 
+void CudaBackend::supply_masks(const StepBatch& b) {
+  if (ranks_.size() != 1) return Backend::supply_masks(b);
+  ranks_[0]->supply_masks(b);
+}
+
 StepOutput CudaBackend::collect() {
   if (ranks_.size() != 1) return Backend::collect();
   return ranks_[0]->collect();

@@ -64,8 +64,10 @@ class CudaBackend final : public Backend {
   void launch(const StepBatch& batch) override;
   StepOutput collect() override;
   bool launches_async() const override { return ranks_.size() == 1; }
-  // Masks after launch (structured outputs in the pipeline) are not taken yet: such steps run one at a time.
-  bool accepts_late_masks() const override { return false; }
+  // Masks after launch (structured outputs in the pipeline): one rank enqueues the step's sampling when they
+  // come (CudaRank::supply_masks).
+  void supply_masks(const StepBatch& batch) override;
+  bool accepts_late_masks() const override { return ranks_.size() == 1; }
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
 

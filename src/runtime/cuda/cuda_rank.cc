@@ -953,6 +953,10 @@ StepOutput CudaRank::forward_graph(const StepBatch& b, bool launch) {
     wait_for_device(stream_, out);
     return out;
   }
+  if (masked && launch && b.masks_later) {  // sampled when the masks come (supply_masks)
+    launched_.push_back(awaiting_masks(B * q));
+    return out;
+  }
   if (masked) {  // the graph is running: the masks are waited for (and copied) while it does
     sampler_->upload_masks(b, stream_);
     sampler_->enqueue(logits_, stream_);
@@ -1016,7 +1020,7 @@ bool CudaRank::launchable(const StepBatch& b) const {
     return false;
   bool samples = false;  // the step must draw something to be read later (prompt chunks may ride along)
   for (const auto& s : b.seqs) {
-    if (s.num_draft > 0 || s.num_propose > 0 || s.mask_row >= 0) return false;
+    if (s.num_draft > 0 || s.num_propose > 0 || (s.mask_row >= 0 && !b.masks_later)) return false;
     if (!s.sample) continue;
     if (b.params[size_t(s.params_index)].uses_penalties()) return false;
     samples = true;
@@ -1024,7 +1028,27 @@ bool CudaRank::launchable(const StepBatch& b) const {
   return samples;
 }
 
+CudaRank::Launched CudaRank::awaiting_masks(int64_t rows) {
+  set_previous(nullptr, 1, 0);
+  Launched l;
+  l.awaiting_masks = true;
+  l.sampler = true;
+  l.rows = rows;
+  return l;
+}
+
+void CudaRank::supply_masks(const StepBatch& b) {
+  ORCHID_CUDA_CHECK(cudaSetDevice(device_));
+  ORCHID_CHECK(!launched_.empty() && launched_.back().awaiting_masks, "masks for a step that does not wait");
+  const int64_t rows = launched_.back().rows;
+  sampler_->upload_masks(b, stream_);
+  sampler_->enqueue(logits_, stream_);
+  set_previous(sampler_->device_tokens(), GpuSampler::kTokenStride, rows);
+  launched_.back() = download_samples(true, rows);
+}
+
 void CudaRank::settle(Launched& l) {
+  ORCHID_CHECK(!l.awaiting_masks, "a launched step's masks never came");
   if (l.ready) return;
   StepOutput out;
   wait_for_event(done_[l.slot], out);
@@ -1122,6 +1146,10 @@ StepOutput CudaRank::forward_eager(const StepBatch& b, bool launch) {
       host_logits.resize(n_sampled * size_t(V));
       ORCHID_CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits_, host_logits.size() * 4,
                                         cudaMemcpyDeviceToHost, stream_));
+    }
+    if (launch && b.masks_later) {  // sampled when the masks come (supply_masks)
+      launched_.push_back(awaiting_masks(int64_t(n_sampled)));
+      return out;
     }
     if (greedy) {
       kernels::ops::greedy_pick(logits_, int64_t(n_sampled), V, d_ids_, d_logprobs_, stream_);

@@ -86,6 +86,9 @@ class CudaRank {
   // before (StepBatch::from_previous) are copied on the device from its draws (upload_step).
   void launch(const StepBatch& b);
   StepOutput collect();
+  // A step launched with masks_later: its masks are written now; its sampling and the copy of its draws
+  // are enqueued behind its graph (or layers).
+  void supply_masks(const StepBatch& b);
   // K/V handoff (Backend::read_kv): this rank's pages appended to `full` / `sliding`, layer by layer, K then
   // V, page by page; write_pages takes them back from `at` offsets in the same order (kNoPage: skipped).
   void read_pages(std::span<const int32_t> full_pages, std::span<const int32_t> sliding_pages,
@@ -162,6 +165,7 @@ class CudaRank {
   // sampler's); `done` holds the output once read, or of a step forward() ran at launch.
   struct Launched {
     bool ready = false;
+    bool awaiting_masks = false;  // launched with masks_later: logits computed, sampling not enqueued
     StepOutput done;
     int slot = 0;
     bool sampler = false;
@@ -173,6 +177,7 @@ class CudaRank {
   // Enqueues the copy of the step's `rows` samples into the next result slot and records its event.
   Launched download_samples(bool sampler, int64_t rows);
   std::vector<SampledToken> read_samples(const Launched& l) const;
+  Launched awaiting_masks(int64_t rows);
   void settle(Launched& l);  // waits for its event and reads its slot
   // Where the last step's draws lie on the device (for the next step's from_previous); null: not usable.
   void set_previous(const int32_t* ids, int64_t stride, int64_t rows);
