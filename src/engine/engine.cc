@@ -412,9 +412,7 @@ bool Engine::step_pipelined() {
     }
     // A structured output's mask follows what the launched step draws: its row is computed once that step
     // is read, and handed over before anything else is launched (Backend::supply_masks).
-    std::swap(plan_, next_plan_);
-    late_masks = assign_masks(scheduler_.batch());
-    std::swap(plan_, next_plan_);
+    late_masks = assign_masks(scheduler_.batch(), next_plan_);
     scheduler_.batch().masks_later = late_masks;
   }
   const auto t_launch = Sequence::Clock::now();
@@ -494,29 +492,29 @@ bool Engine::step_empty() {
 }
 
 bool Engine::start_masks(runtime::StepBatch& batch) {
-  if (!assign_masks(batch)) return false;
+  if (!assign_masks(batch, plan_)) return false;
   start_mask_jobs(batch);
   batch.token_masks_ready = [this] { mask_worker_.wait(); };
   return true;
 }
 
-bool Engine::assign_masks(runtime::StepBatch& batch) {
+bool Engine::assign_masks(runtime::StepBatch& batch, const std::vector<ScheduledSeq>& plan) {
   batch.token_masks.clear();
   batch.mask_words = 0;
   batch.token_masks_ready = nullptr;
   batch.masks_later = false;
   masked_seqs_.clear();
-  for (const ScheduledSeq& entry : plan_)
+  for (const ScheduledSeq& entry : plan)
     if (entry.sample && entry.seq->constraint) masked_seqs_.push_back(entry.seq);
   if (masked_seqs_.empty()) return false;
   const size_t words = (size_t(vocab_size_) + 31) / 32;
   batch.mask_words = int32_t(words);
   batch.token_masks.resize(masked_seqs_.size() * words);
-  ORCHID_CHECK(batch.seqs.size() == plan_.size(), "batch of {} for a plan of {}", batch.seqs.size(),
-               plan_.size());
+  ORCHID_CHECK(batch.seqs.size() == plan.size(), "batch of {} for a plan of {}", batch.seqs.size(),
+               plan.size());
   int32_t row = 0;
-  for (size_t i = 0; i < plan_.size(); ++i)
-    if (plan_[i].sample && plan_[i].seq->constraint) batch.seqs[i].mask_row = row++;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].sample && plan[i].seq->constraint) batch.seqs[i].mask_row = row++;
   return true;
 }
 

@@ -133,9 +133,9 @@ class Engine final : public ServingEngine {
   void process_outputs(const runtime::StepOutput& out);
   // Sizes the step's token masks and starts computing them; false when no sequence is constrained.
   bool start_masks(runtime::StepBatch& batch);
-  // The two halves of start_masks: the rows of plan_'s constrained sequences (masked_seqs_), and the jobs
-  // that compute them (a sequence that ended meanwhile gets a row allowing everything).
-  bool assign_masks(runtime::StepBatch& batch);
+  // The two halves of start_masks: the rows of the plan's constrained sequences (masked_seqs_), and the
+  // jobs that compute them (a sequence that ended meanwhile gets a row allowing everything).
+  bool assign_masks(runtime::StepBatch& batch, const std::vector<ScheduledSeq>& plan);
   void start_mask_jobs(runtime::StepBatch& batch);
   void end_masks();
   void fail_all(const std::string& message);
