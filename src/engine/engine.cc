@@ -381,15 +381,20 @@ bool Engine::step_once() {
     end_masks();
   }
   process_outputs(output_);
+  end_step(t0, t_forward, t_outputs);
+  return true;
+}
+
+void Engine::end_step(Sequence::Clock::time_point t0, Sequence::Clock::time_point t_backend,
+                      Sequence::Clock::time_point t_outputs) {
   const auto t1 = Sequence::Clock::now();
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  const double wait = std::min(output_.device_wait_seconds, seconds(t_forward, t_outputs));
-  step_phase_[0] += seconds(t0, t_forward);
-  step_phase_[1] += seconds(t_forward, t_outputs) - wait;
+  const double wait = std::min(output_.device_wait_seconds, seconds(t_backend, t_outputs));
+  step_phase_[0] += seconds(t0, t_backend);
+  step_phase_[1] += seconds(t_backend, t_outputs) - wait;
   step_phase_[2] += wait;
   step_phase_[3] += seconds(t_outputs, t1);
   update_metrics(t1, seconds(t0, t1));
-  return true;
 }
 
 bool Engine::step_pipelined() {
@@ -426,7 +431,6 @@ bool Engine::step_pipelined() {
       launch_error = e.what();
     }
   }
-  const auto t_collect = Sequence::Clock::now();
   output_ = backend_->collect();  // plan_'s step; a failure here is the engine's (loop: fail_all)
   const auto t_outputs = Sequence::Clock::now();
   process_outputs(output_);
@@ -444,14 +448,7 @@ bool Engine::step_pipelined() {
     mark_launched(plan_);
   }
   launched_ = next;
-  const auto t1 = Sequence::Clock::now();
-  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  const double wait = std::min(output_.device_wait_seconds, seconds(t_collect, t_outputs));
-  step_phase_[0] += seconds(t0, t_launch);
-  step_phase_[1] += seconds(t_launch, t_outputs) - wait;
-  step_phase_[2] += wait;
-  step_phase_[3] += seconds(t_outputs, t1);
-  update_metrics(t1, seconds(t0, t1));
+  end_step(t0, t_launch, t_outputs);
   return true;
 }
 

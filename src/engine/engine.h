@@ -140,6 +140,10 @@ class Engine final : public ServingEngine {
   void end_masks();
   void fail_all(const std::string& message);
   void update_metrics(Sequence::Clock::time_point now, double step_seconds);
+  // A step's time by phase (planning from t0, the backend from t_backend, the outputs from t_outputs to
+  // now; the device wait out of the backend's share), then update_metrics.
+  void end_step(Sequence::Clock::time_point t0, Sequence::Clock::time_point t_backend,
+                Sequence::Clock::time_point t_outputs);
 
   std::shared_ptr<runtime::Backend> backend_;
   EngineConfig config_;

@@ -66,16 +66,21 @@ void expect_alone_tokens(const std::vector<Req>& reqs, const std::vector<Request
   }
 }
 
-TEST(AsyncScheduling, SteadyDecodingIsPipelinedAndGivesTheTokensOfEachRequestAlone) {
-  std::mt19937 rng(11);
-  const std::vector<Req> reqs = mixed_requests(rng, 48);
-  test::Harness h(deferred_options(), async_config());
+// Submits every request, runs the engine to the end, and checks each request got its alone tokens.
+void run_expecting_alone_tokens(test::Harness& h, const std::vector<Req>& reqs) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const Req& r : reqs) streams.push_back(h.engine.submit(r.spec()));
   h.run();
   std::vector<RequestEvent> got;
   for (auto& s : streams) got.push_back(s->wait_all());
   expect_alone_tokens(reqs, got, h.options);
+}
+
+TEST(AsyncScheduling, SteadyDecodingIsPipelinedAndGivesTheTokensOfEachRequestAlone) {
+  std::mt19937 rng(11);
+  const std::vector<Req> reqs = mixed_requests(rng, 48);
+  test::Harness h(deferred_options(), async_config());
+  run_expecting_alone_tokens(h, reqs);
   // After the prompts, every step but the one that drains the pipeline at each end is launched ahead.
   EXPECT_GT(h.fake->num_continued_steps(), h.fake->num_steps() * 3 / 4)
       << h.fake->num_continued_steps() << " of " << h.fake->num_steps();
@@ -149,12 +154,7 @@ TEST(AsyncScheduling, PenalizedRequestsTakeTheirHistoryFromTheLaunchedStep) {
     r.sampling.repetition_penalty = 1.3f;
   }
   test::Harness h(deferred_options(), async_config());
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const Req& r : reqs) streams.push_back(h.engine.submit(r.spec()));
-  h.run();
-  std::vector<RequestEvent> got;
-  for (auto& s : streams) got.push_back(s->wait_all());
-  expect_alone_tokens(reqs, got, h.options);
+  run_expecting_alone_tokens(h, reqs);
   EXPECT_GT(h.fake->num_continued_steps(), h.fake->num_steps() / 2);
 }
 
