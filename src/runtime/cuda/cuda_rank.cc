@@ -1040,6 +1040,18 @@ CudaRank::Launched CudaRank::awaiting_masks(int64_t rows) {
 void CudaRank::supply_masks(const StepBatch& b) {
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
   ORCHID_CHECK(!launched_.empty() && launched_.back().awaiting_masks, "masks for a step that does not wait");
+  if (masks_to_come_) {  // launched as a whole now, its masks known
+    std::unique_ptr<StepBatch> step = std::move(masks_to_come_);
+    ORCHID_CHECK(step->seqs.size() == b.seqs.size(), "masks of another batch");
+    step->token_masks = b.token_masks;
+    step->mask_words = b.mask_words;
+    step->token_masks_ready = nullptr;
+    step->masks_later = false;
+    for (size_t i = 0; i < b.seqs.size(); ++i) step->seqs[i].mask_row = b.seqs[i].mask_row;
+    launched_.pop_back();
+    launch_now(*step);
+    return;
+  }
   const int64_t rows = launched_.back().rows;
   sampler_->upload_masks(b, stream_);
   sampler_->enqueue(logits_, stream_);
@@ -1060,6 +1072,18 @@ void CudaRank::settle(Launched& l) {
 void CudaRank::launch(const StepBatch& b) {
   ORCHID_CUDA_CHECK(cudaSetDevice(device_));
   ORCHID_CHECK(launched_.size() < 2, "a third step launched before the first was collected");
+  if (b.masks_later && (!b.history_from_previous.empty() || !launchable(b))) {
+    // A step forward() runs, which needs its masks at once: it runs when they come (supply_masks).
+    masks_to_come_ = std::make_unique<StepBatch>(b);
+    Launched l;
+    l.awaiting_masks = true;
+    launched_.push_back(std::move(l));
+    return;
+  }
+  launch_now(b);
+}
+
+void CudaRank::launch_now(const StepBatch& b) {
   if (!b.history_from_previous.empty()) {
     // A penalty's history ends with the step before's draw, which the sampler's host parameters need: read
     // that step first (not overlapped), then run this one with everything known.

@@ -161,6 +161,7 @@ class CudaRank {
   void decode_body(const StepMeta& m, int64_t T, DecodePick pick);
   bool graphable(const StepBatch& b) const;
   bool launchable(const StepBatch& b) const;
+  void launch_now(const StepBatch& b);  // launch() of a step whose masks are known
   // A step's samples on their way to one of the two host result slots (the arg-max buffers or the
   // sampler's); `done` holds the output once read, or of a step forward() ran at launch.
   struct Launched {
@@ -250,6 +251,7 @@ class CudaRank {
   cudaEvent_t staged_ = nullptr, done_[2] = {nullptr, nullptr};
   int slot_ = 0;  // the next step's result slot
   std::deque<Launched> launched_;
+  std::unique_ptr<StepBatch> masks_to_come_;  // launched with masks_later, to run through forward() then
   const int32_t* prev_ids_ = nullptr;
   int64_t prev_stride_ = 1, prev_rows_ = 0;
   kernels::attention::AttentionPlanBuilder plan_;
