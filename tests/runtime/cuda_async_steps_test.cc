@@ -98,6 +98,7 @@ Outcome run(bool async, bool graphs) {
     r.sampling.temperature = 0.7f;
     r.seed = 9;
     r.constraint = std::make_unique<Successor>(1000 + 100 * i);
+    if (i == 1) r.sampling.frequency_penalty = 0.5f;  // a masked step forward() runs once its masks come
     streams.push_back(e.submit(std::move(r)));
   }
   e.run_until_idle();
