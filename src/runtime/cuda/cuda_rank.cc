@@ -1087,10 +1087,14 @@ void CudaRank::launch_now(const StepBatch& b) {
   if (!b.history_from_previous.empty()) {
     // A penalty's history ends with the step before's draw, which the sampler's host parameters need: read
     // that step first (not overlapped), then run this one with everything known.
-    ORCHID_CHECK(!launched_.empty(), "a step takes history entries from a step not launched here");
+    // The step before is the last launched one, or, when it has been read already (a step whose masks came
+    // after it was read), the last one read.
     for (Launched& l : launched_) settle(l);
-    std::vector<int32_t> previous;
-    for (const SampledToken& st : launched_.back().done.samples) previous.push_back(st.token);
+    std::vector<int32_t> previous = last_read_tokens_;
+    if (!launched_.empty()) {
+      previous.clear();
+      for (const SampledToken& st : launched_.back().done.samples) previous.push_back(st.token);
+    }
     b.wait_token_masks();  // the copy takes the masks: they must be written
     StepBatch filled = b;
     filled.token_masks_ready = nullptr;
@@ -1121,6 +1125,8 @@ StepOutput CudaRank::collect() {
   settle(launched_.front());
   StepOutput out = std::move(launched_.front().done);
   launched_.pop_front();
+  last_read_tokens_.clear();
+  for (const SampledToken& st : out.samples) last_read_tokens_.push_back(st.token);
   return out;
 }
 

@@ -252,6 +252,7 @@ class CudaRank {
   int slot_ = 0;  // the next step's result slot
   std::deque<Launched> launched_;
   std::unique_ptr<StepBatch> masks_to_come_;  // launched with masks_later, to run through forward() then
+  std::vector<int32_t> last_read_tokens_;     // the draws of the last step collect() returned
   const int32_t* prev_ids_ = nullptr;
   int64_t prev_stride_ = 1, prev_rows_ = 0;
   kernels::attention::AttentionPlanBuilder plan_;
