@@ -5,7 +5,8 @@
 // the run must actually be pipelined, structured outputs included (their masks handed over after launch). No
 // request ends by a drawn token: such a request has one more step computed (and dropped) when pipelined,
 // which changes later batches' shapes and so, on a GPU, the last bits of other rows; the engine's handling of
-// that case is tested on the CPU (async_scheduling_test).
+// that case is tested on the CPU (async_scheduling_test). The same over two ranks sharing the GPU: rank 0
+// draws, the other takes the pipelined steps' tokens on the device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,8 +74,12 @@ std::vector<engine::RequestSpec> requests(int32_t vocab) {
   return out;
 }
 
-Outcome run(bool async, bool graphs) {
+Outcome run(bool async, bool graphs, int tp = 1) {
   CudaBackendOptions o;
+  if (tp > 1) {  // ranks sharing this GPU, collectives in-process
+    o.parallel = {tp, 1, tp};
+    o.share_device = true;
+  }
   o.max_step_tokens = 512;
   o.max_step_seqs = 32;
   o.max_model_len = 512;
@@ -111,10 +116,9 @@ Outcome run(bool async, bool graphs) {
   return out;
 }
 
-TEST(CudaAsyncSteps, PipelinedStepsDrawWhatStepsOneAtATimeDraw) {
-  ORCHID_REQUIRE_GPU_OR_SKIP();
+void expect_pipelined_draws_equal(int tp) {
   for (const bool graphs : {true, false}) {
-    const Outcome sync = run(false, graphs), async = run(true, graphs);
+    const Outcome sync = run(false, graphs, tp), async = run(true, graphs, tp);
     EXPECT_EQ(sync.pipelined_steps, 0);
     EXPECT_GT(async.pipelined_steps, async.steps / 2) << async.pipelined_steps << " of " << async.steps;
     ASSERT_EQ(sync.events.size(), async.events.size());
@@ -125,7 +129,8 @@ TEST(CudaAsyncSteps, PipelinedStepsDrawWhatStepsOneAtATimeDraw) {
     }
     for (size_t i = 0; i < sync.events.size(); ++i) {
       const auto &a = sync.events[i], &b = async.events[i];
-      EXPECT_EQ(a.token_ids, b.token_ids) << "request " << i << (graphs ? " (graphs)" : " (eager)");
+      EXPECT_EQ(a.token_ids, b.token_ids)
+          << "request " << i << (graphs ? " (graphs)" : " (eager)") << ", TP" << tp;
       EXPECT_EQ(a.finish, b.finish) << "request " << i;
       ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "request " << i;
       for (size_t k = 0; k < a.logprobs.size(); ++k) {
@@ -134,6 +139,19 @@ TEST(CudaAsyncSteps, PipelinedStepsDrawWhatStepsOneAtATimeDraw) {
       }
     }
   }
+}
+
+TEST(CudaAsyncSteps, PipelinedStepsDrawWhatStepsOneAtATimeDraw) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  expect_pipelined_draws_equal(1);
+}
+
+// Two ranks: rank 0 draws, and a pipelined step's tokens reach rank 1 by an all-gather on the device; a
+// penalized request's history is rank 0's draws read on the host and shared. (Ranks sharing a GPU
+// synchronise at each collective, so this checks what is computed, not the overlap.)
+TEST(CudaAsyncSteps, PipelinedStepsOverTwoRanksDrawWhatStepsOneAtATimeDraw) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  expect_pipelined_draws_equal(2);
 }
 
 }  // namespace

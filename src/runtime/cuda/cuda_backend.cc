@@ -287,20 +287,24 @@ StepOutput CudaBackend::forward(const StepBatch& b) {
   return out;
 }
 
+// Pipelined steps on every rank: each enqueues its share (its collectives in the same order); rank 0 draws,
+// and a step's tokens from the step before reach the other ranks by an all-gather on the device.
 void CudaBackend::launch(const StepBatch& b) {
-  if (ranks_.size() != 1) return Backend::launch(b);
   validate(b);
-  ranks_[0]->launch(b);
+  on_ranks([&](CudaRank& r) { r.launch(b); });
 }
 
 void CudaBackend::supply_masks(const StepBatch& b) {
-  if (ranks_.size() != 1) return Backend::supply_masks(b);
-  ranks_[0]->supply_masks(b);
+  on_ranks([&](CudaRank& r) { r.supply_masks(b); });
 }
 
 StepOutput CudaBackend::collect() {
-  if (ranks_.size() != 1) return Backend::collect();
-  return ranks_[0]->collect();
+  StepOutput out;
+  on_ranks([&](CudaRank& r) {
+    StepOutput mine = r.collect();
+    if (&r == ranks_[0].get()) out = std::move(mine);
+  });
+  return out;
 }
 
 std::vector<float> CudaBackend::run_layer(int64_t layer, const std::vector<float>& x, int64_t n,

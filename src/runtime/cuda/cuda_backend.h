@@ -59,15 +59,16 @@ class CudaBackend final : public Backend {
   size_t kv_share_leases() const override { return leases_ ? leases_->leases() : 0; }
   void open_kv_share(const KvShare& share) override;
   StepOutput forward(const StepBatch& batch) override;
-  // One rank: steps are enqueued and read later (CudaRank::launch). Several ranks: the default (forward()
-  // at launch), as their collectives and the sampled tokens' way to every rank are not pipelined yet.
+  // Steps are enqueued on every rank and read later (CudaRank::launch); rank 0 draws, and the next step's
+  // tokens reach the other ranks on the device. (Ranks sharing one GPU synchronise at each collective on
+  // the host, so there a launch returns when the step is done: correct, not overlapped.)
   void launch(const StepBatch& batch) override;
   StepOutput collect() override;
-  bool launches_async() const override { return ranks_.size() == 1; }
-  // Masks after launch (structured outputs in the pipeline): one rank enqueues the step's sampling when they
+  bool launches_async() const override { return true; }
+  // Masks after launch (structured outputs in the pipeline): rank 0 enqueues the step's sampling when they
   // come (CudaRank::supply_masks).
   void supply_masks(const StepBatch& batch) override;
-  bool accepts_late_masks() const override { return ranks_.size() == 1; }
+  bool accepts_late_masks() const override { return true; }
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk) override;
 

@@ -186,7 +186,8 @@ void CudaRank::plan_workspace() {
       align256(kernels::DenseGemm::kRecommendedWorkspace) + align256(size_t(logits_rows_cap_ * H) * 4) +
       align256(size_t(logits_rows_cap_ * H) * 2) + align256(size_t(logits_rows_cap_ * V) * 4) +
       (tp ? 2 * align256(size_t(logits_rows_cap_ * V) * 4) : 0) +
-      2 * align256(size_t(sampled_rows_cap_) * 4) + meta_cap_;
+      2 * align256(size_t(sampled_rows_cap_) * 4) + meta_cap_ +
+      (tp_->size() > 1 ? align256(size_t(tp_->size() + 1) * gather_block() * 4) : 0);
   if (weights_.arena.used() + ws_bytes > budget_)
     fail(
         "the step workspace ({:.2f} GiB for --max-num-batched-tokens {}, --max-num-seqs {}) does not fit "
@@ -219,6 +220,7 @@ void CudaRank::plan_workspace() {
   d_ids_ = ws_.take<int32_t>(size_t(sampled_rows_cap_));
   d_logprobs_ = ws_.take<float>(size_t(sampled_rows_cap_));
   d_meta_ = ws_.take_bytes(meta_cap_);
+  if (tp_->size() > 1) d_gathered_ = ws_.take<int32_t>(size_t(tp_->size() + 1) * gather_block());
   gemm_ = std::make_unique<kernels::DenseGemm>(gemm_ws, kernels::DenseGemm::kRecommendedWorkspace);
   if (samples_) sampler_ = std::make_unique<GpuSampler>(sampled_rows_cap_, V);
   // Two result slots of ids and logprobs: a pipelined step's are read while the next step's are copied.
@@ -606,7 +608,7 @@ CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, con
   m.sliding = reinterpret_cast<const int32_t*>(d_meta_ + off_sliding_);
   m.rows = reinterpret_cast<const int32_t*>(d_meta_ + off_rows_);
   m.plan = plan_.device_view(d_meta_ + off_blob_);
-  if (!b.from_previous.empty()) {  // the tokens the step before drew, still on the device only
+  if (!b.from_previous.empty() && samples_) {  // the tokens the step before drew, still on the device only
     ORCHID_CHECK(prev_ids_ != nullptr, "a step takes {} tokens from a step that drew none here",
                  b.from_previous.size());
     const size_t bytes = b.from_previous.size() * 8;
@@ -623,6 +625,9 @@ CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, con
         prev_ids_, prev_stride_, reinterpret_cast<const int32_t*>(d_meta_ + off_prev_),
         int64_t(b.from_previous.size()), reinterpret_cast<int32_t*>(d_meta_ + off_tokens_), stream_);
   }
+  // Only rank 0 drew them: every rank takes its step tokens from rank 0's (one all-gather of the tokens).
+  if (!b.from_previous.empty() && tp_->size() > 1)
+    take_rank0_rows(reinterpret_cast<int32_t*>(d_meta_ + off_tokens_), int64_t(tokens.size()));
   return m;
 }
 
@@ -914,10 +919,11 @@ StepOutput CudaRank::forward_graph(const StepBatch& b, bool launch) {
     }
   bucket = int(std::min<int64_t>({bucket, opts_.max_step_seqs, opts_.max_step_tokens / q}));
   const int64_t T = int64_t(bucket) * q;  // token rows, every one sampled
-  const bool sampler = samples_ && !plain_greedy(b);
-  const bool masked = sampler && GpuSampler::has_masks(b);
+  // The pick and the wait for masks are decided alike on every rank; rank 0 alone samples.
+  const bool wants_sampler = !plain_greedy(b), sampler = samples_ && wants_sampler;
+  const bool masked = wants_sampler && GpuSampler::has_masks(b);
   const DecodePick pick =
-      masked ? DecodePick::kAfterGraph : (sampler ? DecodePick::kSampler : DecodePick::kArgmax);
+      masked ? DecodePick::kAfterGraph : (wants_sampler ? DecodePick::kSampler : DecodePick::kArgmax);
   std::vector<int32_t> tokens = b.tokens, rows(size_t(T), 0);
   tokens.resize(size_t(T), 0);
   for (int64_t i = 0; i < B; ++i)
@@ -950,6 +956,10 @@ StepOutput CudaRank::forward_graph(const StepBatch& b, bool launch) {
   StepOutput out;
   set_previous(nullptr, 1, 0);
   if (!samples_) {
+    if (launch) {
+      launched_.push_back(masked && b.masks_later ? awaiting_masks(B * q) : enqueued_elsewhere());
+      return out;
+    }
     wait_for_device(stream_, out);
     return out;
   }
@@ -1014,10 +1024,40 @@ void CudaRank::set_previous(const int32_t* ids, int64_t stride, int64_t rows) {
   prev_rows_ = ids ? rows : 0;
 }
 
+size_t CudaRank::gather_block() const {
+  return std::max(cap_tokens_ / 4, size_t(sampled_rows_cap_));
+}
+
+void CudaRank::take_rank0_rows(int32_t* data, int64_t n) {
+  ORCHID_CHECK(size_t(n) <= gather_block(), "{} words to share, room for {}", n, gather_block());
+  tp_->all_gather(data, size_t(n) * 4, d_gathered_, stream_);
+  if (!samples_)
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(data, d_gathered_, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream_));
+}
+
+std::vector<int32_t> CudaRank::rank0_previous(const StepBatch& b, std::vector<int32_t> mine) {
+  if (tp_->size() == 1) return mine;
+  // How many draws the step reads: the same on every rank (it follows from the batch).
+  int64_t n = 0;
+  for (const auto* from : {&b.from_previous, &b.history_from_previous})
+    for (const auto& f : *from) n = std::max<int64_t>(n, int64_t(f.sample) + 1);
+  if (n == 0) return {};
+  int32_t* send = d_gathered_ + size_t(tp_->size()) * gather_block();
+  if (samples_) {
+    ORCHID_CHECK(int64_t(mine.size()) >= n, "a step reads draw {} of a step that drew {}", n - 1,
+                 mine.size());
+    ORCHID_CUDA_CHECK(cudaMemcpyAsync(send, mine.data(), size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+  }
+  take_rank0_rows(send, n);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  ORCHID_CUDA_CHECK(cudaMemcpyAsync(out.data(), send, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
 bool CudaRank::launchable(const StepBatch& b) const {
-  if (!samples_ || head_ || b.logits != LogitsMode::kNone || b.seqs.empty() || tp_->size() > 1 ||
-      ep_->size() > 1)
-    return false;
+  // The same answer on every rank (their branches must run the same collectives).
+  if (!opts_.eagle3_head.empty() || b.logits != LogitsMode::kNone || b.seqs.empty()) return false;
   bool samples = false;  // the step must draw something to be read later (prompt chunks may ride along)
   for (const auto& s : b.seqs) {
     if (s.num_draft > 0 || s.num_propose > 0 || (s.mask_row >= 0 && !b.masks_later)) return false;
@@ -1026,6 +1066,12 @@ bool CudaRank::launchable(const StepBatch& b) const {
     samples = true;
   }
   return samples;
+}
+
+CudaRank::Launched CudaRank::enqueued_elsewhere() {
+  Launched l;
+  l.ready = true;  // nothing to read here: rank 0 reads the step's draws
+  return l;
 }
 
 CudaRank::Launched CudaRank::awaiting_masks(int64_t rows) {
@@ -1053,6 +1099,10 @@ void CudaRank::supply_masks(const StepBatch& b) {
     return;
   }
   const int64_t rows = launched_.back().rows;
+  if (!samples_) {  // rank 0 samples; this rank takes the draws when a step reads them (upload_step)
+    launched_.back() = enqueued_elsewhere();
+    return;
+  }
   sampler_->upload_masks(b, stream_);
   sampler_->enqueue(logits_, stream_);
   set_previous(sampler_->device_tokens(), GpuSampler::kTokenStride, rows);
@@ -1095,7 +1145,8 @@ void CudaRank::launch_now(const StepBatch& b) {
       previous.clear();
       for (const SampledToken& st : launched_.back().done.samples) previous.push_back(st.token);
     }
-    b.wait_token_masks();  // the copy takes the masks: they must be written
+    previous = rank0_previous(b, std::move(previous));  // only rank 0 read them
+    b.wait_token_masks();                               // the copy takes the masks: they must be written
     StepBatch filled = b;
     filled.token_masks_ready = nullptr;
     fill_from_previous(filled, previous);
@@ -1168,7 +1219,13 @@ StepOutput CudaRank::forward_eager(const StepBatch& b, bool launch) {
   set_previous(nullptr, 1, 0);
 
   // Raw logits, when asked for, are copied out first because the sampler applies penalties in place.
-  if (n_sampled > 0 && !samples_) compute_logits(d_rows, int64_t(n_sampled));  // its part of the gather
+  if (n_sampled > 0 && !samples_) {
+    compute_logits(d_rows, int64_t(n_sampled));  // its part of the gather
+    if (launch) {
+      launched_.push_back(b.masks_later ? awaiting_masks(int64_t(n_sampled)) : enqueued_elsewhere());
+      return out;
+    }
+  }
   if (sampling) {
     compute_logits(d_rows, int64_t(n_sampled));
     std::vector<float> host_logits;

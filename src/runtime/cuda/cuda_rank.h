@@ -179,7 +179,14 @@ class CudaRank {
   Launched download_samples(bool sampler, int64_t rows);
   std::vector<SampledToken> read_samples(const Launched& l) const;
   Launched awaiting_masks(int64_t rows);
-  void settle(Launched& l);  // waits for its event and reads its slot
+  Launched enqueued_elsewhere();  // a launched step of a rank that does not sample
+  // Several ranks: rank 0 alone draws, and a pipelined step's tokens come from its draws. Every rank takes
+  // rank 0's n words at `data` (an all-gather of the tokens, enqueued: the step stays overlapped).
+  void take_rank0_rows(int32_t* data, int64_t n);
+  // Rank 0's host copy of the draws a step reads (`mine` on rank 0), on every rank; waits for the device.
+  std::vector<int32_t> rank0_previous(const StepBatch& b, std::vector<int32_t> mine);
+  size_t gather_block() const;  // words a rank's block of d_gathered_ holds
+  void settle(Launched& l);     // waits for its event and reads its slot
   // Where the last step's draws lie on the device (for the next step's from_previous); null: not usable.
   void set_previous(const int32_t* ids, int64_t stride, int64_t rows);
 
@@ -243,6 +250,7 @@ class CudaRank {
   std::map<int, cudaGraphExec_t> graphs_;  // by (batch bucket * 64 + tokens a sequence) * 4 + DecodePick
   uint8_t* h_meta_ = nullptr;
   uint8_t* d_meta_ = nullptr;
+  int32_t* d_gathered_ = nullptr;       // several ranks: tp size + 1 blocks of gather_block() words
   int32_t* h_ids_ = nullptr;            // two result slots of sampled_rows_cap_
   float* h_logprobs_ = nullptr;         // the same
   size_t off_prev_ = 0, cap_prev_ = 0;  // StepBatch::from_previous pairs in the metadata buffers
