@@ -94,9 +94,9 @@ check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck
 check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
-# The same steps launched back to back as the pipelined engine runs them (--async-scheduling), ctx 1024.
-for mode in "" --async-scheduling; do
-  bench "bench-decode-20b-1024${mode:+-async}" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 1024 \
+# Steps one at a time, and launched back to back as the pipelined engine runs them (the default), ctx 1024.
+for mode in --no-async-scheduling ""; do
+  bench "bench-decode-20b-1024${mode:+-sync}" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 1024 \
     --batch-sizes 1,16,64,256 --steps 32 $mode
 done
 # Long-context decode with a BF16 and an FP8 KV cache (the FP8 cache's point: half the bytes a key).
@@ -129,9 +129,9 @@ check disaggregation-tp1-tp2 python3 tools/gpu/disaggregation_check.py --orchid 
 # The pair (K/V over CUDA IPC) against one instance at the same total memory, under orchid bench serve.
 bench disagg-bench-20b env ORCHID_LOG_DIR="$logs/disagg-bench" scripts/gpu-disagg-bench.sh synthetic:20b
 bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b
-# The same with the engine planning each decode step while the one before runs (--async-scheduling).
-bench serve-bench-20b-async env ORCHID_LOG_DIR="$logs/serve-bench-async" \
-  ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b -- --async-scheduling
+# The same with each step read before the next is planned (--no-async-scheduling; the default pipelines).
+bench serve-bench-20b-sync env ORCHID_LOG_DIR="$logs/serve-bench-sync" \
+  ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b -- --no-async-scheduling
 rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"
 printf '%s\n' "${summary[@]}"

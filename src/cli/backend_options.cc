@@ -66,9 +66,12 @@ void BackendOptions::add_flags(CLI::App* cmd) {
       "speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
       "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; {\"method\": \"draft_model\", \"model\": DIR, "
       "...}; {\"method\": \"eagle3\", \"model\": HEAD_DIR | \"synthetic[@seed]\", ...}");
-  cmd->add_flag("--async-scheduling", async_scheduling,
-                "plan and launch each decode step while the one before runs on the device (same outputs; "
-                "not with speculative decoding)");
+  cmd->add_flag(
+      "--async-scheduling", async_scheduling_on,
+      "plan and launch each decode step while the one before runs on the device (same outputs; not with "
+      "speculative decoding). The default on the CUDA backend");
+  cmd->add_flag("--no-async-scheduling", async_scheduling_off,
+                "run the steps one at a time (read each step before planning the next)");
   cmd->add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -124,6 +127,12 @@ bool BackendOptions::run_as_worker(const std::string& model) const {
   cpu->serve_worker();
   spdlog::info("rank {} of {}: rank 0 closed the group", node_rank, nnodes);
   return true;
+}
+
+bool BackendOptions::async_scheduling() const {
+  if (async_scheduling_on && async_scheduling_off)
+    fail("--async-scheduling and --no-async-scheduling: pick one");
+  return async_scheduling_on || (!async_scheduling_off && uses_cuda());
 }
 
 bool BackendOptions::uses_cuda() const {

@@ -26,7 +26,10 @@ struct BackendOptions {
   int32_t max_num_batched_tokens = 16384;  // tokens per step (the GPU workspace is sized for it)
   int32_t max_num_seqs = 256;              // sequences per step
   bool enforce_eager = false;              // no CUDA graphs
-  bool async_scheduling = false;           // engine plans step N+1 while step N runs
+  // The engine plans and launches step N+1 while step N runs: --async-scheduling / --no-async-scheduling;
+  // by default on where steps run asynchronously (the CUDA backend), off on the CPU backend, which
+  // computes a step when it is launched.
+  bool async_scheduling_on = false, async_scheduling_off = false;
   bool bf16_routing = false;               // CUDA: no precise routing
   std::string prefill_attention = "auto";  // CUDA prefill attention kernel: auto | hopper | mma
   // Parallel ranks (model/parallel.h); ep 0: --tp (each replica holds every expert). With --dp, an --ep that
@@ -49,6 +52,7 @@ struct BackendOptions {
 
   void add_flags(CLI::App* cmd);
   bool uses_cuda() const;                  // what `create` will pick
+  bool async_scheduling() const;           // throws orchid::Error when both flags are given
   model::ParallelConfig parallel() const;  // --tp, --dp, --ep (0 resolved)
   // --kv-cache-dtype parsed (runtime/kv_cache_dtype.h); throws orchid::Error naming the flag.
   runtime::KvCacheDtype kv_dtype() const { return runtime::parse_kv_cache_dtype(kv_cache_dtype); }

@@ -152,8 +152,9 @@ void run_decode(const BenchArgs& a) {
   const auto& c = backend->model_config();
   const auto spec = backend->kv_spec();
   const int64_t dp = int64_t(replicas.size());
-  // --async-scheduling: plain decode steps (no drafts, one replica) are timed back to back, pipelined.
-  const bool pipelined = a.backend.async_scheduling && dp == 1 && !head;
+  // Async scheduling (the CUDA default): plain decode steps (no drafts, one replica) are timed back to back,
+  // pipelined.
+  const bool pipelined = a.backend.async_scheduling() && dp == 1 && !head;
   const model::HardwareCeilings hw;
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t L : seq_lens) {
@@ -266,8 +267,9 @@ void run_decode(const BenchArgs& a) {
         (long long)dp, (long long)dp);
   if (pipelined)
     std::printf(
-        "--async-scheduling: each plain decode step is launched while the one before runs (the engine's "
-        "pipelining); step ms = a run of steps / their number\n");
+        "async scheduling (the CUDA default; --no-async-scheduling: one step at a time): each plain decode "
+        "step is launched while the one before runs, as the engine does; step ms = a run of steps / their "
+        "number\n");
   if (max_k > 0)
     std::printf(
         "drafts K > 0: speculative decoding's verify step, 1 + K tokens a sequence (tok/s counts one "

@@ -117,7 +117,7 @@ void add_generate_command(CLI::App& app) {
     auto config_for = [&](runtime::Backend& b) {
       engine::EngineConfig config;
       config.max_num_seqs = args->backend.max_num_seqs;
-      config.async_scheduling = args->backend.async_scheduling;
+      config.async_scheduling = args->backend.async_scheduling();
       config.max_num_batched_tokens = args->backend.max_num_batched_tokens;
       config.enable_prefix_caching = !args->no_prefix_caching;
       config.speculative = args->backend.speculative();

@@ -127,7 +127,7 @@ void serve(const ServeArgs& a) {
         engine::EngineConfig config;
         config.max_num_seqs = a.backend.max_num_seqs;
         config.max_num_batched_tokens = a.backend.max_num_batched_tokens;
-        config.async_scheduling = a.backend.async_scheduling;
+        config.async_scheduling = a.backend.async_scheduling();
         config.enable_prefix_caching = !a.no_prefix_caching;
         config.speculative = a.backend.speculative();
         config.proposer = a.backend.draft_proposer(config.speculative, backend);

@@ -119,7 +119,8 @@ Engine::Engine(std::shared_ptr<runtime::Backend> backend, EngineConfig config)
                       : proposer_                                    ? "speculative decoding"
                       : config_.logits != runtime::LogitsMode::kNone ? "logits output"
                                                                      : nullptr;
-    if (why) spdlog::warn("engine: --async-scheduling does not apply with {}; steps run one at a time", why);
+    if (why)
+      spdlog::info("engine: asynchronous scheduling does not apply with {}; steps run one at a time", why);
     pipelined_ = why == nullptr;
     if (pipelined_ && !backend_->launches_async())
       spdlog::info(

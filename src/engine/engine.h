@@ -46,11 +46,11 @@ struct EngineConfig {
   // schedule theirs, and an engine with nothing to do runs an empty step while the others have work.
   // Stopping one engine of such a group stops them all.
   std::shared_ptr<StepRound> lockstep;
-  // --async-scheduling: while the backend runs a decode step, the engine plans and launches the next one
-  // (its tokens are the running step's draws, which only the backend knows yet) and then reads the running
-  // step's outputs (Backend::launch). The outputs are the same as without; a sequence that ends by the
-  // token it draws has one more step computed and dropped. Off with speculative decoding, logits output
-  // and lockstep groups (their steps run one at a time).
+  // Asynchronous scheduling (the commands' default on the CUDA backend): while the backend runs a decode
+  // step, the engine plans and launches the next one (its tokens are the running step's draws, which only the
+  // backend knows yet) and then reads the running step's outputs (Backend::launch). The outputs are the same
+  // as without; a sequence that ends by the token it draws has one more step computed and dropped. Off with
+  // speculative decoding, logits output and lockstep groups (their steps run one at a time).
   bool async_scheduling = false;
 };
 

@@ -18,6 +18,8 @@ def golden():
     ["--max-num-batched-tokens", "8", "--max-num-seqs", "4"],
     ["--block-size", "4", "--kv-pages", "16"],
     ["--block-size", "5", "--no-enable-prefix-caching"],
+    ["--async-scheduling", "--max-num-seqs", "2"],
+    ["--no-async-scheduling"],
 ])
 def test_engine_settings_keep_the_greedy_tokens(orchid, golden, flags):
     res = orchid("generate", GOLDEN / "checkpoint", "--prompt-ids", ",".join(map(str, golden["prompt_ids"])),
@@ -41,6 +43,7 @@ def test_seeded_sampling_is_reproducible(orchid, golden):
     (["--stop-ids", "5000"], "--stop-ids"),
     (["--backend", "cpu", "--prefill-attention", "hopper"], "--prefill-attention hopper is for the CUDA backend"),
     (["--kv-cache-dtype", "fp16"], "--kv-cache-dtype must be auto, bf16, fp8 or fp8_e4m3, got 'fp16'"),
+    (["--async-scheduling", "--no-async-scheduling"], "--no-async-scheduling"),
 ])
 def test_bad_engine_flags_are_clear_errors(orchid, args, words):
     res = orchid("generate", GOLDEN / "checkpoint", "--prompt-ids", "1,2,3", *args, check=False)
