@@ -49,7 +49,8 @@ class DenseGemm {
 
   void run(const DenseGemmArgs& args, cudaStream_t stream);
 
-  // Which kernel serves small-m shapes: the faster one measured (default), or one of them always
+  // Which kernel serves small-m shapes: small_m_gemm where a timing at first use finds it clearly faster
+  // (default; dense_gemm.cu says how clearly), or one of them always
   // (benchmarks; the environment's ORCHID_SMALL_M=orchid|cublas sets it for a whole process).
   enum class SmallM : uint8_t { kMeasured, kCublas, kOrchid };
   void set_small_m(SmallM policy);
