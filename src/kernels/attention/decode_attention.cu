@@ -11,7 +11,8 @@
 // Splits: the key tiles are shared out, ceil(tiles / splits) per split; a split with no keys, or a row with
 // none of its keys in the split, writes lse = -inf. With one split the CTA adds the sink and writes bf16
 // output directly; otherwise it writes its normalised partial O and its log2-sum-exp, and
-// decode_merge_kernel adds exp2(sink) once, weights the splits and writes the output. Sequence lengths are
+// decode_merge_kernel adds exp2(sink) once, weights the splits and writes the output (or, with
+// merge_in_last_split, the last split CTA of each (slot, KV head) to finish does). Sequence lengths are
 // read on the device and the grid depends only on (decode_bucket, Hkv, decode_splits) and the plan's
 // decode_q: graph-capturable.
 //
@@ -24,7 +25,12 @@
 // 16 keys of K and V to f16 (one cvt per two elements) into a swizzled f16 tile, and the MMAs run on f16 with
 // the queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. The
 // extra work per 64-key tile and thread is 4 16-byte loads, 32 conversions and 8 16-byte stores, against ~400
-// cycles of memory time per tile and SM at B = 64, 32k: decode stays bound by reading K/V.
+// cycles of memory time per tile and SM at B = 64, 32k: decode was expected to stay bound by reading K/V,
+// but measured it is not (H200, B = 64 ctx 32768: 922.6 us, 56% of HBM, against BF16's 1250.4 us at 82%):
+// the widening pass through shared memory is the suspect (bench/RESULTS.md, 2026-12-05).
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/paged_kv.cuh"
 #include "kernels/attention/sink_attention.h"
@@ -73,8 +79,9 @@ struct DecodeParams {
   const int32_t* page_table;
   const float* sinks;
   __nv_bfloat16* out;
-  float* part_o;    // [bucket][decode_q][Hq][splits][64]
-  float* part_lse;  // [bucket][decode_q][Hq][splits]
+  float* part_o;      // [bucket][decode_q][Hq][splits][64]
+  float* part_lse;    // [bucket][decode_q][Hq][splits]
+  int32_t* arrivals;  // [bucket][Hkv] zeros: merge in the last split CTA (null: the merge kernel merges)
   const AttnSeq* seqs;
   const int32_t* decode_seqs;
   int table_kind;
@@ -87,6 +94,68 @@ struct DecodeParams {
   int window;
   float scale_log2;
 };
+
+// Row r of (slot, token t, head) over the splits: weights each split's partial output by exp2(lse - max) and
+// adds the sink's exp2(sink - max) to the denominator once; `lse` and `o` read the split s's values. Shared
+// by the merge kernel and the merge in the last split CTA, so the two give the same bits.
+template <int kCols, typename LoadLse, typename LoadO>
+__device__ __forceinline__ void merge_splits(int splits, float sink2, LoadLse lse_of, LoadO o_of,
+                                             float (&out)[kCols]) {
+  float mx = sink2;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_of(s));
+  float l = exp2f(sink2 - mx);
+  float acc[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) acc[c] = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float lse = lse_of(s);
+    if (lse == -INFINITY) continue;  // empty split: its partial output was never written
+    const float wt = exp2f(lse - mx);
+    l += wt;
+    float v[kCols];
+    o_of(s, v);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = fmaf(v[c], wt, acc[c]);
+  }
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) out[c] = acc[c] * inv;
+}
+
+// Merging in the last split CTA (p.arrivals): every split CTA of a (slot, KV head) counts itself in once its
+// partial rows are written; the last to arrive merges the rows of the CTA's query heads (reading the others'
+// partials from L2) and sets the count back to zero for the next launch.
+__device__ __noinline__ void merge_in_last_split(const DecodeParams& p, int slot, int kvh, const AttnSeq& seq,
+                                                 int tid) {
+  __shared__ int last;
+  __threadfence();  // this thread's partial rows are visible to the whole device before it is counted in
+  __syncthreads();
+  if (tid == 0) {
+    int32_t* count = p.arrivals + size_t(slot) * p.num_kv_heads + kvh;
+    last = atomicAdd(count, 1) == p.splits - 1;
+    if (last) *count = 0;  // every split has arrived
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int G = p.group, head0 = kvh * G, rows = seq.num_q * G;
+  for (int i = tid; i < rows * (kHeadDim / 4); i += kThreads) {
+    const int r = i >> 4, d = (i & 15) * 4;
+    const int t = r / G, head = head0 + r - t * G;
+    const size_t row0 = ((size_t(slot) * p.decode_q + t) * p.num_q_heads + head) * p.splits;
+    const float sink2 = p.sinks != nullptr ? p.sinks[head] * kLog2e : -INFINITY;
+    float o[4];
+    merge_splits<4>(
+        p.splits, sink2, [&](int s) { return __ldcg(p.part_lse + row0 + s); },
+        [&](int s, float(&v)[4]) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(p.part_o + (row0 + s) * kHeadDim + d));
+          v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+        },
+        o);
+    *reinterpret_cast<uint2*>(p.out + (size_t(seq.q_start + t) * p.num_q_heads + head) * kHeadDim + d) =
+        make_uint2(pack_bf16(o[0], o[1]), pack_bf16(o[2], o[3]));
+  }
+}
 
 template <int kMTiles, bool kFp8>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
@@ -130,6 +199,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   };
   if (my_tb >= my_te) {  // empty split (only when splits > 1): weight zero in the merge
     for (int r = tid; r < rows; r += kThreads) p.part_lse[part_row(r)] = -INFINITY;
+    if (p.arrivals != nullptr) merge_in_last_split(p, slot, kvh, seq, tid);
     return;
   }
   const int n_tiles = my_te - my_tb;
@@ -353,6 +423,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       if (d == 0) p.part_lse[prow] = mx + log2f(l);
     }
   }
+  if (!direct && p.arrivals != nullptr) merge_in_last_split(p, slot, kvh, seq, tid);
 }
 
 // One warp per (decode slot, query token, query head): weights the splits' partial outputs by
@@ -369,23 +440,16 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
   if (t >= seq.num_q) return;
   const size_t row0 = ((size_t(slot) * p.decode_q + t) * p.num_q_heads + head) * p.splits;
   const float sink2 = p.sinks != nullptr ? p.sinks[head] * kLog2e : -INFINITY;
-  float mx = sink2;
-  for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, p.part_lse[row0 + s]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float l = exp2f(sink2 - mx);
-  float2 acc = make_float2(0.f, 0.f);
-  for (int s = 0; s < p.splits; ++s) {
-    const float lse = p.part_lse[row0 + s];
-    if (lse == -INFINITY) continue;  // empty split: its partial output was never written
-    const float wt = exp2f(lse - mx);
-    l += wt;
-    const float2 v = *reinterpret_cast<const float2*>(p.part_o + (row0 + s) * kHeadDim + 2 * lane);
-    acc.x += v.x * wt, acc.y += v.y * wt;
-  }
-  const float inv = 1.0f / l;
+  float o[2];
+  merge_splits<2>(
+      p.splits, sink2, [&](int s) { return p.part_lse[row0 + s]; },
+      [&](int s, float(&v)[2]) {
+        const float2 x = *reinterpret_cast<const float2*>(p.part_o + (row0 + s) * kHeadDim + 2 * lane);
+        v[0] = x.x, v[1] = x.y;
+      },
+      o);
   *reinterpret_cast<uint32_t*>(p.out + (size_t(seq.q_start + t) * p.num_q_heads + head) * kHeadDim +
-                               2 * lane) = pack_bf16(acc.x * inv, acc.y * inv);
+                               2 * lane) = pack_bf16(o[0], o[1]);
 }
 
 template <int kMTiles, bool kFp8>
@@ -408,6 +472,14 @@ void launch_decode_rows(const DecodeParams& p, int rows, int bucket, cudaStream_
 }
 
 }  // namespace
+
+bool merge_in_last_split_by_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_DECODE_MERGE");
+    return v != nullptr && std::strcmp(v, "last-split") == 0;
+  }();
+  return on;
+}
 
 void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan, void* workspace,
                            cudaStream_t stream) {
@@ -444,6 +516,11 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   const size_t part_rows = size_t(plan.decode_bucket) * plan.decode_q * plan.num_q_heads * splits;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = workspace != nullptr ? p.part_o + part_rows * kHeadDim : nullptr;
+  p.arrivals = nullptr;
+  if (splits > 1 && a.merge_in_last_split) {
+    ORCHID_KERNEL_REQUIRE(plan.decode_arrivals != nullptr, "sink_attention: the plan has no arrival counts");
+    p.arrivals = plan.decode_arrivals;
+  }
   p.seqs = plan.seqs;
   p.decode_seqs = plan.decode_seqs;
   p.table_kind = int(a.table_kind);
@@ -460,7 +537,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
     launch_decode_rows<true>(p, rows, plan.decode_bucket, stream);
   else
     launch_decode_rows<false>(p, rows, plan.decode_bucket, stream);
-  if (splits > 1) {
+  if (splits > 1 && p.arrivals == nullptr) {
     const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket),
                     unsigned(plan.decode_q));
     launch_pdl(decode_merge_kernel, dim3(grid), dim3(kThreads), 0, stream, p);

@@ -46,6 +46,11 @@ attn::PlanOptions plan_options_for(const model::Eagle3Config& c, const CudaEagle
   return po;
 }
 
+// The attention plan's blob for up to z.R rows (and decode slots), its split arrival counts included.
+size_t blob_bytes(const model::Eagle3Config& c, const Shape& z) {
+  return size_t(12 * z.R + 64 + z.R * int64_t(c.num_kv_heads)) * 4;
+}
+
 // Every take of the head's arena, in one place (bytes_needed and the constructor agree by construction).
 template <typename Take>
 void lay_out(const model::Eagle3Config& c, const CudaEagle3Sizes& s, Take&& take) {
@@ -74,7 +79,7 @@ void lay_out(const model::Eagle3Config& c, const CudaEagle3Sizes& s, Take&& take
   take(size_t(z.R * z.I) * 2);       // act
   take(size_t(z.R) * 4 * 3);         // index, tokens, selection
   take(size_t(z.R) * sizeof(e3::HeadRow));
-  take(size_t(12 * z.R + 64) * 4);                                       // attention plan
+  take(blob_bytes(c, z));                                                // attention plan
   take(attn::decode_workspace_bound(int(z.R), plan_options_for(c, s)));  // its split states
   take(size_t(z.S * z.table) * 4);                                       // chain page tables
   take(size_t(z.S) * 4 * 2);                                             // ids, logprobs
@@ -189,7 +194,7 @@ CudaEagle3Head::CudaEagle3Head(model::Eagle3Head head, const __nv_bfloat16* targ
   d_sel_ = d_tokens_ + z.R;
   d_rows_ = reinterpret_cast<e3::HeadRow*>(next());
   plan_options_ = plan_options_for(c, sizes);
-  blob_cap_ = size_t(12 * z.R + 64) * 4;
+  blob_cap_ = blob_bytes(c, z);
   d_blob_ = next();
   decode_ws_bytes_ = attn::decode_workspace_bound(int(z.R), plan_options_);
   decode_ws_ = next();
@@ -289,6 +294,7 @@ void CudaEagle3Head::layer(std::span<const e3::HeadRow> rows, const float* g, co
   sa.window = 0;
   sa.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
   sa.out = attn_;
+  sa.merge_in_last_split = attn::merge_in_last_split_by_default();
   attn::sink_attention(sa, plan, decode_ws_, stream_);
   // r = attn o_proj^T + residual (g, or its norm), accumulated in fp32.
   if (c.norm_before_residual)

@@ -229,5 +229,36 @@ TEST(AttentionPlan, RejectsInconsistentSteps) {
   EXPECT_EQ(b.sizes().decode_bucket, 0);
 }
 
+// Split decodes carry one zeroed arrival count per (decode slot, KV head) in the blob, after the slot list,
+// for merging in the last split CTA; a plan without splits carries none.
+TEST(AttentionPlan, SplitDecodesCarryZeroedArrivalCounts) {
+  std::vector<PlanSequence> seqs(3);
+  for (int i = 0; i < 3; ++i) {
+    seqs[size_t(i)].q_start = i;
+    seqs[size_t(i)].num_q = 1;
+    seqs[size_t(i)].start_pos = 1000 * (i + 1);
+  }
+  for (int splits : {1, 4}) {
+    PlanOptions o;
+    o.num_kv_heads = 8;
+    o.num_q_heads = 64;
+    o.decode_bucket = 5;
+    o.decode_splits = splits;
+    AttentionPlanBuilder b;
+    b.build(seqs, 3, o);
+    const std::vector<int32_t>& blob = b.blob();
+    const AttentionPlan v = b.device_view(blob.data());
+    if (splits == 1) {
+      EXPECT_EQ(v.decode_arrivals, nullptr);
+      EXPECT_EQ(v.decode_seqs + 5, blob.data() + blob.size());  // the slot list ends the blob
+      continue;
+    }
+    ASSERT_NE(v.decode_arrivals, nullptr);
+    EXPECT_EQ(v.decode_arrivals, v.decode_seqs + 5);
+    EXPECT_EQ(v.decode_arrivals + 5 * 8, blob.data() + blob.size());
+    for (int i = 0; i < 5 * 8; ++i) EXPECT_EQ(v.decode_arrivals[i], 0) << i;
+  }
+}
+
 }  // namespace
 }  // namespace orchid::kernels::attention

@@ -362,6 +362,22 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
     ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(d.out.download());
     names.push_back(cfg.name);
+    if (view.decode_splits > 1 && outs.size() == 1) {
+      // The splits merged in the last split CTA: the merge kernel's bits, twice on the same blob (each
+      // launch sets the arrival counts back to zero).
+      SinkAttentionArgs last = args;
+      last.merge_in_last_split = true;
+      for (int launch = 1; launch <= 2; ++launch) {
+        ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));
+        sink_attention(last, view, d.workspace.get(), nullptr);
+        ORCHID_CUDA_CHECK(cudaGetLastError());
+        ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> got = d.out.download();
+        size_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != outs.back()[i];
+        EXPECT_EQ(differ, 0u) << "merge in the last split, launch " << launch << ": " << sc.describe();
+      }
+    }
     std::printf(
         "  %s [%s]: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",
         sc.describe().c_str(), cfg.name, view.num_prefill_tiles, view.decode_bucket, view.decode_q,
@@ -598,7 +614,7 @@ TEST_F(SinkAttention, SmallEmptyBatches) {
 // A decode step captured once in a CUDA graph and replayed after a new plan (other sequences and lengths,
 // same buckets) was copied to the same device buffers: the launches read every length on the device.
 // `n` query tokens a sequence: 1 for plain decode, 1 + k for a speculative verify step.
-void graph_replay(int n, uint64_t seed, bool fp8 = false) {
+void graph_replay(int n, uint64_t seed, bool fp8 = false, bool merge_in_last_split = false) {
   Scenario a;
   a.fp8 = fp8;
   a.page_size = 16;
@@ -634,18 +650,23 @@ void graph_replay(int n, uint64_t seed, bool fp8 = false) {
   d.table.resize(std::max(pa.table.size(), pb.table.size()));
   d.workspace.resize(std::max(plan_a.decode_workspace_bytes(), plan_b.decode_workspace_bytes()));
   upload(pa, plan_a, d);
+  auto args_of = [&](const Problem& pr) {
+    SinkAttentionArgs args = make_args(pr, d);
+    args.merge_in_last_split = merge_in_last_split;
+    return args;
+  };
 
   cudaStream_t stream;
   ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   // One eager run first, as a runtime warms up before capturing (one-time host set-up stays out of capture).
-  sink_attention_decode(make_args(pa, d), plan_a.device_view(d.blob.get()), d.workspace.get(), stream);
+  sink_attention_decode(args_of(pa), plan_a.device_view(d.blob.get()), d.workspace.get(), stream);
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));  // poison again
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   const AttentionPlan view_a = plan_a.device_view(d.blob.get());
   ORCHID_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  sink_attention_decode(make_args(pa, d), view_a, d.workspace.get(), stream);
+  sink_attention_decode(args_of(pa), view_a, d.workspace.get(), stream);
   ORCHID_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
@@ -673,6 +694,14 @@ TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
 TEST_F(SinkAttention, VerifyGraphReplayWithNewPlan) {
   SEED_TRACE();
   graph_replay(4, seed_);
+}
+
+// The same with the splits merged in the last split CTA (arrival counts in the blob, re-uploaded with the
+// new plan; every replay sets them back to zero).
+TEST_F(SinkAttention, DecodeGraphReplayMergingInTheLastSplit) {
+  SEED_TRACE();
+  graph_replay(1, seed_, false, true);
+  graph_replay(4, seed_ + 1, true, true);
 }
 
 // ---- FP8 (e4m3) KV cache: the mma.sync prefill kernel and the decode kernel on e4m3 pages ----
