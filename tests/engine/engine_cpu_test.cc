@@ -12,6 +12,7 @@
 namespace orchid::engine {
 namespace {
 
+using test::expect_same;
 using test::Req;
 
 std::string checkpoint() {
@@ -152,14 +153,7 @@ TEST(EngineCpu, AsyncSchedulingGivesTheAloneTokens) {
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     const RequestEvent got = streams[i]->wait_all();
-    const RequestEvent want = alone(reqs[i]);
-    EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
-    EXPECT_EQ(got.finish, want.finish) << "request " << i;
-    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
-    for (size_t k = 0; k < got.logprobs.size(); ++k) {
-      EXPECT_EQ(got.logprobs[k].logprob, want.logprobs[k].logprob);
-      EXPECT_EQ(got.logprobs[k].top, want.logprobs[k].top);
-    }
+    expect_same(got, alone(reqs[i]), i);
   }
   const EngineMetrics m = engine.metrics();
   EXPECT_EQ(m.kv_full_pages_used, 0);

@@ -12,6 +12,7 @@
 namespace orchid::engine {
 namespace {
 
+using test::expect_same;
 using test::fake_options;
 using test::Harness;
 using test::Req;
@@ -119,14 +120,7 @@ TEST(Engine, ConcurrentRequestsGetTheirAloneTokens) {
   h.run();
   for (size_t i = 0; i < reqs.size(); ++i) {
     const RequestEvent got = streams[i]->wait_all();
-    const RequestEvent want = run_alone(reqs[i], o);
-    EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
-    EXPECT_EQ(got.finish, want.finish) << "request " << i;
-    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
-    for (size_t k = 0; k < got.logprobs.size(); ++k) {
-      EXPECT_EQ(got.logprobs[k].logprob, want.logprobs[k].logprob);
-      EXPECT_EQ(got.logprobs[k].top, want.logprobs[k].top);
-    }
+    expect_same(got, run_alone(reqs[i], o), i);
   }
   const auto m = h.engine.metrics();
   EXPECT_GT(m.preemptions, 0);

@@ -20,6 +20,7 @@
 namespace orchid::engine {
 namespace {
 
+using test::expect_same;
 using test::Req;
 
 std::string checkpoint() {
@@ -70,16 +71,6 @@ RequestEvent run_one(Engine& e, RequestSpec spec) {
   auto s = e.submit(std::move(spec));
   while (e.step()) e.check_invariants();
   return s->wait_all();
-}
-
-void expect_same(const RequestEvent& got, const RequestEvent& want, size_t i) {
-  EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
-  EXPECT_EQ(got.finish, want.finish) << "request " << i;
-  ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << "request " << i;
-  for (size_t k = 0; k < got.logprobs.size(); ++k) {
-    EXPECT_EQ(got.logprobs[k].logprob, want.logprobs[k].logprob) << "request " << i;
-    EXPECT_EQ(got.logprobs[k].top, want.logprobs[k].top) << "request " << i;
-  }
 }
 
 // The prefill side: the prompt computed, one token drawn, the pages exported (in place over `share`).

@@ -109,4 +109,14 @@ RequestEvent run_alone(const Req& req, const testing::FakeBackendOptions& fake,
   return stream->wait_all();
 }
 
+void expect_same(const RequestEvent& got, const RequestEvent& want, size_t i) {
+  EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
+  EXPECT_EQ(got.finish, want.finish) << "request " << i;
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << "request " << i;
+  for (size_t k = 0; k < got.logprobs.size(); ++k) {
+    EXPECT_EQ(got.logprobs[k].logprob, want.logprobs[k].logprob) << "request " << i;
+    EXPECT_EQ(got.logprobs[k].top, want.logprobs[k].top) << "request " << i;
+  }
+}
+
 }  // namespace orchid::engine::test

@@ -61,6 +61,9 @@ struct Harness {
   Engine engine;
 };
 
+// Request i's outcome equals `want`: tokens, finish reason, every logprob and top list (gtest expectations).
+void expect_same(const RequestEvent& got, const RequestEvent& want, size_t i);
+
 // Runs `req` alone on a fresh engine over a fresh fake backend (large pool, no prefix cache).
 RequestEvent run_alone(const Req& req, const testing::FakeBackendOptions& fake,
                        int32_t max_num_batched_tokens = 8192);
