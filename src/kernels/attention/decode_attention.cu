@@ -20,14 +20,14 @@
 // 16 us at 4.17 TB/s; FLOPs (2 x 2 x 64 x 64 heads x 32768 = 0.5 GFLOP) are irrelevant. Splits are chosen so
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
 //
-// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages instead of 4 (the f16
-// tiles below take the rest of the same shared memory), so more keys are in flight; each warp widens its own
-// 16 keys of K and V to f16 (one cvt per two elements) into a swizzled f16 tile, and the MMAs run on f16 with
-// the queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. The
-// extra work per 64-key tile and thread is 4 16-byte loads, 32 conversions and 8 16-byte stores, against ~400
-// cycles of memory time per tile and SM at B = 64, 32k: decode was expected to stay bound by reading K/V,
-// but measured it is not (H200, B = 64 ctx 32768: 922.6 us, 56% of HBM, against BF16's 1250.4 us at 82%):
-// the widening pass through shared memory is the suspect (bench/RESULTS.md, 2026-12-05).
+// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages (48 KB: four CTAs an SM
+// with one m16 tile), and each warp reads its MMA fragments straight from them (warp_mma.cuh's
+// k_frags_e4m3 / v_frags_e4m3: 16-byte reads of K rows and 8-byte reads of V rows, widened to f16 in
+// registers; head dims permuted alike in Q and K, output dims permuted in V and undone in the combine), the
+// queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. An earlier
+// version widened every tile into f16 tiles in shared memory first and ran at 56% of HBM against BF16's 82%
+// (H200, B = 64 ctx 32768, bench/RESULTS.md 2026-12-05): that pass and the occupancy its tiles cost (three
+// CTAs an SM, so 512 CTAs took two waves) were the suspects.
 #include <cstdlib>
 #include <cstring>
 
@@ -51,14 +51,13 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kComboStride = kHeadDim + 8;  // fp32 row stride of the warp-combine buffer (fewer conflicts)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// The K/V ring of a KV-cache precision: BF16 tiles of 128-byte rows, or e4m3 tiles of 64-byte rows in twice
-// the stages plus the f16 K and V tiles the warps widen into.
+// The K/V ring of a KV-cache precision: BF16 tiles of 128-byte rows, or e4m3 tiles of 64-byte rows in more
+// stages (the MMAs read their fragments straight from them, so the ring is all the shared memory there is).
 template <bool kFp8>
 struct DecodeRing {
-  static constexpr int kStages = kFp8 ? 6 : 4;  // 66 KB with one m16 tile either way: 3 CTAs an SM
+  static constexpr int kStages = kFp8 ? 6 : 4;  // 48 / 64 KB: 4 / 3 CTAs an SM with one m16 tile
   static constexpr int kTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);
-  static constexpr int kWideBytes = kFp8 ? 2 * kBlockN * kHeadDim * 2 : 0;
-  static constexpr int kBytes = 2 * kStages * kTileBytes + kWideBytes;
+  static constexpr int kBytes = 2 * kStages * kTileBytes;
 };
 
 template <int kMTiles, bool kFp8>
@@ -169,8 +168,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   const uint32_t sQ = smem_addr(smem);
   const uint32_t sK = sQ + Smem::kQBytes;
   const uint32_t sV = sK + kStages * kTileBytes;
-  const uint32_t sKw = sV + kStages * kTileBytes;  // kFp8: the f16 K and V tiles the warps compute on
-  const uint32_t sVw = sKw + kBlockN * kHeadDim * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int split = blockIdx.x, kvh = blockIdx.y, slot = blockIdx.z;
@@ -244,6 +241,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       *q16 = v;
     }
   }
+  // kFp8: this warp's Q fragments in k_frags_e4m3's dim order, held in registers with one m16 tile (plain
+  // decode) and re-read every key tile with more.
+  uint32_t qa[4][4];
+  if constexpr (kFp8 && kMTiles == 1) {
+    __syncthreads();  // the queries converted by every thread
+    q_frag_permuted(smem, 0, lane, qa);
+  }
 
   float m_run[kMTiles][2], l_run[kMTiles][2], o[kMTiles][8][4];
 #pragma unroll
@@ -265,14 +269,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       cp_async_commit();
     }
     const int j = my_tb + it;
-    uint32_t kb = sK + (it % kStages) * kTileBytes;
-    uint32_t vb = sV + (it % kStages) * kTileBytes;
-    if constexpr (kFp8) {  // this warp's 16 keys of K and V, widened to f16 (no other warp reads them)
-      widen_e4m3_rows<16, 32>(kb, sKw, warp * 16, lane);
-      widen_e4m3_rows<16, 32>(vb, sVw, warp * 16, lane);
-      __syncwarp();
-      kb = sKw, vb = sVw;
-    }
+    const uint32_t kb = sK + (it % kStages) * kTileBytes;
+    const uint32_t vb = sV + (it % kStages) * kTileBytes;
 
     // S = Q K^T for this warp's 16 keys.
     float s[kMTiles][2][4];
@@ -282,17 +280,45 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mi][nt][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      uint32_t b[4];
-      ldmatrix_x4(kb + swz(warp * 16 + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)), b);
+    uint32_t vf[2][8];  // kFp8: V's fragments, read early to overlap S
+    if constexpr (kFp8) {
+      const uint8_t* ktile = smem + (kb - sQ);
+      const uint8_t* vtile = smem + (vb - sQ);
+      uint32_t kf[2][4][2];
+      k_frags_e4m3(ktile, warp * 16 + (lane >> 2), lane, kf[0]);
+      k_frags_e4m3(ktile, warp * 16 + 8 + (lane >> 2), lane, kf[1]);
+      v_frags_e4m3(vtile, warp * 16, lane, vf[0]);
+      v_frags_e4m3(vtile, warp * 16 + 8, lane, vf[1]);
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi) {
-        // Q fragments are re-read from shared memory (cheap here) to keep registers for kMTiles > 1.
-        uint32_t qf[4];
-        ldmatrix_x4(sQ + swz(mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 2 + (lane >> 4)), qf);
-        mma_16816<kFp8>(s[mi][0], qf, b[0], b[1]);
-        mma_16816<kFp8>(s[mi][1], qf, b[2], b[3]);
+        uint32_t qm[4][4];
+        if constexpr (kMTiles == 1) {
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) qm[ks][i] = qa[ks][i];
+        } else {
+          q_frag_permuted(smem, mi * 16, lane, qm);
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          mma_f16(s[mi][0], qm[ks], kf[0][ks][0], kf[0][ks][1]);
+          mma_f16(s[mi][1], qm[ks], kf[1][ks][0], kf[1][ks][1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        uint32_t b[4];
+        ldmatrix_x4(kb + swz(warp * 16 + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)), b);
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) {
+          // Q fragments are re-read from shared memory (cheap here) to keep registers for kMTiles > 1.
+          uint32_t qf[4];
+          ldmatrix_x4(sQ + swz(mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 2 + (lane >> 4)), qf);
+          mma_bf16(s[mi][0], qf, b[0], b[1]);
+          mma_bf16(s[mi][1], qf, b[2], b[3]);
+        }
       }
     }
     const int k0 = j * kBlockN;
@@ -346,15 +372,20 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       pa[1] = pack_16<kFp8>(s[mi][0][2], s[mi][0][3]);
       pa[2] = pack_16<kFp8>(s[mi][1][0], s[mi][1][1]);
       pa[3] = pack_16<kFp8>(s[mi][1][2], s[mi][1][3]);
+      if constexpr (kFp8) {  // output dims permuted (v_frags_e4m3)
 #pragma unroll
-      for (int dp = 0; dp < 4; ++dp) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(vb + swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)), b);
-        mma_16816<kFp8>(o[mi][2 * dp], pa, b[0], b[1]);
-        mma_16816<kFp8>(o[mi][2 * dp + 1], pa, b[2], b[3]);
+        for (int dt = 0; dt < 8; ++dt) mma_f16(o[mi][dt], pa, vf[0][dt], vf[1][dt]);
+      } else {
+#pragma unroll
+        for (int dp = 0; dp < 4; ++dp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(vb + swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)),
+                            b);
+          mma_bf16(o[mi][2 * dp], pa, b[0], b[1]);
+          mma_bf16(o[mi][2 * dp + 1], pa, b[2], b[3]);
+        }
       }
     }
-    if constexpr (kFp8) __syncwarp();  // the warp's f16 tiles are rewritten by the next tile
   }
   cp_async_wait<0>();
   __syncthreads();          // the K/V ring becomes the combine buffer
@@ -376,10 +407,22 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
         combo_m[warp * kRows + r] = m_run[mi][h];
         combo_l[warp * kRows + r] = l;
       }
-      float* dst = combo + (warp * kRows + r) * kComboStride + 2 * (lane & 3);
+      float* row = combo + (warp * kRows + r) * kComboStride;
+      if constexpr (kFp8) {  // o[mi][dt][2h + e] is dim 8 (2t + e) + dt (v_frags_e4m3)
 #pragma unroll
-      for (int dt = 0; dt < 8; ++dt)
-        *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o[mi][dt][2 * h], o[mi][dt][2 * h + 1]);
+        for (int e = 0; e < 2; ++e) {
+          float* dst = row + 16 * (lane & 3) + 8 * e;
+          *reinterpret_cast<float4*>(dst) =
+              make_float4(o[mi][0][2 * h + e], o[mi][1][2 * h + e], o[mi][2][2 * h + e], o[mi][3][2 * h + e]);
+          *reinterpret_cast<float4*>(dst + 4) =
+              make_float4(o[mi][4][2 * h + e], o[mi][5][2 * h + e], o[mi][6][2 * h + e], o[mi][7][2 * h + e]);
+        }
+      } else {
+        float* dst = row + 2 * (lane & 3);
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt)
+          *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o[mi][dt][2 * h], o[mi][dt][2 * h + 1]);
+      }
     }
   }
   __syncthreads();

@@ -136,6 +136,59 @@ __device__ __forceinline__ void widen_e4m3_rows(uint32_t src, uint32_t dst, int 
   }
 }
 
+// MMA fragments straight from swizzled e4m3 tiles (swz8), no f16 copy in shared memory: the decode kernel's
+// FP8 KV path. Both rely on a sum's freedom of order.
+//
+// K as the B operand of S = Q K^T (k = head dims, n = keys): a thread (g, t) of the warp needs, for key g of
+// an 8-key block, two dims of every 16-dim k-step. The dims are permuted alike in Q and K (a dot product does
+// not see the order): k-step ks's columns 2t, 2t+1 are dims 16t + 4ks + {0, 1} and columns 2t+8, 2t+9 are
+// 16t + 4ks + {2, 3}, so one 16-byte read of row g at byte 16t gives the thread all four k-steps: b[ks][0]
+// and b[ks][1] are the low and high halves of its word ks, widened. q_frag_permuted reads Q's A fragments
+// in the same order.
+__device__ __forceinline__ void k_frags_e4m3(const uint8_t* tile, int row, int lane, uint32_t (&b)[4][2]) {
+  const uint4 w = *reinterpret_cast<const uint4*>(tile + swz8(row, lane & 3));
+  e4m3x4_to_f16x4(w.x, b[0][0], b[0][1]);
+  e4m3x4_to_f16x4(w.y, b[1][0], b[1][1]);
+  e4m3x4_to_f16x4(w.z, b[2][0], b[2][1]);
+  e4m3x4_to_f16x4(w.w, b[3][0], b[3][1]);
+}
+
+// Q's A fragments of one m16 tile in k_frags_e4m3's dim order, from a swizzled f16 tile (swz): the thread's
+// rows g and g+8, dims 16t .. 16t+15 (chunks 2t and 2t+1), a[ks] = {row g dims 16t+4ks+{0,1}, row g+8 the
+// same, row g dims 16t+4ks+{2,3}, row g+8 the same}.
+__device__ __forceinline__ void q_frag_permuted(const uint8_t* tile, int row0, int lane,
+                                                uint32_t (&a)[4][4]) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint4 lo0 = *reinterpret_cast<const uint4*>(tile + swz(row0 + g, 2 * t));
+  const uint4 hi0 = *reinterpret_cast<const uint4*>(tile + swz(row0 + g, 2 * t + 1));
+  const uint4 lo1 = *reinterpret_cast<const uint4*>(tile + swz(row0 + g + 8, 2 * t));
+  const uint4 hi1 = *reinterpret_cast<const uint4*>(tile + swz(row0 + g + 8, 2 * t + 1));
+  a[0][0] = lo0.x, a[0][1] = lo1.x, a[0][2] = lo0.y, a[0][3] = lo1.y;
+  a[1][0] = lo0.z, a[1][1] = lo1.z, a[1][2] = lo0.w, a[1][3] = lo1.w;
+  a[2][0] = hi0.x, a[2][1] = hi1.x, a[2][2] = hi0.y, a[2][3] = hi1.y;
+  a[3][0] = hi0.z, a[3][1] = hi1.z, a[3][2] = hi0.w, a[3][3] = hi1.w;
+}
+
+// V as the B operand of O = P V (k = keys, n = head dims) for the 8 keys row0 + 2t + {0, 1} (b0) of a
+// 16-key step: the output dims are permuted, n-block dt's column g being dim 8g + dt, so the thread reads
+// 8 bytes (dims 8g .. 8g+7) of each of its two keys and pairs their bytes (byte_perm) into f16x2 words:
+// b[dt] = {key 2t, key 2t+1} at dim 8g + dt. The thread's accumulator o[dt][e] then holds dim
+// 8 (2t + e) + dt. Odd t read their two rows in the other order, which puts the 8-byte reads of a
+// half-warp on 32 different banks (swz8's rows pair up in 128-byte lines).
+__device__ __forceinline__ void v_frags_e4m3(const uint8_t* tile, int row0, int lane, uint32_t (&b)[8]) {
+  const int g = lane >> 2, t = lane & 3, odd = t & 1;
+  const uint32_t col = (g & 1) * 8;
+  const uint2 x = *reinterpret_cast<const uint2*>(tile + swz8(row0 + 2 * t + odd, g >> 1) + col);
+  const uint2 y = *reinterpret_cast<const uint2*>(tile + swz8(row0 + 2 * t + 1 - odd, g >> 1) + col);
+  // (key 2t byte i, key 2t+1 byte i, key 2t byte i+1, key 2t+1 byte i+1) for i = 0 and 2 of a word, with
+  // x's bytes numbered 0-3 and y's 4-7.
+  const uint32_t sel01 = odd ? 0x1504u : 0x5140u, sel23 = odd ? 0x3726u : 0x7362u;
+  const uint32_t p[4] = {__byte_perm(x.x, y.x, sel01), __byte_perm(x.x, y.x, sel23),
+                         __byte_perm(x.y, y.y, sel01), __byte_perm(x.y, y.y, sel23)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) e4m3x4_to_f16x4(p[i], b[2 * i], b[2 * i + 1]);
+}
+
 // Two floats -> packed bf16x2 (round to nearest even), `lo` in the low half (the lower column index).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
