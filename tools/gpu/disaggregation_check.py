@@ -52,11 +52,13 @@ def main():
     a = ap.parse_args()
     prefill_args, decode_args = shlex.split(a.prefill_args), shlex.split(a.decode_args)
     os.environ["ORCHID_BIN"] = a.orchid
-    # The same kernels in every instance: the small-m GEMM's choice (ours or cuBLASLt) is otherwise timed at
-    # first use in each process, and a different choice changes the last bits, which a deep random-weight
-    # model amplifies past any margin (synthetic 20b, the 7-token prompt: output 0 with a 0.32 top-2 margin
-    # differed between instances; with the choice fixed either way, every prompt equal).
+    # The same kernels in every instance: the small-m GEMM's choice (ours or cuBLASLt) and cuBLASLt's
+    # algorithm are otherwise timed at first use in each process, and a different choice changes the last
+    # bits, which a deep random-weight model amplifies past any margin (synthetic 20b, the 7-token prompt:
+    # output 0 with a 0.32 top-2 margin differed between instances; with the choice fixed either way, every
+    # prompt equal).
     os.environ.setdefault("ORCHID_SMALL_M", "orchid")
+    os.environ.setdefault("ORCHID_GEMM_ALGO", "heuristic")
     common = [a.model, "--backend", a.backend, "--served-model-name", "m", "--max-model-len", "4096",
               "--gpu-memory-utilization", "0.3"]
     vocab = 50000  # token ids of the prompts: inside any gpt-oss vocabulary, or a checkpoint's own

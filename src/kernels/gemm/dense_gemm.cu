@@ -66,12 +66,29 @@ __global__ void add_bias_kernel(T* y, int64_t ldy, const T* bias, int m, int n) 
 
 using Key = std::tuple<int, int, int, int64_t, int64_t, int, bool>;
 
+// How many of the heuristic's algorithms a shape's first call times (its first is the heuristic's choice).
+constexpr int kAlgorithmCandidates = 8;
+
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algos[kAlgorithmCandidates]{};  // the heuristic's, best first
+  int num_algos = 0;
+  int chosen = -1;  // index into algos; -1 until the shape's first call decides
   bool bias_epilogue = false;
 };
+
+// The choices timed at first use, shared by every DenseGemm of the process on one device: two engines (or
+// ranks) of one process then run the same kernels for a shape, and compute the same bits.
+struct TimedChoices {
+  std::mutex mu;
+  std::map<std::pair<int, Key>, bool> small_m;   // true when small_m_gemm won
+  std::map<std::pair<int, Key>, int> algorithm;  // index into the heuristic's list
+};
+TimedChoices& timed_choices() {
+  static TimedChoices choices;
+  return choices;
+}
 
 }  // namespace
 
@@ -81,8 +98,9 @@ struct DenseGemm::Impl {
   size_t workspace_bytes = 0;
   std::mutex mu;
   std::map<Key, Plan> plans;
-  std::map<Key, bool> small_m;  // shapes timed: true when small_m_gemm won
+  int device = 0;
   DenseGemm::SmallM policy = DenseGemm::SmallM::kMeasured;
+  bool time_algorithms = true;  // false: the heuristic's first algorithm for every shape
 
   ~Impl() {
     for (auto& [key, p] : plans) {
@@ -116,10 +134,10 @@ struct DenseGemm::Impl {
     uint64_t ws = workspace_bytes;
     ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                              &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kAlgorithmCandidates]{};
     int found = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref,
+                                                       kAlgorithmCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(p.a);
@@ -128,7 +146,8 @@ struct DenseGemm::Impl {
       cublasLtMatmulDescDestroy(p.desc);
       return false;
     }
-    p.algo = result.algo;
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algos[p.num_algos++] = results[i].algo;
     p.bias_epilogue = bias_epilogue;
     *out = p;
     return true;
@@ -140,7 +159,7 @@ struct DenseGemm::Impl {
     if (it != plans.end()) return it->second;
     Plan p;
     bool ok = (a.bias && make_plan(a, ldx, ldy, true, &p)) || make_plan(a, ldx, ldy, false, &p);
-    ORCHID_KERNEL_REQUIRE(ok, "cuBLASLt has no algorithm for this BF16 GEMM shape");
+    ORCHID_KERNEL_REQUIRE(ok && p.num_algos > 0, "cuBLASLt has no algorithm for this BF16 GEMM shape");
     return plans.emplace(key, p).first->second;
   }
 };
@@ -149,13 +168,17 @@ DenseGemm::DenseGemm(void* workspace, size_t workspace_bytes) : impl_(std::make_
   ORCHID_KERNEL_REQUIRE(workspace_bytes == 0 || reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
                         "DenseGemm: workspace must be 16-byte aligned");
   ORCHID_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  ORCHID_CUDA_CHECK(cudaGetDevice(&impl_->device));
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace ? workspace_bytes : 0;
-  // ORCHID_SMALL_M=orchid|cublas forces the small-m choice (for measuring a whole step either way).
+  // ORCHID_SMALL_M=orchid|cublas forces the small-m choice (for measuring a whole step either way);
+  // ORCHID_GEMM_ALGO=heuristic keeps cuBLASLt's first algorithm for every shape (no timing at first use).
   if (const char* v = std::getenv("ORCHID_SMALL_M")) {
     if (std::strcmp(v, "orchid") == 0) impl_->policy = SmallM::kOrchid;
     if (std::strcmp(v, "cublas") == 0) impl_->policy = SmallM::kCublas;
   }
+  if (const char* v = std::getenv("ORCHID_GEMM_ALGO"))
+    impl_->time_algorithms = std::strcmp(v, "heuristic") != 0;
 }
 
 DenseGemm::~DenseGemm() = default;
@@ -176,14 +199,39 @@ bool DenseGemm::uses_small_m(const DenseGemmArgs& a) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->policy != SmallM::kMeasured) return impl_->policy == SmallM::kOrchid;
   const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
-  auto it = impl_->small_m.find(Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr});
-  return it != impl_->small_m.end() && it->second;
+  TimedChoices& timed = timed_choices();
+  std::lock_guard<std::mutex> timed_lock(timed.mu);
+  auto it = timed.small_m.find({impl_->device, Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}});
+  return it != timed.small_m.end() && it->second;
+}
+
+int DenseGemm::cublas_algorithms(const DenseGemmArgs& a) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+  return impl_->plan_for(a, ldx, ldy).num_algos;
+}
+
+int DenseGemm::cublas_algorithm(const DenseGemmArgs& a) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+  return impl_->plan_for(a, ldx, ldy).chosen;
+}
+
+void DenseGemm::use_cublas_algorithm(const DenseGemmArgs& a, int index) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+  Plan& p = impl_->plan_for(a, ldx, ldy);
+  ORCHID_KERNEL_REQUIRE(index >= 0 && index < p.num_algos, "DenseGemm: no such cuBLASLt algorithm");
+  p.chosen = index;
 }
 
 namespace {
-// small_m_gemm is chosen over cuBLASLt when it takes less than this fraction of cuBLASLt's time. Measured
-// on an H200 (bench/RESULTS.md): the router GEMMs 0.56, O at 8 rows 0.85; QKV and O at 1 row 1.04-1.10.
-constexpr float kSmallMClearWin = 0.9f;
+// A measured alternative (small_m_gemm over cuBLASLt, another cuBLASLt algorithm over the heuristic's first)
+// is taken only when it needs less than this fraction of the default's time: a choice by a hair would flip
+// with timing noise between processes, and the outputs' last bits with it (two instances of one model would
+// disagree). Measured on an H200 (bench/RESULTS.md): small_m_gemm for the router GEMMs 0.56, O at 8 rows
+// 0.85; QKV and O at 1 row 1.04-1.10.
+constexpr float kClearWin = 0.9f;
 
 // Median-free quick timing: the best of `reps` runs of fn on the stream (after one warm-up).
 template <typename Fn>
@@ -208,6 +256,32 @@ float best_ms(cudaStream_t stream, Fn fn, int reps = 5) {
 }
 }  // namespace
 
+template <typename Matmul>
+int DenseGemm::choose_algorithm(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, int num_algos,
+                                Matmul matmul, cudaStream_t stream) {
+  const std::pair<int, Key> key{impl_->device, Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}};
+  TimedChoices& timed = timed_choices();
+  {
+    std::lock_guard<std::mutex> timed_lock(timed.mu);
+    auto known = timed.algorithm.find(key);
+    if (known != timed.algorithm.end() && known->second < num_algos) return known->second;
+  }
+  int chosen = 0;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
+  if (impl_->time_algorithms && num_algos > 1 && cs == cudaStreamCaptureStatusNone && !a.accumulate) {
+    float ms[kAlgorithmCandidates];
+    for (int i = 0; i < num_algos; ++i) {
+      const auto once = [&] { matmul(i); };
+      ms[i] = matmul(i) == CUBLAS_STATUS_SUCCESS ? best_ms(stream, once, 3) : 1e30f;  // refused: no candidate
+      if (ms[i] < ms[chosen]) chosen = i;
+    }
+    if (!(ms[chosen] < kClearWin * ms[0])) chosen = 0;
+  }
+  std::lock_guard<std::mutex> timed_lock(timed.mu);
+  return timed.algorithm.emplace(key, chosen).first->second;  // the first to finish timing decides
+}
+
 void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(a.m > 0 && a.n > 0 && a.k > 0, "DenseGemm: empty shape");
   ORCHID_KERNEL_REQUIRE(a.x && a.w && a.y, "DenseGemm: null pointer");
@@ -218,20 +292,25 @@ void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
   if (small_m_gemm_supports(a) && impl_->policy != SmallM::kCublas) {
     bool small = impl_->policy == SmallM::kOrchid;
     if (!small) {
-      const Key key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr};
-      auto it = impl_->small_m.find(key);
-      if (it == impl_->small_m.end()) {
+      const std::pair<int, Key> key{impl_->device,
+                                    Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}};
+      TimedChoices& timed = timed_choices();
+      std::unique_lock<std::mutex> timed_lock(timed.mu);
+      auto it = timed.small_m.find(key);
+      if (it == timed.small_m.end()) {
         cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
         bool choice = true;  // inside a capture, or where a timing run would change y: ours, untimed
         if (cs == cudaStreamCaptureStatusNone && !a.accumulate) {
           // Ours only when clearly faster: a choice by a hair would flip with timing noise between
           // processes (and with it the outputs' last bits: two instances of one model would disagree).
+          timed_lock.unlock();  // run_cublas may time its algorithms
           const float ours = best_ms(stream, [&] { small_m_gemm(a, stream); });
           const float theirs = best_ms(stream, [&] { run_cublas(a, ldx, ldy, stream); });
-          choice = ours < kSmallMClearWin * theirs;
+          choice = ours < kClearWin * theirs;
+          timed_lock.lock();
         }
-        it = impl_->small_m.emplace(key, choice).first;
+        it = timed.small_m.emplace(key, choice).first;  // the first to finish timing decides
       }
       small = it->second;
     }
@@ -247,8 +326,16 @@ void DenseGemm::run_cublas(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, cud
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof(a.bias)));
   }
   const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
-  ORCHID_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y,
-                                     p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream));
+  auto matmul = [&](int i) {
+    return cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c,
+                          &p.algos[i], impl_->workspace, impl_->workspace_bytes, stream);
+  };
+  // The shape's first call in the process: the heuristic's first algorithm, unless another of its
+  // candidates, each timed on this call's own operands, is clearly faster (cuBLASLt's heuristic is no
+  // measurement: at the decode step's few rows it can leave most SMs idle). Not inside a graph capture,
+  // and not where a timing run would change y (accumulate): there the heuristic's first, untimed, for good.
+  if (p.chosen < 0) p.chosen = choose_algorithm(a, ldx, ldy, p.num_algos, matmul, stream);
+  ORCHID_CUBLAS_CHECK(matmul(p.chosen));
   if (a.bias && !p.bias_epilogue) {
     const int64_t total = int64_t(a.m) * a.n;
     const int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));

@@ -3,8 +3,10 @@
 // keeps them BF16 and they are a small part of the bytes): fused QKV (n = 5120), O-proj (n = 2880,
 // k = 4096), the router (n = E, fp32 logits) and lm_head (n = 201088).
 //
-// The cuBLASLt algorithm is chosen by the heuristic once per shape and cached; the workspace is owned by the
-// caller and given at construction, so a call allocates nothing and can be captured in a CUDA graph.
+// The cuBLASLt algorithm is chosen once per shape and cached: the heuristic offers up to eight, and the
+// shape's first call outside a graph capture times them on its own operands and keeps the heuristic's first
+// unless another is clearly faster (dense_gemm.cu). The workspace is owned by the caller and given at
+// construction, so a call allocates nothing and can be captured in a CUDA graph.
 // For a few rows (m <= 16, decode) orchid's small_m_gemm competes: the first call of such a shape outside a
 // graph capture times both on the call's own operands and keeps the faster (cuBLASLt's heuristic picks
 // poorly there: ~3x the weight-streaming floor at m = 1).
@@ -51,11 +53,18 @@ class DenseGemm {
 
   // Which kernel serves small-m shapes: small_m_gemm where a timing at first use finds it clearly faster
   // (default; dense_gemm.cu says how clearly), or one of them always
-  // (benchmarks; the environment's ORCHID_SMALL_M=orchid|cublas sets it for a whole process).
+  // (benchmarks; the environment's ORCHID_SMALL_M=orchid|cublas sets it for a whole process, and
+  // ORCHID_GEMM_ALGO=heuristic keeps cuBLASLt's first algorithm for every shape).
   enum class SmallM : uint8_t { kMeasured, kCublas, kOrchid };
   void set_small_m(SmallM policy);
   // For tests/benchmarks: whether this shape is (or would now be) served by small_m_gemm.
   bool uses_small_m(const DenseGemmArgs& args);
+
+  // For tests/benchmarks: the cuBLASLt algorithms the heuristic offers for this shape, the one it runs
+  // (-1 until its first call), and making it run the index-th from now on.
+  int cublas_algorithms(const DenseGemmArgs& args);
+  int cublas_algorithm(const DenseGemmArgs& args);
+  void use_cublas_algorithm(const DenseGemmArgs& args, int index);
 
   // How the last run of this shape was served (for tests/benchmarks): true when the bias came from the
   // cuBLASLt epilogue, false when a separate bias kernel ran after the GEMM.
@@ -63,6 +72,9 @@ class DenseGemm {
 
  private:
   void run_cublas(const DenseGemmArgs& args, int64_t ldx, int64_t ldy, cudaStream_t stream);  // lock held
+  template <typename Matmul>                                                                  // lock held
+  int choose_algorithm(const DenseGemmArgs& args, int64_t ldx, int64_t ldy, int num_algos, Matmul matmul,
+                       cudaStream_t stream);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,7 +1,9 @@
 // The dense BF16 GEMM vs an fp64 CPU reference, at the model's shapes (QKV, O-proj, router, lm_head), odd
 // and single-row M, strided operands, bf16 and fp32 outputs, with and without bias; and the split-input
 // product of precise layers (an fp32 activation as two BF16 halves, the second call accumulating). Shapes of
-// at most 16 rows run twice: through cuBLASLt and through orchid's small_m_gemm, each forced.
+// at most 16 rows run twice: through cuBLASLt and through orchid's small_m_gemm, each forced. Through
+// cuBLASLt every algorithm its heuristic offers for the shape runs (any may be the one timed fastest at first
+// use).
 #include "kernels/gemm/dense_gemm.h"
 
 #include <gtest/gtest.h>
@@ -27,7 +29,8 @@ struct Case {
   bool bias;
 };
 
-void run_case(const Case& c, DenseGemm::SmallM policy) {
+// `algorithm` >= 0: that cuBLASLt candidate; -1: the choice made at first use.
+void run_case(const Case& c, DenseGemm::SmallM policy, int algorithm = -1) {
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   const int64_t ldx = c.ldx ? c.ldx : c.k, ldy = c.ldy ? c.ldy : c.n;
   auto x = orchid::testing::random_bf16(rng, size_t(c.m) * ldx, 1.0f);
@@ -59,11 +62,20 @@ void run_case(const Case& c, DenseGemm::SmallM policy) {
   a.y = dy.get();
   a.ldy = c.ldy;
   a.out = c.out;
+  if (algorithm >= 0) gemm.use_cublas_algorithm(a, algorithm);
   gemm.run(a, nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   const bool ours = gemm.uses_small_m(a);
   EXPECT_EQ(ours, policy == DenseGemm::SmallM::kOrchid);
-  const std::string name = std::string(c.name) + (ours ? " (small_m_gemm)" : " (cuBLASLt)");
+  if (!ours) {
+    EXPECT_GE(gemm.cublas_algorithm(a), 0);
+    if (algorithm >= 0) {
+      EXPECT_EQ(gemm.cublas_algorithm(a), algorithm);
+    }
+  }
+  const std::string name =
+      std::string(c.name) +
+      (ours ? " (small_m_gemm)" : " (cuBLASLt algorithm " + std::to_string(gemm.cublas_algorithm(a)) + ")");
   if (c.bias && !ours)
     std::printf("[info] %s: bias %s\n", c.name,
                 gemm.bias_fused(a) ? "in the cuBLASLt epilogue" : "separate kernel");
@@ -109,6 +121,20 @@ TEST_P(DenseGemmTest, MatchesFp64Reference) {
   const Case& c = GetParam();
   run_case(c, DenseGemm::SmallM::kCublas);
   if (c.m <= kSmallMGemmMaxRows && c.k % 32 == 0) run_case(c, DenseGemm::SmallM::kOrchid);
+}
+
+TEST_P(DenseGemmTest, EveryCublasAlgorithmMatches) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const Case& c = GetParam();
+  DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
+  DenseGemm gemm(ws.get(), ws.size());
+  DenseGemmArgs a;
+  a.m = c.m, a.n = c.n, a.k = c.k, a.ldx = c.ldx, a.ldy = c.ldy, a.out = c.out;
+  a.bias = c.bias ? ws.get() : nullptr;  // only whether there is one matters to the plan
+  const int n = gemm.cublas_algorithms(a);
+  ASSERT_GE(n, 1);
+  std::printf("[info] %s: %d cuBLASLt algorithms\n", c.name, n);
+  for (int i = 0; i < n; ++i) run_case(c, DenseGemm::SmallM::kCublas, i);
 }
 
 INSTANTIATE_TEST_SUITE_P(
