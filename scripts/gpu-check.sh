@@ -105,6 +105,12 @@ for merge in kernel last-split; do
   bench "bench-decode-20b-merge-$merge" env ORCHID_DECODE_MERGE=$merge "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,4,8,16 --steps 32
 done
+# The Hopper prefill kernel on its persistent grid (the default: one CTA per SM looping over the work items)
+# and on one CTA per item (ORCHID_PREFILL_PERSISTENT=0).
+for grid in persistent one-shot; do
+  bench "attention-prefill-$grid" env ORCHID_PREFILL_PERSISTENT=$([ $grid = persistent ] && echo 1 || echo 0) \
+    "$build"/bench/cuda/attention/attention_bench --prefill
+done
 # Long-context decode with a BF16 and an FP8 KV cache (the FP8 cache's point: half the bytes a key).
 for kv in bf16 fp8; do
   bench "bench-decode-32k-$kv" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 32768 \

@@ -345,7 +345,8 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   if (hopper) {
     ORCHID_KERNEL_REQUIRE(a.num_pages * plan.num_kv_heads * a.page_size < (int64_t(1) << 31),
                           "sink_attention: pools too large for 32-bit TMA row coordinates");
-    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(blocks), stream);
+    ORCHID_KERNEL_REQUIRE(a.prefill_ctas >= 0, "sink_attention: negative prefill_ctas");
+    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(blocks), a.prefill_ctas, stream);
     return;
   }
   auto launch = [&](auto fp8) {

@@ -30,8 +30,14 @@
 // reduced over the quad at the end, so the sink counts exactly once.
 //
 // Registers: a consumer thread holds S (64 fp32), P (32 bf16x2), O (32 fp32); setmaxnreg moves the
-// producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 160 with three).
-// Shared memory: Q 16/24 KB + kStages x (K 16 KB + V 16 KB); one CTA per SM.
+// producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 32 vs 160 with three: all
+// the launch allocates; with 24 the producer's item loop spills a few bytes, as it does with two consumers).
+// Shared memory: two Q buffers of 16/24 KB + kStages x (K 16 KB + V 16 KB); one CTA per SM.
+//
+// Persistent grid: one CTA per SM loops over the work items (tile x KV head) with the producer running
+// ahead into the next item (its Q into the other buffer, its K/V tiles into the ring as stages free up):
+// a sliding window's item is only three 64-key tiles, so a CTA per item spent much of its life starting up
+// and filling the pipeline. ORCHID_PREFILL_PERSISTENT=0 launches one CTA per item instead.
 //
 // Napkin math (20b full layer, causal 32k): 8.8e12 FLOP; at 550 TFLOP/s 16 ms per layer. Per 128-key tile
 // and warpgroup: 2.1 MFLOP of MMA (512 tensor-core cycles at ~4096 FLOP/cycle/SM) and 8192 exp2 (512
@@ -40,6 +46,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/paged_kv.cuh"
@@ -73,14 +81,15 @@ struct Shape {
   static constexpr int kTileBytes = kBlockN * kHeadDim * 2;
   static constexpr int kRows = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kKOffset = kQBytes;  // from the 1024-aligned base
+  static constexpr int kQBytes = kRows * kHeadDim * 2;  // one of the two Q buffers
+  static constexpr int kKOffset = 2 * kQBytes;          // from the 1024-aligned base
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
-  static constexpr int kBarriers = 3 * kStages + 1;  // full K, full V, empty per stage; Q
+  static constexpr int kBarriers =
+      3 * kStages + 4;  // full K, full V, empty per stage; full, empty per Q buffer
   static constexpr int kSmemBytes = 1024 + kBarOffset + kBarriers * 8;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  static constexpr int kProducerRegs = 24;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;  // what the launch allocation leaves
 };
 
 template <int kConsumers, int kBlockN>
@@ -91,12 +100,52 @@ struct HopperPrefillMaps {
   CUtensorMap q, k, v;
 };
 
+// Work item w: the plan's tile w / Hkv under KV head w % Hkv, and the keys it reads.
+template <int kBlockN>
+struct PrefillItem {
+  int kvh, seq_idx, n_tok, p_first, kv_begin, kv_end, j_last, n_tiles;
+  int tok0;  // the tile's first token row of q / out
+
+  __device__ __forceinline__ static PrefillItem of(const PrefillParams& p, int w) {
+    PrefillItem it;
+    it.kvh = w % p.num_kv_heads;
+    const PrefillTile tile = p.tiles[w / p.num_kv_heads];
+    const AttnSeq seq = p.seqs[tile.seq];
+    it.seq_idx = tile.seq;
+    it.n_tok = min(p.tokens_per_tile, seq.num_q - tile.q0);
+    it.p_first = seq.start_pos + tile.q0;
+    it.kv_begin = p.window > 0 ? max(0, it.p_first - p.window + 1) : 0;
+    it.kv_end = it.p_first + it.n_tok;  // one past the last query's position
+    it.j_last = (it.kv_end - 1) / kBlockN;
+    it.n_tiles = it.j_last - it.kv_begin / kBlockN + 1;
+    it.tok0 = seq.q_start + tile.q0;
+    return it;
+  }
+  __device__ __forceinline__ int p_last() const { return kv_end - 1; }
+  __device__ __forceinline__ int j_first() const { return kv_begin / kBlockN; }
+};
+
+// The items of a persistent CTA: round r of the grid takes items [r * grid, (r + 1) * grid), CTA b the b-th
+// of them in even rounds and the b-th from the end in odd ones. The plan orders tiles heaviest first, so the
+// zig-zag evens out what the CTAs' rounds add up to (straight rounds would give CTA 0 the heaviest item
+// of every round). Only the last round can be short (some CTAs have no item there), so a CTA's items end
+// at its first round whose item is past the end; the grid is never larger than the item count.
+__device__ __forceinline__ int round_item(int r) {
+  const int grid = int(gridDim.x), b = int(blockIdx.x);
+  return r * grid + ((r & 1) ? grid - 1 - b : b);
+}
+
+// Persistent: the CTA serves the items of its rounds (round_item); with a grid of one CTA per item it is the
+// one-shot kernel. The producer runs ahead across
+// items: the next item's Q goes to the other Q buffer and its K/V tiles into the ring as stages free up, so
+// a short item (a sliding window's three tiles) no longer pays a CTA's start-up and pipeline fill.
 template <int kConsumers, int kBlockN>
 __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ CUtensorMap qmap,
-                          const __grid_constant__ CUtensorMap kmap,
-                          const __grid_constant__ CUtensorMap vmap) {
+                          const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
+                          int num_items) {
   using Sh = Shape<kConsumers, kBlockN>;
+  using Item = PrefillItem<kBlockN>;
   constexpr int kStages = Sh::kStages, kTileBytes = Sh::kTileBytes;
   constexpr int kNt = kBlockN / 8;   // n8 column tiles of S
   constexpr int kKs = kBlockN / 16;  // k16 steps of P V
@@ -107,25 +156,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   uint64_t* full_k = reinterpret_cast<uint64_t*>(smem + Sh::kBarOffset);
   uint64_t* full_v = full_k + kStages;
   uint64_t* empty = full_v + kStages;
-  uint64_t* q_full = empty + kStages;
+  uint64_t* q_full = empty + kStages;  // [2]
+  uint64_t* q_empty = q_full + 2;      // [2]
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-
-  const int kvh = blockIdx.x % p.num_kv_heads;
-  const PrefillTile tile = p.tiles[blockIdx.x / p.num_kv_heads];
-  const AttnSeq seq = p.seqs[tile.seq];
   const int G = p.group;
-  const int n_tok = min(p.tokens_per_tile, seq.num_q - tile.q0);
-  const int rows_valid = n_tok * G;
-  const int p_first = seq.start_pos + tile.q0;
-  const int p_last = p_first + n_tok - 1;
-  const int kv_begin = p.window > 0 ? max(0, p_first - p.window + 1) : 0;
-  const int kv_end = p_last + 1;
-  const int j_first = kv_begin / kBlockN;
-  const int j_last = (kv_end - 1) / kBlockN;
-  const int n_tiles = j_last - j_first + 1;
-  const size_t tok0 = size_t(seq.q_start) + size_t(tile.q0);
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -133,7 +169,10 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       mbar_init(&full_v[s], 1);
       mbar_init(&empty[s], kConsumers);
     }
-    mbar_init(q_full, 1);
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(&q_full[b], 1);
+      mbar_init(&q_empty[b], kConsumers);
+    }
     mbar_init_fence();
   }
   __syncthreads();
@@ -145,41 +184,50 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     setmaxnreg_dec<Sh::kProducerRegs>();
     if (tid >= 32) return;
     const int lane = tid;
-    if (lane == 0) {
-      mbar_arrive_expect_tx(q_full, uint32_t(G * p.tokens_per_tile * kHeadDim * 2));
-      tensor_copy_3d(smem, &qmap, 0, kvh * G, int(tok0), q_full);
-    }
-    const PagedKv kv =
-        PagedKv::of(p.seqs, tile.seq, p.page_table, p.table_kind, p.page_size_log2, p.num_kv_heads, kvh);
     const int ps_log2 = p.page_size_log2;
     const int box_rows = min(1 << ps_log2, kBlockN);
     const int boxes = kBlockN / box_rows;  // <= 16: pages of >= 8 tokens
     const uint32_t box_bytes = uint32_t(box_rows) * kHeadDim * 2;
-    // This lane's page of tile `it`, or -1 when the box is not copied (outside the range, or kNoPage).
-    auto box_page = [&](int it) {
-      const int t0 = (j_last - it) * kBlockN + lane * box_rows;
-      if (it >= n_tiles || lane >= boxes || t0 + box_rows <= kv_begin || t0 >= kv_end) return int32_t(-1);
-      return kv.table[t0 >> ps_log2];
-    };
-    int32_t page = box_page(0);
-    for (int it = 0; it < n_tiles; ++it) {
-      const int32_t next = box_page(it + 1);  // in flight while this tile waits for its stage
-      const int st = it % kStages;
-      const int t0 = (j_last - it) * kBlockN + lane * box_rows;
-      const unsigned copied = __ballot_sync(0xffffffffu, page >= 0);
+    int g = 0;  // K/V tiles this CTA has loaded, over all its items: tile g uses stage g % kStages
+    for (int k = 0; round_item(k) < num_items; ++k) {  // the CTA's item k uses Q buffer k % 2
+      const Item it = Item::of(p, round_item(k));
+      const int qb = k & 1;
       if (lane == 0) {
-        if (it >= kStages) mbar_wait(&empty[st], uint32_t((it / kStages - 1) & 1));
-        const uint32_t bytes = uint32_t(__popc(copied)) * box_bytes;
-        mbar_arrive_expect_tx(&full_k[st], bytes);
-        mbar_arrive_expect_tx(&full_v[st], bytes);
+        if (k >= 2) mbar_wait(&q_empty[qb], uint32_t(((k >> 1) - 1) & 1));  // item k - 2 is written out
+        mbar_arrive_expect_tx(&q_full[qb], uint32_t(G * p.tokens_per_tile * kHeadDim * 2));
+        tensor_copy_3d(smem + qb * Sh::kQBytes, &qmap, 0, it.kvh * G, it.tok0, &q_full[qb]);
       }
-      __syncwarp();
-      if (page >= 0) {
-        const int row = kv.row(page, t0);
-        tensor_copy_2d(smem + Sh::kKOffset + st * kTileBytes + lane * box_bytes, &kmap, 0, row, &full_k[st]);
-        tensor_copy_2d(smem + Sh::kVOffset + st * kTileBytes + lane * box_bytes, &vmap, 0, row, &full_v[st]);
+      const PagedKv kv =
+          PagedKv::of(p.seqs, it.seq_idx, p.page_table, p.table_kind, ps_log2, p.num_kv_heads, it.kvh);
+      // This lane's page of tile t, or -1 when the box is not copied (outside the range, or kNoPage).
+      auto box_page = [&](int t) {
+        const int t0 = (it.j_last - t) * kBlockN + lane * box_rows;
+        if (t >= it.n_tiles || lane >= boxes || t0 + box_rows <= it.kv_begin || t0 >= it.kv_end)
+          return int32_t(-1);
+        return kv.table[t0 >> ps_log2];
+      };
+      int32_t page = box_page(0);
+      for (int t = 0; t < it.n_tiles; ++t, ++g) {
+        const int32_t next = box_page(t + 1);  // in flight while this tile waits for its stage
+        const int st = g % kStages;
+        const int t0 = (it.j_last - t) * kBlockN + lane * box_rows;
+        const unsigned copied = __ballot_sync(0xffffffffu, page >= 0);
+        if (lane == 0) {
+          if (g >= kStages) mbar_wait(&empty[st], uint32_t((g / kStages - 1) & 1));
+          const uint32_t bytes = uint32_t(__popc(copied)) * box_bytes;
+          mbar_arrive_expect_tx(&full_k[st], bytes);
+          mbar_arrive_expect_tx(&full_v[st], bytes);
+        }
+        __syncwarp();
+        if (page >= 0) {
+          const int row = kv.row(page, t0);
+          tensor_copy_2d(smem + Sh::kKOffset + st * kTileBytes + lane * box_bytes, &kmap, 0, row,
+                         &full_k[st]);
+          tensor_copy_2d(smem + Sh::kVOffset + st * kTileBytes + lane * box_bytes, &vmap, 0, row,
+                         &full_v[st]);
+        }
+        page = next;
       }
-      page = next;
     }
     return;
   }
@@ -189,216 +237,254 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   const int cw = wg - 1;
   const int ctid = tid & 127;
   const int lane = tid & 31, warp_in = ctid >> 5;
-
-  int row_pos[2], row_lo[2];
-  float m_run[2], l_run[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
-    const int tok = min(r / G, n_tok - 1);  // padding rows borrow the last token's mask
-    const int pos = p_first + tok;
-    row_pos[h] = pos;
-    row_lo[h] = p.window > 0 ? pos - p.window + 1 : 0;
-    const int head = kvh * G + (r % G);
-    if (p.sinks != nullptr) {
-      m_run[h] = p.sinks[head] * kLog2e;
-      l_run[h] = (lane & 3) == 0 ? 1.0f : 0.0f;  // exp2(sink - m) = 1, held once per quad
-    } else {
-      m_run[h] = -INFINITY;
-      l_run[h] = 0.0f;
-    }
-  }
-  const uint32_t q_rows = base + uint32_t(cw * 64 * 128);
-
-  float s[kBlockN / 2];
-  uint32_t pf[kKs][4];
-  float o[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) o[i] = 0.0f;
-
-  auto issue_qk = [&](int st) {
-    const uint32_t kb = base + uint32_t(Sh::kKOffset + st * kTileBytes);
-    fence_operands(s);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const uint64_t da = smem_desc_sw128(q_rows + ks * 32, 16, 1024),
-                     db = smem_desc_sw128(kb + ks * 32, 16, 1024);
-      if constexpr (kBlockN == 128)
-        wgmma_m64n128k16_ss(s, da, db, ks > 0 ? 1 : 0);
-      else
-        wgmma_m64n64k16_ss(s, da, db, ks > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-  };
-  auto issue_pv = [&](int st) {
-    const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes);
-    fence_operands(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKs; ++kk)
-      wgmma_m64n64k16_rs<1>(o, pf[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
-    wgmma_commit();
-  };
-  // V rows of keys outside [kv_begin, kv_end) in tile j (stage st) set to zero, for this warpgroup's P V.
-  auto fix_edge_v = [&](int j, int st) {
-    const int k0 = j * kBlockN;
-    if (k0 >= kv_begin && k0 + kBlockN <= kv_end) return;
-    uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes;
-    for (int i = ctid; i < kBlockN * 8; i += 128) {
-      const int t = k0 + (i >> 3);
-      if (t < kv_begin || t >= kv_end) *reinterpret_cast<uint4*>(vb + i * 16) = make_uint4(0, 0, 0, 0);
-    }
-    fence_proxy_async_smem();
-    named_barrier_sync(1 + cw, 128);
-  };
-  // Mask, running max and probabilities of S (tile j) in place; alpha = rescale of the older state.
-  auto softmax = [&](int j, float(&alpha)[2], float(&rs)[2]) {
-    const int k0 = j * kBlockN;
-    const bool need_mask = (k0 + kBlockN - 1 > p_first) || (p.window > 0 && k0 < p_last - p.window + 1);
-    if (need_mask) {
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int t = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int h = e >> 1;
-          if (t > row_pos[h] || t < row_lo[h]) s[nt * 4 + e] = -INFINITY;
-        }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[h], mx * p.scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[h] = fast_exp2(m_run[h] - m_use);
-      m_run[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          const float pv = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
-          s[nt * 4 + e] = pv;
-          sum += pv;
-        }
-      }
-      rs[h] = sum;
-    }
-  };
-  auto pack_p = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < kKs; ++kk) {
-      pf[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-      pf[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pf[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pf[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
+  const int hq = p.num_q_heads;
 
   // Turns: the warpgroups issue their MMAs in a fixed order (0, 1, .., 0, ..), each after the previous one's
   // issue, so that one warpgroup's softmax runs while the others' MMAs hold the tensor cores instead of all
   // of them doing their exponentials at once. Warpgroup c waits on barrier kTurnBarrier + c, which its
-  // predecessor arrives on; every warpgroup has n_tiles + 1 issue events, and the last warpgroup's last
-  // arrival (for a turn nobody takes) is left out.
+  // predecessor arrives on; every warpgroup has n_tiles + 1 issue events an item, the chain runs on from
+  // one item to the next, and the last warpgroup's last arrival of the CTA (for a turn nobody takes) is
+  // left out.
   auto turn_wait = [&]() { named_barrier_sync(kTurnBarrier + cw, 256); };
-  auto turn_pass = [&](bool last_event) {
-    if (!(last_event && cw == kConsumers - 1))
+  auto turn_pass = [&](bool cta_last_event) {
+    if (!(cta_last_event && cw == kConsumers - 1))
       named_barrier_arrive(kTurnBarrier + (cw + 1) % kConsumers, 256);
   };
   if (cw == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
 
-  mbar_wait(q_full, 0);
-  mbar_wait(&full_k[0], 0);
-  turn_wait();
-  issue_qk(0);
-  turn_pass(false);
-  wgmma_wait<0>();
-  fence_operands(s);
-  {
-    float alpha[2], rs[2];
-    softmax(j_last, alpha, rs);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rs[h];  // O is still zero
-    pack_p();
-  }
-  for (int it = 1; it < n_tiles; ++it) {
-    const int st = it % kStages, prev = (it - 1) % kStages;
-    mbar_wait(&full_k[st], uint32_t((it / kStages) & 1));
-    turn_wait();
-    issue_qk(st);
-    mbar_wait(&full_v[prev], uint32_t(((it - 1) / kStages) & 1));
-    fix_edge_v(j_last - (it - 1), prev);
-    issue_pv(prev);
-    turn_pass(false);
-    wgmma_wait<1>();  // S of tile `it`; P V of the previous tile may still run
-    fence_operands(s);
-    float alpha[2], rs[2];
-    softmax(j_last - it, alpha, rs);
-    wgmma_wait<0>();
-    fence_operands(o);
-    if (ctid == 0) mbar_arrive(&empty[prev]);
+  int g0 = 0;  // the ring position of the item's first K/V tile (the producer's count)
+  for (int k = 0; round_item(k) < num_items; ++k) {  // the CTA's k-th item
+    const Item it = Item::of(p, round_item(k));
+    const bool cta_last_item = round_item(k + 1) >= num_items;
+    const int qb = k & 1;
+    const int rows_valid = it.n_tok * G;
+    const uint32_t q_rows = base + uint32_t(qb * Sh::kQBytes + cw * 64 * 128);
+    uint8_t* const q_buf = smem + qb * Sh::kQBytes;
+
+    int row_pos[2], row_lo[2];
+    float m_run[2], l_run[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      l_run[h] = l_run[h] * alpha[h] + rs[h];
-#pragma unroll
-      for (int dt = 0; dt < 8; ++dt) {
-        o[dt * 4 + 2 * h] *= alpha[h];
-        o[dt * 4 + 2 * h + 1] *= alpha[h];
+      const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+      const int tok = min(r / G, it.n_tok - 1);  // padding rows borrow the last token's mask
+      const int pos = it.p_first + tok;
+      row_pos[h] = pos;
+      row_lo[h] = p.window > 0 ? pos - p.window + 1 : 0;
+      const int head = it.kvh * G + (r % G);
+      if (p.sinks != nullptr) {
+        m_run[h] = p.sinks[head] * kLog2e;
+        l_run[h] = (lane & 3) == 0 ? 1.0f : 0.0f;  // exp2(sink - m) = 1, held once per quad
+      } else {
+        m_run[h] = -INFINITY;
+        l_run[h] = 0.0f;
       }
     }
-    pack_p();
-  }
-  {
-    const int last = (n_tiles - 1) % kStages;
-    mbar_wait(&full_v[last], uint32_t(((n_tiles - 1) / kStages) & 1));
-    turn_wait();
-    fix_edge_v(j_first, last);
-    issue_pv(last);
-    turn_pass(true);
-    wgmma_wait<0>();
-    fence_operands(o);
-  }
 
-  // Normalise; stage the warp's 16 rows in its own rows of the Q buffer (its warpgroup's QK^T has finished
-  // reading them), then whole-row 16-byte stores.
+    float s[kBlockN / 2];
+    uint32_t pf[kKs][4];
+    float o[32];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+
+    auto stage_of = [&](int t) { return (g0 + t) % kStages; };
+    auto phase_of = [&](int t) { return uint32_t(((g0 + t) / kStages) & 1); };
+    auto issue_qk = [&](int st) {
+      const uint32_t kb = base + uint32_t(Sh::kKOffset + st * kTileBytes);
+      fence_operands(s);
+      wgmma_fence();
 #pragma unroll
-    for (int dt = 0; dt < 8; ++dt)
-      *reinterpret_cast<uint32_t*>(smem + swz(r, dt) + (lane & 3) * 4) =
-          pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
-  }
-  __syncwarp();
-  const int hq = p.num_q_heads;
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t da = smem_desc_sw128(q_rows + ks * 32, 16, 1024),
+                       db = smem_desc_sw128(kb + ks * 32, 16, 1024);
+        if constexpr (kBlockN == 128)
+          wgmma_m64n128k16_ss(s, da, db, ks > 0 ? 1 : 0);
+        else
+          wgmma_m64n64k16_ss(s, da, db, ks > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+    };
+    auto issue_pv = [&](int st) {
+      const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes);
+      fence_operands(o);
+      wgmma_fence();
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
-    const int chunk = lane & 7;
-    if (r < rows_valid) {
-      const int tok = r / G;
-      const uint4 v = *reinterpret_cast<const uint4*>(smem + swz(r, chunk));
-      *reinterpret_cast<uint4*>(p.out + ((tok0 + tok) * hq + kvh * G + (r - tok * G)) * kHeadDim +
-                                chunk * 8) = v;
+      for (int kk = 0; kk < kKs; ++kk)
+        wgmma_m64n64k16_rs<1>(o, pf[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
+      wgmma_commit();
+    };
+    // V rows of keys outside [kv_begin, kv_end) in tile j (stage st) set to zero, for this warpgroup's P V.
+    auto fix_edge_v = [&](int j, int st) {
+      const int k0 = j * kBlockN;
+      if (k0 >= it.kv_begin && k0 + kBlockN <= it.kv_end) return;
+      uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes;
+      for (int i = ctid; i < kBlockN * 8; i += 128) {
+        const int t = k0 + (i >> 3);
+        if (t < it.kv_begin || t >= it.kv_end)
+          *reinterpret_cast<uint4*>(vb + i * 16) = make_uint4(0, 0, 0, 0);
+      }
+      fence_proxy_async_smem();
+      named_barrier_sync(1 + cw, 128);
+    };
+    // Mask, running max and probabilities of S (tile j) in place; alpha = rescale of the older state.
+    auto softmax = [&](int j, float(&alpha)[2], float(&rs)[2]) {
+      const int k0 = j * kBlockN;
+      const bool need_mask =
+          (k0 + kBlockN - 1 > it.p_first) || (p.window > 0 && k0 < it.p_last() - p.window + 1);
+      if (need_mask) {
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int t = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const int h = e >> 1;
+            if (t > row_pos[h] || t < row_lo[h]) s[nt * 4 + e] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[h], mx * p.scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[h] = fast_exp2(m_run[h] - m_use);
+        m_run[h] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            const float pv = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
+            s[nt * 4 + e] = pv;
+            sum += pv;
+          }
+        }
+        rs[h] = sum;
+      }
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < kKs; ++kk) {
+        pf[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        pf[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        pf[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        pf[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+
+    mbar_wait(&q_full[qb], uint32_t((k >> 1) & 1));
+    mbar_wait(&full_k[stage_of(0)], phase_of(0));
+    turn_wait();
+    issue_qk(stage_of(0));
+    turn_pass(false);
+    wgmma_wait<0>();
+    fence_operands(s);
+    {
+      float alpha[2], rs[2];
+      softmax(it.j_last, alpha, rs);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rs[h];  // O is still zero
+      pack_p();
     }
+    for (int t = 1; t < it.n_tiles; ++t) {
+      const int st = stage_of(t), prev = stage_of(t - 1);
+      mbar_wait(&full_k[st], phase_of(t));
+      turn_wait();
+      issue_qk(st);
+      mbar_wait(&full_v[prev], phase_of(t - 1));
+      fix_edge_v(it.j_last - (t - 1), prev);
+      issue_pv(prev);
+      turn_pass(false);
+      wgmma_wait<1>();  // S of tile t; P V of the previous tile may still run
+      fence_operands(s);
+      float alpha[2], rs[2];
+      softmax(it.j_last - t, alpha, rs);
+      wgmma_wait<0>();
+      fence_operands(o);
+      if (ctid == 0) mbar_arrive(&empty[prev]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[h] = l_run[h] * alpha[h] + rs[h];
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) {
+          o[dt * 4 + 2 * h] *= alpha[h];
+          o[dt * 4 + 2 * h + 1] *= alpha[h];
+        }
+      }
+      pack_p();
+    }
+    {
+      const int last = stage_of(it.n_tiles - 1);
+      mbar_wait(&full_v[last], phase_of(it.n_tiles - 1));
+      turn_wait();
+      fix_edge_v(it.j_first(), last);
+      issue_pv(last);
+      turn_pass(cta_last_item);
+      wgmma_wait<0>();
+      fence_operands(o);
+      if (ctid == 0) mbar_arrive(&empty[last]);  // the ring runs on into the next item
+    }
+
+    // Normalise; stage the warp's 16 rows in its own rows of the Q buffer (its warpgroup's QK^T has finished
+    // reading them), then whole-row 16-byte stores.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt)
+        *reinterpret_cast<uint32_t*>(q_buf + swz(r, dt) + (lane & 3) * 4) =
+            pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
+      const int chunk = lane & 7;
+      if (r < rows_valid) {
+        const int tok = r / G;
+        const uint4 v = *reinterpret_cast<const uint4*>(q_buf + swz(r, chunk));
+        *reinterpret_cast<uint4*>(
+            p.out + ((size_t(it.tok0) + tok) * hq + it.kvh * G + (r - tok * G)) * kHeadDim + chunk * 8) = v;
+      }
+    }
+    // The Q buffer back to the producer (item k + 2's queries), its generic-proxy accesses ordered before
+    // the tensor copy that will overwrite it.
+    fence_proxy_async_smem();
+    named_barrier_sync(1 + cw, 128);
+    if (ctid == 0) mbar_arrive(&q_empty[qb]);
+    g0 += it.n_tiles;
   }
 }
 
+// CTAs of the persistent grid: `ctas` when given, else one per SM (the kernel's shared memory allows no
+// more), or one per item with ORCHID_PREFILL_PERSISTENT=0 (the one-shot grid, for comparison).
+unsigned persistent_ctas(unsigned items, int ctas) {
+  static const bool persistent = [] {
+    const char* v = std::getenv("ORCHID_PREFILL_PERSISTENT");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (ctas > 0) return std::min(items, unsigned(ctas));
+  if (!persistent) return items;
+  int device = 0, sms = 0;
+  ORCHID_CUDA_CHECK(cudaGetDevice(&device));
+  ORCHID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::min(items, unsigned(std::max(sms, 1)));
+}
+
 template <int kConsumers, int kBlockN>
-void launch(const PrefillParams& p, const HopperPrefillMaps& maps, unsigned blocks, cudaStream_t stream) {
+void launch(const PrefillParams& p, const HopperPrefillMaps& maps, unsigned items, int ctas,
+            cudaStream_t stream) {
   using Sh = Shape<kConsumers, kBlockN>;
   auto kernel = prefill_hopper_kernel<kConsumers, kBlockN>;
   ensure_dynamic_smem<HopperKernelTag<kConsumers, kBlockN>>(kernel, Sh::kSmemBytes);
-  kernel<<<blocks, Sh::kThreads, Sh::kSmemBytes, stream>>>(p, maps.q, maps.k, maps.v);
+  kernel<<<persistent_ctas(items, ctas), Sh::kThreads, Sh::kSmemBytes, stream>>>(p, maps.q, maps.k, maps.v,
+                                                                                 int(items));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -410,8 +496,8 @@ int hopper_prefill_consumers(int group, int tokens_per_tile) {
   return 0;
 }
 
-void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned blocks,
-                           cudaStream_t stream) {
+void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned items,
+                           int ctas, cudaStream_t stream) {
   const int consumers = hopper_prefill_consumers(p.group, p.tokens_per_tile);
   ORCHID_KERNEL_REQUIRE(consumers != 0, "sink_attention: plan built for another prefill tile shape");
   const int block_n = p.window > 0 && p.window <= 256 ? 64 : 128;
@@ -432,9 +518,9 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
   m.v = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v_pool, dims, strides, box,
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the V pool");
   if (consumers == 2)
-    block_n == 128 ? launch<2, 128>(p, m, blocks, stream) : launch<2, 64>(p, m, blocks, stream);
+    block_n == 128 ? launch<2, 128>(p, m, items, ctas, stream) : launch<2, 64>(p, m, items, ctas, stream);
   else
-    block_n == 128 ? launch<3, 128>(p, m, blocks, stream) : launch<3, 64>(p, m, blocks, stream);
+    block_n == 128 ? launch<3, 128>(p, m, items, ctas, stream) : launch<3, 64>(p, m, items, ctas, stream);
 }
 
 }  // namespace orchid::kernels::attention::detail

@@ -34,9 +34,9 @@ struct PrefillParams {
 // The Hopper kernel (prefill_attention_sm90.cu). Consumer warpgroups of the Hopper kernel for a plan's tile
 // shape (2 for 128-row tiles, 3 for 192), 0 when the shape is neither.
 int hopper_prefill_consumers(int group, int tokens_per_tile);
-// q is [num_token_rows][Hq][64], each pool num_pages pages. `blocks` = tiles x KV heads, validated by the
-// caller, as is page_size >= 8.
-void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned blocks,
-                           cudaStream_t stream);
+// q is [num_token_rows][Hq][64], each pool num_pages pages. `items` = tiles x KV heads, validated by the
+// caller, as is page_size >= 8; `ctas` > 0: that many persistent CTAs (0: prefill_attention_sm90.cu's rule).
+void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned items,
+                           int ctas, cudaStream_t stream);
 
 }  // namespace orchid::kernels::attention::detail

@@ -55,6 +55,10 @@ struct SinkAttentionArgs {
   // arrivals in the plan's decode_arrivals), instead of a merge kernel after the decode kernel. The same
   // arithmetic in the same order; one launch fewer per layer where decodes are split (small batches).
   bool merge_in_last_split = false;
+  // The Hopper prefill kernel's persistent CTAs, each looping over work items (tile x KV head): 0 = one per
+  // SM (or one per item with ORCHID_PREFILL_PERSISTENT=0). Tests take a few, so that every CTA serves many
+  // items of different lengths.
+  int prefill_ctas = 0;
 };
 
 // ORCHID_DECODE_MERGE=last-split sets SinkAttentionArgs::merge_in_last_split for the runtime's launches
