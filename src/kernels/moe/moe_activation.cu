@@ -9,6 +9,8 @@
 #include "kernels/common/quant.cuh"
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/swiglu.cuh"
+#include "kernels/norm/rmsnorm.h"
+#include "kernels/norm/rmsnorm_row.cuh"
 
 namespace orchid::kernels {
 namespace {
@@ -120,21 +122,17 @@ __global__ void swiglu_fp8_kernel(const __nv_bfloat16* __restrict__ u, const __n
   if (lane == 0) z_scale[r * groups + g] = s.scale;
 }
 
-// One block per token; each thread owns 8 consecutive hidden columns per step.
-// One thread per 8 columns of a token: the k (row, expert, weight) triples are read first, then all 2k
-// 16-byte loads are in flight together (a decode token's combine is one round trip, not k), then the sum in
-// the fixed order j = 0..k-1.
-constexpr int kCombineThreads = 64;
-__global__ void __launch_bounds__(kCombineThreads)
-    combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
-                   const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
-                   const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
-                   float* __restrict__ x) {
-  pdl_wait();               // programmatic dependent launch (kernels/common/pdl.cuh)
-  constexpr int kMaxK = 8;  // kMoeMaxTopK
-  const int64_t t = blockIdx.x;
-  const int v = blockIdx.y * kCombineThreads + threadIdx.x;
-  if (v >= hidden / 8) return;
+// x[t, 8v .. 8v+7] (+)= the weighted sum of the token's k expert rows there: the k (row, expert, weight)
+// triples are read first, then all 2k 16-byte loads are in flight together (a decode token's combine is one
+// round trip, not k), then the sum in the fixed order j = 0..k-1. Returns the 8 values written.
+constexpr int kMaxK = 8;  // kMoeMaxTopK
+__device__ __forceinline__ void combine_chunk(const __nv_bfloat16* __restrict__ y,
+                                              const __nv_bfloat16* __restrict__ b2,
+                                              const int* __restrict__ topk_idx,
+                                              const float* __restrict__ topk_w,
+                                              const int* __restrict__ slot_row, int top_k, int hidden,
+                                              int expert_begin, bool store, float* __restrict__ x, int64_t t,
+                                              int v, float (&out)[8]) {
   int64_t row[kMaxK], e[kMaxK];
   float w[kMaxK];
 #pragma unroll
@@ -172,8 +170,42 @@ __global__ void __launch_bounds__(kCombineThreads)
       }
     }
   }
-  xp[0] = make_float4(x0.x + acc[0], x0.y + acc[1], x0.z + acc[2], x0.w + acc[3]);
-  xp[1] = make_float4(x1.x + acc[4], x1.y + acc[5], x1.z + acc[6], x1.w + acc[7]);
+  out[0] = x0.x + acc[0], out[1] = x0.y + acc[1], out[2] = x0.z + acc[2], out[3] = x0.w + acc[3];
+  out[4] = x1.x + acc[4], out[5] = x1.y + acc[5], out[6] = x1.z + acc[6], out[7] = x1.w + acc[7];
+  xp[0] = make_float4(out[0], out[1], out[2], out[3]);
+  xp[1] = make_float4(out[4], out[5], out[6], out[7]);
+}
+
+// One thread per 8 columns of a token.
+constexpr int kCombineThreads = 64;
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
+                   const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
+                   const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
+                   float* __restrict__ x) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  const int v = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (v >= hidden / 8) return;
+  float out[8];
+  combine_chunk(y, b2, topk_idx, topk_w, slot_row, top_k, hidden, expert_begin, store, x, blockIdx.x, v, out);
+}
+
+// The combine of a token and the next layer's input RMSNorm of the residual it writes: one block per token,
+// a thread per 8 columns (every load of the token in flight at once, as in combine_kernel), the norm by
+// rmsnorm_row.cuh. One launch and one read of the residual fewer than the two kernels; the residual's bits
+// are the combine's, the norm's sum of squares runs in another order than rmsnorm_residual's 96-thread one.
+constexpr int kCombineNormMaxThreads = 1024;  // hidden <= 8192 (larger: the two kernels)
+__global__ void __launch_bounds__(kCombineNormMaxThreads)
+    combine_norm_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
+                        const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
+                        const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x,
+                        const float* __restrict__ gamma, float eps, __nv_bfloat16* __restrict__ out) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  float v[1][8];
+  if (int(threadIdx.x) < (hidden >> 3))
+    combine_chunk(y, b2, topk_idx, topk_w, slot_row, top_k, hidden, 0, false, x, blockIdx.x, threadIdx.x,
+                  v[0]);
+  norm::detail::rmsnorm_row<1>(v, hidden, gamma, eps, out + size_t(blockIdx.x) * size_t(hidden), nullptr);
 }
 
 int grid_for(int64_t items, int threads) {
@@ -234,6 +266,25 @@ void moe_combine(const void* y, const void* b2, const int* topk_idx, const float
   launch_pdl(combine_kernel, dim3(grid), dim3(kCombineThreads), 0, stream,
              static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
              slot_row, top_k, hidden, expert_begin, store, x);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine_norm(const void* y, const void* b2, const int* topk_idx, const float* topk_w,
+                      const int* slot_row, int num_tokens, int top_k, int hidden, float* x,
+                      const float* gamma, float eps, void* out, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine_norm: hidden must be a multiple of 8");
+  if (num_tokens <= 0) return;
+  ORCHID_KERNEL_REQUIRE(top_k >= 1 && top_k <= 8, "moe_combine_norm: top_k must be in [1, 8]");
+  if (hidden / 8 > kCombineNormMaxThreads) {
+    moe_combine(y, b2, topk_idx, topk_w, slot_row, num_tokens, top_k, hidden, x, stream);
+    norm::rmsnorm_residual(x, nullptr, gamma, static_cast<__nv_bfloat16*>(out), num_tokens, hidden, eps,
+                           stream);
+    return;
+  }
+  const int threads = (hidden / 8 + 31) / 32 * 32;
+  launch_pdl(combine_norm_kernel, dim3(unsigned(num_tokens)), dim3(threads), 0, stream,
+             static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
+             slot_row, top_k, hidden, x, gamma, eps, static_cast<__nv_bfloat16*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

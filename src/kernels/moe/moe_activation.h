@@ -48,4 +48,12 @@ void moe_combine(const void* y, const void* b2, const int* topk_idx, const float
                  int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream, int expert_begin = 0,
                  bool store = false);
 
+// moe_combine (all experts on this rank, x += the sum) followed by the next layer's input RMSNorm of x:
+// out[t, :] = bf16((x[t, :] * rsqrt(mean(x[t, :]^2) + eps)) * gamma), in one launch (hidden <= 8192; above,
+// the two kernels). x gets moe_combine's bits; out those of norm::rmsnorm_residual(x, nullptr, gamma, out)
+// up to the order of the sum of squares. gamma fp32 [hidden], out bf16.
+void moe_combine_norm(const void* y, const void* b2, const int* topk_idx, const float* topk_w,
+                      const int* slot_row, int num_tokens, int top_k, int hidden, float* x,
+                      const float* gamma, float eps, void* out, cudaStream_t stream);
+
 }  // namespace orchid::kernels

@@ -100,13 +100,22 @@ struct MoeBuffers {
 size_t moe_workspace_bytes(const MoeConfig& cfg);
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 256-byte aligned
 
+// The next layer's input RMSNorm, done by the combine as it writes the residual (moe_combine_norm): gamma
+// fp32 [H], out bf16 [T, H] (may be h: the experts have read it by then).
+struct MoeNextNorm {
+  const float* gamma = nullptr;
+  void* out = nullptr;
+  float eps = 0.0f;
+};
+
 // h: bf16 [T, H]; x: fp32 [T, H], updated in place (kAddToResidual) or overwritten with this rank's part.
 // router_gemm serves the router projection (its own cuBLASLt workspace). 1 <= num_tokens <= cfg.max_tokens.
 // split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
 // 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
-// 4th and 5th expert resolve as in fp32), the experts read hi alone.
+// 4th and 5th expert resolve as in fp32), the experts read hi alone. next_norm (kAddToResidual only):
+// also the next layer's input norm of the updated x.
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
-                 MoeOutput output = MoeOutput::kAddToResidual);
+                 MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr);
 
 }  // namespace orchid::kernels

@@ -10,26 +10,14 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/norm/rmsnorm_row.cuh"
 
 namespace orchid::kernels::norm {
 namespace {
 
-constexpr int kMaxChunks = 4;
-constexpr int kMaxThreads = 1024;
-
-__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+using detail::bf16x8_to_float;
+using detail::kMaxChunks;
+using detail::kMaxThreads;
 
 // Eight delta elements as floats: bf16 (one 16-byte load) or fp32 (two).
 __device__ __forceinline__ void load_delta8(const __nv_bfloat16* d, int idx, float (&f)[8]) {
@@ -51,7 +39,6 @@ __global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const Delt
   const size_t row_off = size_t(blockIdx.x) * size_t(hidden);
   float* res = residual + row_off;
   float v[kMaxChunks][8];
-  float ss = 0.0f;
 #pragma unroll
   for (int c = 0; c < kMaxChunks; ++c) {
     const int idx = threadIdx.x + c * blockDim.x;
@@ -68,49 +55,10 @@ __global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const Delt
         reinterpret_cast<float4*>(res)[2 * idx] = make_float4(v[c][0], v[c][1], v[c][2], v[c][3]);
         reinterpret_cast<float4*>(res)[2 * idx + 1] = make_float4(v[c][4], v[c][5], v[c][6], v[c][7]);
       }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) ss = fmaf(v[c][e], v[c][e], ss);
     }
   }
-  // Block sum of squares: warp shuffles, then one value per warp through shared memory.
-  __shared__ float warp_sums[kMaxThreads / 32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) warp_sums[warp] = ss;
-  __syncthreads();
-  const int n_warps = blockDim.x >> 5;
-  float total = lane < n_warps ? warp_sums[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-  const float r = rsqrtf(total / float(hidden) + eps);
-
-#pragma unroll
-  for (int c = 0; c < kMaxChunks; ++c) {
-    const int idx = threadIdx.x + c * blockDim.x;
-    if (idx < n_chunks) {
-      const float4 ga = reinterpret_cast<const float4*>(gamma)[2 * idx];
-      const float4 gb = reinterpret_cast<const float4*>(gamma)[2 * idx + 1];
-      const float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
-      float y[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(__fmul_rn(v[c][e], r), g[e]);
-      uint4 o;
-      o.x = pack2(y[0], y[1]);
-      o.y = pack2(y[2], y[3]);
-      o.z = pack2(y[4], y[5]);
-      o.w = pack2(y[6], y[7]);
-      reinterpret_cast<uint4*>(out + row_off)[idx] = o;
-      if (out_lo != nullptr) {
-        float r8[8];
-        bf16x8_to_float(o, r8);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) r8[e] = __fsub_rn(y[e], r8[e]);  // exact (Sterbenz)
-        reinterpret_cast<uint4*>(out_lo + row_off)[idx] =
-            make_uint4(pack2(r8[0], r8[1]), pack2(r8[2], r8[3]), pack2(r8[4], r8[5]), pack2(r8[6], r8[7]));
-      }
-    }
-  }
+  detail::rmsnorm_row<kMaxChunks>(v, hidden, gamma, eps, out + row_off,
+                                  out_lo != nullptr ? out_lo + row_off : nullptr);
 }
 
 template <typename DeltaT>
@@ -124,9 +72,7 @@ void launch(float* residual, const DeltaT* delta, const float* gamma, __nv_bfloa
       aligned(residual) && aligned(delta) && aligned(gamma) && aligned(out) && aligned(out_lo),
       "rmsnorm: pointers must be 16-byte aligned");
   if (rows == 0) return;
-  const int n_chunks = int(hidden / 8);
-  const int per_thread = (n_chunks + kMaxChunks - 1) / kMaxChunks;
-  const int threads = ((per_thread + 31) / 32) * 32;
+  const int threads = detail::row_threads(hidden);
   launch_pdl(rmsnorm_residual_kernel<DeltaT>, dim3(unsigned(rows)), dim3(threads), 0, stream, residual, delta,
              gamma, out, out_lo, int(hidden), eps);
   ORCHID_CUDA_CHECK_LAUNCH();

@@ -640,21 +640,28 @@ void CudaRank::run_layers(const StepMeta& m, int64_t T) {
       if (ids[i] == at)
         kernels::eagle3::f32_to_bf16_cols(x_, T, H, head_->aux(), 3 * H, int64_t(i) * H, stream_);
   };
+  // Each layer's MoE combine also does the next layer's input norm where both are plain layers (not the
+  // precise one) and the experts all live on this rank: one launch and one pass over x fewer a layer.
+  bool normed = false;
   for (int64_t l = 0; l < L; ++l) {
     capture(l);
-    layer(l, m, T);
+    const bool fuse = l + 1 < L && l + 1 != precise_layer_;
+    normed = layer(l, m, T, normed, fuse ? weights_.layers[size_t(l + 1)].input_norm : nullptr);
   }
   capture(L);
 }
 
-void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
-  if (l == precise_layer_) return precise_layer(l, m, T);
+bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed, const float* next_norm) {
+  if (l == precise_layer_) {
+    precise_layer(l, m, T);
+    return false;
+  }
   const auto& c = local_;
   const int64_t H = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
   const DeviceLayer& L = weights_.layers[size_t(l)];
   const bool sliding = c.is_sliding(l);
-  kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
+  if (!input_normed) kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
   kernels::DenseGemmArgs g;
   g.m = int(T);
   g.n = int(c.q_dim() + 2 * c.kv_dim());
@@ -722,21 +729,27 @@ void CudaRank::layer(int64_t l, const StepMeta& m, int64_t T) {
       kernels::norm::rmsnorm_residual_f32(x_, o_f32_, L.post_norm, h_, T, H, eps, stream_);
     }
   }
-  moe(l, T, opts_.precise_routing);
+  return moe(l, T, opts_.precise_routing, next_norm);
 }
 
 // The MoE block: into the residual stream directly, or (expert parallelism) this rank's part, summed over
 // the EP group, then added.
-void CudaRank::moe(int64_t l, int64_t T, bool split_input) {
+bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_norm) {
   const DeviceLayer& L = weights_.layers[size_t(l)];
   if (ep_->size() == 1) {
-    kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, split_input);
-    return;
+    kernels::MoeNextNorm nn;
+    nn.gamma = next_norm;
+    nn.out = h_;
+    nn.eps = float(local_.rms_norm_eps);
+    kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, split_input,
+                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr);
+    return next_norm != nullptr;
   }
   kernels::moe_forward(moe_cfg_, L.moe, h_, moe_part_, int(T), *gemm_, moe_ws_, stream_, split_input,
                        kernels::MoeOutput::kStorePart);
   ep_->all_reduce_sum(moe_part_, size_t(T * config_.hidden_size), stream_);
   kernels::ops::add_f32(x_, moe_part_, T * config_.hidden_size, stream_);
+  return false;
 }
 
 // The same layer with its attention block above BF16: every activation BF16 would round is fp32, or two

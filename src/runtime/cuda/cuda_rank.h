@@ -149,9 +149,12 @@ class CudaRank {
   kernels::attention::PlanOptions make_plan_options() const;  // once, at construction
   // Every layer on the step's T rows; with a head, the residual stream at its aux layers goes to its aux().
   void run_layers(const StepMeta& m, int64_t T);
-  void layer(int64_t l, const StepMeta& m, int64_t T);
+  // One layer. input_normed: h_ already holds this layer's input norm of x_ (the layer before did it in
+  // its MoE combine); next_norm: the next layer's input norm to do so (null: none). Returns whether it did.
+  bool layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed = false,
+             const float* next_norm = nullptr);
   void precise_layer(int64_t l, const StepMeta& m, int64_t T);
-  void moe(int64_t l, int64_t T, bool split_input);
+  bool moe(int64_t l, int64_t T, bool split_input, const float* next_norm = nullptr);
   void compute_logits(const int32_t* d_rows, int64_t rows);
   // Decode of T token rows (one or 1 + k per sequence, every one sampled): embedding, every layer, logits,
   // then (rank 0) the arg-max or the GPU sampler over the uploaded parameters; what a graph captures.

@@ -10,6 +10,7 @@
 
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
+#include "kernels/norm/rmsnorm.h"
 
 namespace orchid::kernels {
 namespace {
@@ -194,6 +195,60 @@ TEST_P(ActivationTest, CombineWeightedInOrder) {
         std::memcpy(b.data(), first.data(), first.size() * 4);
         return b;
       }()));
+}
+
+// The combine with the next layer's input norm against the combine, then rmsnorm_residual of the updated
+// residual: the residual's bits equal, the norm output within one bf16 rounding (the sum of squares runs in
+// another order), and nearly all of it equal.
+TEST_P(ActivationTest, CombineWithNextNormMatchesTheTwoKernels) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const int T = GetParam(), E = 32, K = 4, H = 2880, M = T * K;
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("combine_norm_t", T).c_str()));
+  std::vector<int> idx;
+  std::vector<float> w;
+  const auto p = random_routing(rng, T, E, K, &idx, &w);
+  auto y = orchid::testing::random_bf16(rng, size_t(M) * H, 1.0f);
+  auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.3f);
+  std::vector<float> x(size_t(T) * H), gamma(H);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : gamma) v = 1.0f + 0.2f * nd(rng);
+  DeviceBuffer<uint16_t> dy, db, h_two(size_t(T) * H), h_one(size_t(T) * H);
+  DeviceBuffer<int> didx, dsr;
+  DeviceBuffer<float> dw, x_two, x_one, dg;
+  dy.upload(y);
+  db.upload(b2);
+  didx.upload(idx);
+  dsr.upload(p.slot_row);
+  dw.upload(w);
+  dg.upload(gamma);
+  x_two.upload(x);
+  x_one.upload(x);
+  const float eps = 1e-5f;
+  moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, x_two.get(), nullptr);
+  norm::rmsnorm_residual(x_two.get(), nullptr, dg.get(), reinterpret_cast<__nv_bfloat16*>(h_two.get()), T, H,
+                         eps, nullptr);
+  moe_combine_norm(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, x_one.get(), dg.get(), eps,
+                   h_one.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const auto xa = x_two.download(), xb = x_one.download();
+  std::vector<uint32_t> xa_bits(xa.size()), xb_bits(xb.size());
+  std::memcpy(xa_bits.data(), xa.data(), xa.size() * 4);
+  std::memcpy(xb_bits.data(), xb.data(), xb.size() * 4);
+  EXPECT_TRUE(orchid::testing::check_exact("combine + norm: residual", xb_bits, xa_bits));
+  const auto ha = h_two.download(), hb = h_one.download();
+  size_t differ = 0, far = 0;
+  for (size_t i = 0; i < ha.size(); ++i) {
+    if (ha[i] == hb[i]) continue;
+    ++differ;
+    const float a = bf16_to_float(ha[i]), b = bf16_to_float(hb[i]);
+    if (std::abs(a - b) > std::abs(a) * (1.0f / 128.0f)) ++far;  // more than one bf16 step apart
+  }
+  std::printf(
+      "[check] combine + norm output: %zu of %zu differ from the two kernels', %zu by more than a step\n",
+      differ, ha.size(), far);
+  EXPECT_EQ(far, 0u);
+  EXPECT_LE(double(differ), 1e-3 * double(ha.size()) + 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokens, ActivationTest, ::testing::Values(1, 7, 129),
