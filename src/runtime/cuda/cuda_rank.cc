@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <span>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/attention/kv_layout.h"
@@ -641,11 +643,16 @@ void CudaRank::run_layers(const StepMeta& m, int64_t T) {
         kernels::eagle3::f32_to_bf16_cols(x_, T, H, head_->aux(), 3 * H, int64_t(i) * H, stream_);
   };
   // Each layer's MoE combine also does the next layer's input norm where both are plain layers (not the
-  // precise one) and the experts all live on this rank: one launch and one pass over x fewer a layer.
+  // precise one) and the experts all live on this rank: one launch and one pass over x fewer a layer
+  // (ORCHID_COMBINE_NORM=0: separate kernels, for comparison).
+  static const bool fuse_norms = [] {
+    const char* v = std::getenv("ORCHID_COMBINE_NORM");
+    return v == nullptr || std::string(v) != "0";
+  }();
   bool normed = false;
   for (int64_t l = 0; l < L; ++l) {
     capture(l);
-    const bool fuse = l + 1 < L && l + 1 != precise_layer_;
+    const bool fuse = fuse_norms && l + 1 < L && l + 1 != precise_layer_;
     normed = layer(l, m, T, normed, fuse ? weights_.layers[size_t(l + 1)].input_norm : nullptr);
   }
   capture(L);
