@@ -105,6 +105,14 @@ for merge in kernel last-split; do
   bench "bench-decode-20b-merge-$merge" env ORCHID_DECODE_MERGE=$merge "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,4,8,16 --steps 32
 done
+# Decode steps with cuBLASLt's algorithm timed at first use (the default) and the heuristic's first
+# (ORCHID_GEMM_ALGO=heuristic); with the MoE combine doing the next layer's input norm (the default) and apart
+# (ORCHID_COMBINE_NORM=0).
+for v in "gemm-timed ORCHID_GEMM_ALGO=timed" "gemm-heuristic ORCHID_GEMM_ALGO=heuristic" \
+    "combine-norm-fused ORCHID_COMBINE_NORM=1" "combine-norm-apart ORCHID_COMBINE_NORM=0"; do
+  bench "bench-decode-20b-${v%% *}" env "${v#* }" "$bin" bench decode synthetic:20b --weights mxfp4 \
+    --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
+done
 # The Hopper prefill kernel on its persistent grid (the default: one CTA per SM looping over the work items)
 # and on one CTA per item (ORCHID_PREFILL_PERSISTENT=0).
 for grid in persistent one-shot; do
