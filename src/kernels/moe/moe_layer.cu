@@ -203,10 +203,10 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.offsets = b.routing.offsets;
     g.tiles = b.tiles;
     g.max_tiles = mxfp4_tiled_max_tiles(M, E, path.tile_tokens);
-    mxfp4_tiled_plan(b.routing.offsets, E, g.tile_tokens, b.tiles, g.max_tiles, stream);  // both GEMMs
-    // The permuted rows gathered once (the hi rows of a split input), so that the GEMM copies a tile's
-    // token rows as tensor boxes.
-    mxfp4_tiled_activation(h, M, H, b.x_tiled, stream, b.routing.row_token);
+    // The work list (both GEMMs), and the permuted rows gathered once (the hi rows of a split input) so
+    // that the GEMM copies a tile's token rows as tensor boxes: one launch.
+    mxfp4_tiled_prepare(h, M, H, b.x_tiled, b.routing.row_token, b.routing.offsets, E, g.tile_tokens, b.tiles,
+                        g.max_tiles, stream);
     g.n = 2 * I;
     g.k = H;
     g.blocks = static_cast<const uint8_t*>(w.w1);

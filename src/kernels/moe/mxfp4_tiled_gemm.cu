@@ -394,22 +394,22 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   }
 }
 
-// One block: per-expert tile counts, an exclusive scan in shared memory, then every thread fills entries
-// (binary search for the expert of each entry).
-__global__ void __launch_bounds__(kMoeMaxExperts)
-    tiled_plan_kernel(const int* __restrict__ offsets, int E, int tile_tokens, int2* __restrict__ tiles,
-                      int max_tiles) {
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+// The work list by one block of at least kMoeMaxExperts threads: per-expert tile counts, an exclusive scan in
+// shared memory, then every thread fills entries (binary search for the expert of each entry).
+__device__ __forceinline__ void tiled_plan_block(const int* __restrict__ offsets, int E, int tile_tokens,
+                                                 int2* __restrict__ tiles, int max_tiles) {
   __shared__ int start[kMoeMaxExperts + 1];
   const int e = threadIdx.x;
-  const int cnt = e < E ? (offsets[e + 1] - offsets[e] + tile_tokens - 1) / tile_tokens : 0;
-  start[e + 1] = cnt;
-  if (e == 0) start[0] = 0;
+  const bool mine = e < kMoeMaxExperts;
+  if (mine) {
+    start[e + 1] = e < E ? (offsets[e + 1] - offsets[e] + tile_tokens - 1) / tile_tokens : 0;
+    if (e == 0) start[0] = 0;
+  }
   __syncthreads();
   for (int d = 1; d < kMoeMaxExperts; d *= 2) {  // inclusive scan of start[1..]
-    const int v = e >= d ? start[e + 1 - d] : 0;
+    const int v = mine && e >= d ? start[e + 1 - d] : 0;
     __syncthreads();
-    start[e + 1] += v;
+    if (mine) start[e + 1] += v;
     __syncthreads();
   }
   const int total = start[E];
@@ -430,14 +430,21 @@ __global__ void __launch_bounds__(kMoeMaxExperts)
   }
 }
 
-// One thread per MX block of a row (32 bf16, four 16-byte loads and stores). Output 16-byte group 2s + h,
-// word t = elements 8t + 2s + h (low half) and 8t + 4 + 2s + h (high half): words s and 2 + s of input
-// group t, their half h.
-__global__ void tiled_activation_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map,
-                                        int blocks_per_row, int64_t blocks, uint4* __restrict__ out) {
+__global__ void __launch_bounds__(kMoeMaxExperts)
+    tiled_plan_kernel(const int* __restrict__ offsets, int E, int tile_tokens, int2* __restrict__ tiles,
+                      int max_tiles) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < blocks;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  tiled_plan_block(offsets, E, tile_tokens, tiles, max_tiles);
+}
+
+// MX blocks first, first + stride, ... of the gathered rows: one per thread (32 bf16, four 16-byte loads and
+// stores). Output 16-byte group 2s + h, word t = elements 8t + 2s + h (low half) and 8t + 4 + 2s + h (high
+// half): words s and 2 + s of input group t, their half h.
+__device__ __forceinline__ void tiled_activation_blocks(const uint4* __restrict__ x,
+                                                        const int* __restrict__ row_map, int blocks_per_row,
+                                                        int64_t blocks, uint4* __restrict__ out,
+                                                        int64_t first, int64_t stride) {
+  for (int64_t i = first; i < blocks; i += stride) {
     int64_t src = i;
     if (row_map) {
       const int64_t r = i / blocks_per_row;
@@ -462,6 +469,32 @@ __global__ void tiled_activation_kernel(const uint4* __restrict__ x, const int* 
                        __byte_perm(w[2][s], w[2][2 + s], sel), __byte_perm(w[3][s], w[3][2 + s], sel));
       }
   }
+}
+
+constexpr int kActivationThreads = 256;
+__global__ void __launch_bounds__(kActivationThreads)
+    tiled_activation_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map, int blocks_per_row,
+                            int64_t blocks, uint4* __restrict__ out) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  tiled_activation_blocks(x, row_map, blocks_per_row, blocks, out,
+                          blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
+}
+
+// Both in one launch (a layer's tiled path needs both before its first GEMM): block 0 plans, the others
+// gather.
+__global__ void __launch_bounds__(kActivationThreads)
+    tiled_prepare_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map, int blocks_per_row,
+                         int64_t blocks, uint4* __restrict__ out, const int* __restrict__ offsets, int E,
+                         int tile_tokens, int2* __restrict__ tiles, int max_tiles) {
+  static_assert(kActivationThreads >= kMoeMaxExperts, "the plan takes a thread per expert");
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  if (blockIdx.x == 0) {
+    tiled_plan_block(offsets, E, tile_tokens, tiles, max_tiles);
+    return;
+  }
+  tiled_activation_blocks(x, row_map, blocks_per_row, blocks, out,
+                          (blockIdx.x - 1) * int64_t(blockDim.x) + threadIdx.x,
+                          int64_t(gridDim.x - 1) * blockDim.x);
 }
 
 template <class Sh, int kNT, bool kSwiglu>
@@ -552,9 +585,25 @@ void mxfp4_tiled_activation(const void* x, int rows, int k, void* out, cudaStrea
   ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_tiled_activation: k must be a multiple of 32");
   const int64_t blocks = int64_t(rows) * (k / 32);
   if (blocks == 0) return;
-  const int ctas = int(std::min<int64_t>((blocks + 255) / 256, 4 * device_info().sm_count));
-  launch_pdl(tiled_activation_kernel, dim3(ctas), dim3(256), 0, stream, static_cast<const uint4*>(x), row_map,
-             k / 32, blocks, static_cast<uint4*>(out));
+  const int ctas = int(
+      std::min<int64_t>((blocks + kActivationThreads - 1) / kActivationThreads, 4 * device_info().sm_count));
+  launch_pdl(tiled_activation_kernel, dim3(ctas), dim3(kActivationThreads), 0, stream,
+             static_cast<const uint4*>(x), row_map, k / 32, blocks, static_cast<uint4*>(out));
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp4_tiled_prepare(const void* x, int rows, int k, void* out, const int* row_map, const int* offsets,
+                         int num_experts, int tile_tokens, int* tiles, int max_tiles, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_tiled_prepare: k must be a multiple of 32");
+  ORCHID_KERNEL_REQUIRE(num_experts >= 1 && num_experts <= kMoeMaxExperts,
+                        "mxfp4_tiled_prepare: expert count out of range");
+  ORCHID_KERNEL_REQUIRE(tile_tokens > 0 && offsets && tiles, "mxfp4_tiled_prepare: bad arguments");
+  const int64_t blocks = int64_t(rows) * (k / 32);
+  const int ctas = 1 + int(std::min<int64_t>((blocks + kActivationThreads - 1) / kActivationThreads,
+                                             4 * device_info().sm_count));
+  launch_pdl(tiled_prepare_kernel, dim3(ctas), dim3(kActivationThreads), 0, stream,
+             static_cast<const uint4*>(x), row_map, k / 32, blocks, static_cast<uint4*>(out), offsets,
+             num_experts, tile_tokens, reinterpret_cast<int2*>(tiles), max_tiles);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -53,6 +53,11 @@ constexpr int mxfp4_tiled_pos(int e) {
 void mxfp4_tiled_activation(const void* x, int rows, int k, void* out, cudaStream_t stream,
                             const int* row_map = nullptr);
 
+// mxfp4_tiled_activation and mxfp4_tiled_plan in one launch (what a layer's tiled path runs before its first
+// GEMM): the same outputs.
+void mxfp4_tiled_prepare(const void* x, int rows, int k, void* out, const int* row_map, const int* offsets,
+                         int num_experts, int tile_tokens, int* tiles, int max_tiles, cudaStream_t stream);
+
 // CTA shapes (weight rows per CTA): 256 rows copy the token rows half as often as 128 and issue two wgmmas
 // per warpgroup and k16 step, 128 rows take less shared memory per stage (a deeper ring). moe_bench times
 // both; mxfp4_path picks from its table. (Measured and dropped: 512 rows at one CTA per SM, 2x slower (with

@@ -92,6 +92,41 @@ TEST(Mxfp4TiledActivation, ExactGatherAndPermutation) {
   }
 }
 
+// The plan and the gather in one launch (what the layer runs): the same outputs as the two launches.
+TEST(Mxfp4TiledPrepare, SameAsPlanAndActivation) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  std::mt19937_64 rng(orchid::testing::named_seed("tiled_prepare"));
+  const int rows = 61, k = 2880;
+  auto x = orchid::testing::random_bf16(rng, size_t(rows) * k, 2.0f);
+  DeviceBuffer<uint16_t> dx;
+  dx.upload(x);
+  for (const int E : {32, 128})
+    for (const int tt : {16, 48}) {
+      std::vector<int> sizes(size_t(E), 0);
+      int M = 0;
+      for (int i = 0; i < 4 * rows; ++i) ++sizes[rng() % size_t(E)], ++M;
+      const auto off = offsets_of(sizes);
+      std::vector<int> map(static_cast<size_t>(M));
+      for (auto& r : map) r = int(rng() % rows);
+      const int max_tiles = mxfp4_tiled_max_tiles(M, E, tt);
+      DeviceBuffer<int> doff, dmap, tiles_a(size_t(2 * max_tiles)), tiles_b(size_t(2 * max_tiles));
+      DeviceBuffer<uint16_t> act_a(size_t(M) * k), act_b(size_t(M) * k);
+      doff.upload(off);
+      dmap.upload(map);
+      for (auto* b : {&act_a, &act_b}) orchid::testing::poison(*b);
+      for (auto* b : {&tiles_a, &tiles_b}) orchid::testing::poison(*b);
+      mxfp4_tiled_plan(doff.get(), E, tt, tiles_a.get(), max_tiles, nullptr);
+      mxfp4_tiled_activation(dx.get(), M, k, act_a.get(), nullptr, dmap.get());
+      mxfp4_tiled_prepare(dx.get(), M, k, act_b.get(), dmap.get(), doff.get(), E, tt, tiles_b.get(),
+                          max_tiles, nullptr);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      const std::string name = "prepare E" + std::to_string(E) + " tile" + std::to_string(tt);
+      EXPECT_TRUE(
+          orchid::testing::check_exact((name + " tiles").c_str(), tiles_b.download(), tiles_a.download()));
+      EXPECT_TRUE(orchid::testing::check_exact((name + " rows").c_str(), act_b.download(), act_a.download()));
+    }
+}
+
 // The order is a permutation of each 32-column block.
 TEST(Mxfp4TiledActivation, OrderIsAPermutation) {
   std::vector<int> seen(32, 0);
