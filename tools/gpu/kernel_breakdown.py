@@ -30,7 +30,9 @@ SHAPES = {"20b": dict(H=2880, Q=4096, KV=512, V=201088, I=2880, L=24, E=32, k=4)
 PARTS = [
     ("mxfp4_moe_gemm_kernel", "experts: MXFP4 streaming GEMM"),
     ("mxfp4_tiled_kernel", "experts: MXFP4 tiled GEMM"),
+    ("tiled_prepare_kernel", "experts: tile plan + tiled-order input"),
     ("tiled_plan_kernel", "experts: tile plan"),
+    ("tiled_activation_kernel", "experts: tiled-order input"),
     ("activation_mx_kernel", "experts: MX-order input"),
     ("mxfp4_to_fp8", "experts: MXFP4 -> FP8 conversion"),
     ("grouped_setup_kernel", "experts: grouped GEMM set-up"),
@@ -38,6 +40,7 @@ PARTS = [
     ("KernelPtrArray", "experts: grouped GEMM"),
     ("gather_quant_fp8", "experts: gather + FP8 quant"),
     ("swiglu", "experts: SwiGLU"),
+    ("combine_norm", "experts: weighted combine + next input norm"),
     ("combine", "experts: weighted combine"),
     ("route", "routing"),
     ("topk", "routing"),
@@ -67,9 +70,10 @@ def part_of(name):
 
 
 def name_gemms(rows):
-    """Gives each cuBLASLt GEMM a role from the part before it: qkv after the input norm, O after attention,
-    router after the post-attention norm, lm_head after the final norm."""
-    out, prev, norms_seen = [], None, 0
+    """Gives each cuBLASLt GEMM a role from the part before it: O after attention, lm_head after the final
+    norm, QKV after the combine that did the next input norm, and after a norm the router when the layer's O
+    projection came last (the post-attention norm), else QKV (an input norm)."""
+    out, prev, last_gemm = [], None, None
     for r in rows:
         p = r["part"]
         if p == "GEMM":
@@ -77,15 +81,15 @@ def name_gemms(rows):
                 p = "GEMM: O projection"
             elif prev is not None and prev.startswith("final-norm") or prev == "lm_head":
                 p = "GEMM: lm_head"
+            elif prev is not None and prev.endswith("next input norm"):
+                p = "GEMM: QKV projection"
             elif prev is not None and prev.startswith("RMSNorm"):
-                # the input norm precedes qkv, the post-attention norm precedes the router: alternate.
-                p = "GEMM: QKV projection" if norms_seen % 2 == 1 else "GEMM: router"
+                p = "GEMM: router" if last_gemm == "GEMM: O projection" else "GEMM: QKV projection"
             elif prev is not None and prev.startswith("GEMM"):
                 p = prev  # split-K or two-pass GEMMs stay with their role
             else:
                 p = "GEMM: other"
-        if p.startswith("RMSNorm"):
-            norms_seen += 1
+            last_gemm = p
         if p.startswith("GEMM: lm_head"):
             p = "GEMM: lm_head"
         r["part"] = p

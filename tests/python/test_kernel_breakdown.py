@@ -1,0 +1,46 @@
+"""tools/gpu/kernel_breakdown.py's naming of a decode step's kernels (no GPU: kernel names as the tracer
+reports them)."""
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("kernel_breakdown",
+                                                  os.path.join(ROOT, "tools", "gpu", "kernel_breakdown.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def roles(mod, names):
+    return [r["part"] for r in mod.name_gemms([{"part": mod.part_of(n)} for n in names])]
+
+
+def layer(first_norm, combine, split_merge=True):
+    names = (["void orchid::kernels::norm::rmsnorm_residual_kernel<bf16>(float*, ...)"] if first_norm else [])
+    names += ["nvjet_tst_128x64_64x4_1x2_h_bz_TNT", "rope_kv_write_kernel(...)",
+              "void orchid::kernels::attention::decode_kernel<1, false>(DecodeParams)"]
+    names += ["decode_merge_kernel(DecodeParams)"] if split_merge else []
+    names += ["nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "splitKreduce_kernel(...)",
+              "void orchid::kernels::norm::rmsnorm_residual_kernel<float>(float*, ...)",
+              "void orchid::kernels::small_m_gemm_kernel<1>(...)", "route_small_kernel<1>(...)",
+              "mxfp4_moe_gemm_kernel<...>(...)", "mxfp4_moe_gemm_kernel<...>(...)", combine]
+    return names
+
+
+def test_gemm_roles_with_and_without_the_combine_doing_the_next_norm():
+    mod = load()
+    plain = "void orchid::kernels::combine_kernel(...)"
+    fused = "void orchid::kernels::combine_norm_kernel(...)"
+    # The combine apart (every layer has its input norm), and fused (only the first layer's norm is a kernel;
+    # the last layer's combine is plain: no layer follows).
+    for later_norms, combine in ((True, plain), (False, fused)):
+        names = layer(True, combine) + layer(later_norms, combine) + layer(later_norms, plain)
+        got = [p for p in roles(mod, names) if p.startswith("GEMM")]
+        want = ["GEMM: QKV projection", "GEMM: O projection", "GEMM: O projection", "GEMM: router"] * 3
+        assert got == want, got
+    assert mod.part_of(fused) == "experts: weighted combine + next input norm"
+    assert mod.part_of(plain) == "experts: weighted combine"
+    assert mod.part_of("tiled_prepare_kernel(...)") == "experts: tile plan + tiled-order input"
