@@ -113,6 +113,14 @@ for v in "gemm-timed ORCHID_GEMM_ALGO=timed" "gemm-heuristic ORCHID_GEMM_ALGO=he
   bench "bench-decode-20b-${v%% *}" env "${v#* }" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
 done
+# The streaming MXFP4 expert GEMM (1-2 tokens) with 4- and 8-deep rings (ORCHID_MXFP4_STREAM_STAGES; its
+# activation tile now holds only the rows a pass can have, which leaves room for the deeper ring).
+for st in 4 8; do
+  bench "bench-decode-20b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
+    synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2 --steps 32
+  bench "bench-decode-120b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
+    synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
+done
 # The Hopper prefill kernel on its persistent grid (the default: one CTA per SM looping over the work items)
 # and on one CTA per item (ORCHID_PREFILL_PERSISTENT=0).
 for grid in persistent one-shot; do

@@ -357,6 +357,7 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
                                          {4, 4, 2},
                                          {4, 4, 4},
                                          {4, 8, 1},
+                                         {4, 8, 2},
                                          {8, 8, 1},
                                          {8, 8, 2}}) {
           const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;

@@ -45,10 +45,17 @@ __host__ __device__ constexpr int x_row_bytes(int k) {
   return (k * 2 + 127) / 128 * 128 + 64;  // == 64 mod 128: the 8 lanes of a 16-byte phase hit distinct banks
 }
 
+// Token rows of the activation tile: a pass's 8 * nt, or fewer when no expert has that many (a decode token
+// takes one row, not eight: 5.8 KB instead of 46 KB at k 2880, which leaves room for deeper rings or more
+// CTAs an SM). The MMA's n8 columns past the tile read its last row; those columns are never stored.
+__host__ __device__ constexpr int x_tile_rows(int nt, int max_rows_per_expert) {
+  return max_rows_per_expert >= 1 && max_rows_per_expert < 8 * nt ? max_rows_per_expert : 8 * nt;
+}
+
 // Activation tile, then per warp its ring and its group's scales (used in the group's first warp), then the
 // slices' partial sums for the group reduction.
-__host__ __device__ constexpr int smem_bytes(int nt, int warps, int stages, int k) {
-  return 8 * nt * x_row_bytes(k) + warps * (stages * kStageBytes + kRowsPerWarp * (k / 32)) +
+__host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, int stages, int k) {
+  return tile_rows * x_row_bytes(k) + warps * (stages * kStageBytes + kRowsPerWarp * (k / 32)) +
          warps * nt * 4 * 32 * 4;
 }
 
@@ -64,6 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   const int m = p.offsets[e + 1] - row0;
   const int k = p.k, n = p.n, kmx = k / 32;
   const int xstride = x_row_bytes(k);
+  const int tile_rows = x_tile_rows(kNT, p.max_rows_per_expert);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int ks = p.k_split, groups = kWarps / ks, group = warp / ks, slice = warp % ks;
   const int wrow0 = (blockIdx.x * groups + group) * kRowsPerWarp;  // this group's first weight row
@@ -74,9 +82,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
 
   uint8_t* xs = smem;
   const int warp_bytes = kStages * kStageBytes + kRowsPerWarp * kmx;
-  uint8_t* ws = smem + 8 * kNT * xstride + warp * warp_bytes;
-  uint8_t* ss = smem + 8 * kNT * xstride + group * ks * warp_bytes + kStages * kStageBytes;  // [16][kmx]
-  float* red = reinterpret_cast<float*>(smem + 8 * kNT * xstride + kWarps * warp_bytes);  // [warp][nt*4][32]
+  uint8_t* ws = smem + tile_rows * xstride + warp * warp_bytes;
+  uint8_t* ss = smem + tile_rows * xstride + group * ks * warp_bytes + kStages * kStageBytes;  // [16][kmx]
+  float* red =
+      reinterpret_cast<float*>(smem + tile_rows * xstride + kWarps * warp_bytes);  // [warp][nt*4][32]
 
   const uint8_t* wbase = p.blocks + (int64_t(e) * n + wrow0) * kmx * 16;
   const uint8_t* sbase = p.scales + (int64_t(e) * n + wrow0) * kmx;
@@ -96,7 +105,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   __nv_bfloat16* yg = static_cast<__nv_bfloat16*>(p.y);
   bool scales_loaded = false;
 
-  for (int tok0 = 0; tok0 < m; tok0 += 8 * kNT) {
+  for (int tok0 = 0; tok0 < m;
+       tok0 += tile_rows) {  // a pass: the tile's rows (its MMA columns beyond: unused)
     // The weight stream does not depend on the activations: start it before filling the activation tile,
     // so its latency overlaps the fill (this warp's ring is idle here: the previous pass drained it).
     const bool first_pass = !scales_loaded;
@@ -113,7 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
     // as they are: each token is its own MMA column, and those columns are never stored.
     __syncthreads();
     const int groups8 = k / 8;
-    const int valid_rows = min(8 * kNT, m - tok0);
+    const int valid_rows = min(tile_rows, m - tok0);
     for (int idx = threadIdx.x; idx < valid_rows * groups8; idx += kWarps * 32) {
       const int i = idx / groups8, grp = idx % groups8;
       const int64_t r = row0 + tok0 + i;
@@ -150,7 +160,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
         const uint32_t b2 = e2m1_pair_to_f16x2<2>(wb), b3 = e2m1_pair_to_f16x2<3>(wb);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const uint4 xb = *reinterpret_cast<const uint4*>(xs + (nt * 8 + g) * xstride + mx * 64 + t * 16);
+          const int xr = min(nt * 8 + g, tile_rows - 1);
+          const uint4 xb = *reinterpret_cast<const uint4*>(xs + xr * xstride + mx * 64 + t * 16);
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           mma_m16n8k16_f16(part, a0, b0, a1, b1, xb.x,
                            xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
@@ -193,7 +204,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
         for (int q = 0; q < 4; ++q) {
           const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
           const int row = wrow0 + g + (q >> 1) * 8;
-          if (tok < m) yg[(int64_t(row0) + tok) * n + row] = __float2bfloat16_rn(acc[nt][q]);
+          if (tok < m && tok - tok0 < tile_rows)
+            yg[(int64_t(row0) + tok) * n + row] = __float2bfloat16_rn(acc[nt][q]);
         }
       }
     } else {
@@ -206,7 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
           const float other = __shfl_xor_sync(0xffffffffu, acc[nt][q], 4);
           const int tok = tok0 + nt * 8 + 2 * t + (q & 1);
           const int row = wrow0 + g + (q >> 1) * 8;
-          if ((g & 1) == 0 && tok < m) {
+          if ((g & 1) == 0 && tok < m && tok - tok0 < tile_rows) {
             const float gate = acc[nt][q] + __bfloat162float(bias[row]);
             const float up = other + __bfloat162float(bias[row + 1]);
             yg[(int64_t(row0) + tok) * (n / 2) + row / 2] =
@@ -223,7 +235,7 @@ struct StreamingKernelTag {};
 
 template <int kNT, int kWarps, int kStages>
 void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
-  const int bytes = smem_bytes(kNT, kWarps, kStages, p.k);
+  const int bytes = smem_bytes(kNT, x_tile_rows(kNT, p.max_rows_per_expert), kWarps, kStages, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_moe_gemm: k too large for the shared tile");
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
@@ -239,10 +251,20 @@ void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
+// ORCHID_MXFP4_STREAM_STAGES=4|8 sets the default ring depth for a whole process (the A/B of a whole step).
+int default_stream_stages() {
+  static const int stages = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_STREAM_STAGES");
+    return v != nullptr && (std::atoi(v) == 4 || std::atoi(v) == 8) ? std::atoi(v)
+                                                                    : kMxfp4StreamDefaultStages;
+  }();
+  return stages;
+}
+
 template <int kNT>
 void launch_config(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   const int warps = p.cta_warps ? p.cta_warps : mxfp4_stream_shape(p.n, p.max_active).cta_warps;
-  const int stages = p.stages ? p.stages : kMxfp4StreamDefaultStages;
+  const int stages = p.stages ? p.stages : default_stream_stages();
   if (warps == 4 && stages == 4) return launch<kNT, 4, 4>(p, stream);
   if (warps == 4 && stages == 8) return launch<kNT, 4, 8>(p, stream);
   if (warps == 8 && stages == 4) return launch<kNT, 8, 4>(p, stream);

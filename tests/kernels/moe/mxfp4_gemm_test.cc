@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 
 #include "kernel_test_util.h"
 #include "mxfp4_problem.h"
@@ -71,12 +72,17 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   a.y = dy.get();
   a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
   a.k_split = c.k_split;
-  a.cta_warps = c.k_split ? 8 : 0;  // an explicit split on 8-warp CTAs; else the kernel's own shape
-  mxfp4_moe_gemm(a, nullptr);
-  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  auto got = orchid::testing::bf16_to_floats(dy.download());
-  got.resize(size_t(M) * p.out_cols);
-  EXPECT_TRUE(orchid::testing::check_close(c.name, got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
+  a.cta_warps = c.k_split ? 8 : 0;   // an explicit split on 8-warp CTAs; else the kernel's own shape
+  for (const int stages : {4, 8}) {  // both ring depths (the activation tile sized by max_rows either way)
+    a.stages = stages;
+    orchid::testing::poison(dy);
+    mxfp4_moe_gemm(a, nullptr);
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+    auto got = orchid::testing::bf16_to_floats(dy.download());
+    got.resize(size_t(M) * p.out_cols);
+    const std::string name = std::string(c.name) + " stages " + std::to_string(stages);
+    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
