@@ -113,6 +113,12 @@ for v in "gemm-timed ORCHID_GEMM_ALGO=timed" "gemm-heuristic ORCHID_GEMM_ALGO=he
   bench "bench-decode-20b-${v%% *}" env "${v#* }" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
 done
+# The BF16 decode kernel's ring: by the grid (the default: 3 stages when the grid is more than one wave of
+# 4-stage CTAs), and 4 or 3 forced (ORCHID_DECODE_STAGES).
+for st in auto 4 3; do
+  bench "bench-decode-20b-decode-stages-$st" env ORCHID_DECODE_STAGES=$st "$bin" bench decode synthetic:20b \
+    --weights mxfp4 --seq-lens 1024,32768 --batch-sizes 1,64,256 --steps 16
+done
 # The streaming MXFP4 expert GEMM (1-2 tokens) with 4- and 8-deep rings (ORCHID_MXFP4_STREAM_STAGES; its
 # activation tile now holds only the rows a pass can have, which leaves room for the deeper ring).
 for st in 4 8; do

@@ -38,6 +38,7 @@
 #include "kernels/common/smem_attribute.h"
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
 #include "kernels/common/pdl.cuh"
 
 namespace orchid::kernels::attention {
@@ -51,20 +52,22 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kComboStride = kHeadDim + 8;  // fp32 row stride of the warp-combine buffer (fewer conflicts)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// The K/V ring of a KV-cache precision: BF16 tiles of 128-byte rows, or e4m3 tiles of 64-byte rows in more
-// stages (the MMAs read their fragments straight from them, so the ring is all the shared memory there is).
-template <bool kFp8>
+// The K/V ring of a KV-cache precision and depth: BF16 tiles of 128-byte rows in 4 stages (64 KB: three CTAs
+// an SM with one m16 tile) or 3 (48 KB: four), or e4m3 tiles of 64-byte rows in 6 (48 KB; the MMAs read
+// their fragments straight from them, so the ring is all the shared memory there is). The launcher takes
+// the shallower BF16 ring when the grid is more than one wave of the deeper one's CTAs (decode_stages).
+template <bool kFp8, int kStagesT>
 struct DecodeRing {
-  static constexpr int kStages = kFp8 ? 6 : 4;  // 48 / 64 KB: 4 / 3 CTAs an SM with one m16 tile
+  static constexpr int kStages = kStagesT;
   static constexpr int kTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);
   static constexpr int kBytes = 2 * kStages * kTileBytes;
 };
 
-template <int kMTiles, bool kFp8>
+template <int kMTiles, bool kFp8, int kStages>
 struct DecodeSmem {
   static constexpr int kRows = 16 * kMTiles;
   static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kRingBytes = DecodeRing<kFp8>::kBytes;
+  static constexpr int kRingBytes = DecodeRing<kFp8, kStages>::kBytes;
   static constexpr int kComboBytes = kWarps * kRows * (kComboStride + 2) * 4;
   static constexpr int kBytes = kQBytes + (kRingBytes > kComboBytes ? kRingBytes : kComboBytes);
 };
@@ -156,12 +159,11 @@ __device__ __noinline__ void merge_in_last_split(const DecodeParams& p, int slot
   }
 }
 
-template <int kMTiles, bool kFp8>
+template <int kMTiles, bool kFp8, int kStages>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  using Smem = DecodeSmem<kMTiles, kFp8>;
-  using Ring = DecodeRing<kFp8>;
-  constexpr int kStages = Ring::kStages;
+  using Smem = DecodeSmem<kMTiles, kFp8, kStages>;
+  using Ring = DecodeRing<kFp8, kStages>;
   constexpr int kTileBytes = Ring::kTileBytes;
   constexpr int kRows = Smem::kRows;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -495,23 +497,64 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
                                2 * lane) = pack_bf16(o[0], o[1]);
 }
 
-template <int kMTiles, bool kFp8>
+template <int kMTiles, bool kFp8, int kStages>
 void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
-  using Smem = DecodeSmem<kMTiles, kFp8>;
-  ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8>, Smem::kBytes);
+  using Smem = DecodeSmem<kMTiles, kFp8, kStages>;
+  ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages>, Smem::kBytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
-  launch_pdl(decode_kernel<kMTiles, kFp8>, dim3(grid), dim3(kThreads), Smem::kBytes, stream, p);
+  launch_pdl(decode_kernel<kMTiles, kFp8, kStages>, dim3(grid), dim3(kThreads), Smem::kBytes, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
+// CTAs of a decode kernel instance resident on one SM (its shared memory and registers), once per process.
+template <int kMTiles, bool kFp8, int kStages>
+int resident_ctas() {
+  static const int n = [] {
+    using Smem = DecodeSmem<kMTiles, kFp8, kStages>;
+    ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages>, Smem::kBytes);
+    int blocks = 0;
+    ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, decode_kernel<kMTiles, kFp8, kStages>, kThreads, Smem::kBytes));
+    return blocks;
+  }();
+  return n;
+}
+
+// BF16 ring depth: 4 stages (more bytes in flight per CTA) while the grid fits in one wave of their CTAs,
+// else 3 when that fits more CTAs an SM (B = 64 x 8 KV heads: 512 CTAs are one wave of four an SM instead
+// of two of three). ORCHID_DECODE_STAGES=3|4 fixes it for a whole process (the A/B).
+template <int kMTiles>
+int decode_stages(long long ctas) {
+  static const int forced = [] {
+    const char* v = std::getenv("ORCHID_DECODE_STAGES");
+    return v != nullptr && (std::strcmp(v, "3") == 0 || std::strcmp(v, "4") == 0) ? std::atoi(v) : 0;
+  }();
+  if (forced != 0) return forced;
+  const int deep = resident_ctas<kMTiles, false, 4>(), shallow = resident_ctas<kMTiles, false, 3>();
+  return ctas > (long long)deep * device_info().sm_count && shallow > deep ? 3 : 4;
+}
+
+template <int kMTiles, bool kFp8>
+void launch_decode_depth(const DecodeParams& p, int bucket, int stages, cudaStream_t stream) {
+  if constexpr (kFp8) {
+    launch_decode<kMTiles, true, 6>(p, bucket, stream);
+  } else {
+    const long long ctas = (long long)p.splits * p.num_kv_heads * bucket;
+    if ((stages != 0 ? stages : decode_stages<kMTiles>(ctas)) == 3)
+      launch_decode<kMTiles, false, 3>(p, bucket, stream);
+    else
+      launch_decode<kMTiles, false, 4>(p, bucket, stream);
+  }
+}
+
 template <bool kFp8>
-void launch_decode_rows(const DecodeParams& p, int rows, int bucket, cudaStream_t stream) {
+void launch_decode_rows(const DecodeParams& p, int rows, int bucket, int stages, cudaStream_t stream) {
   if (rows <= 16)
-    launch_decode<1, kFp8>(p, bucket, stream);
+    launch_decode_depth<1, kFp8>(p, bucket, stages, stream);
   else if (rows <= 32)
-    launch_decode<2, kFp8>(p, bucket, stream);
+    launch_decode_depth<2, kFp8>(p, bucket, stages, stream);
   else
-    launch_decode<4, kFp8>(p, bucket, stream);
+    launch_decode_depth<4, kFp8>(p, bucket, stages, stream);
 }
 
 }  // namespace
@@ -576,10 +619,12 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
   const int rows = plan.decode_q * group;
+  ORCHID_KERNEL_REQUIRE(a.decode_stages == 0 || a.decode_stages == 3 || a.decode_stages == 4,
+                        "sink_attention: decode_stages must be 0, 3 or 4");
   if (a.kv_fp8)
-    launch_decode_rows<true>(p, rows, plan.decode_bucket, stream);
+    launch_decode_rows<true>(p, rows, plan.decode_bucket, 0, stream);
   else
-    launch_decode_rows<false>(p, rows, plan.decode_bucket, stream);
+    launch_decode_rows<false>(p, rows, plan.decode_bucket, a.decode_stages, stream);
   if (splits > 1 && p.arrivals == nullptr) {
     const dim3 grid(unsigned((plan.num_q_heads + kWarps - 1) / kWarps), unsigned(plan.decode_bucket),
                     unsigned(plan.decode_q));

@@ -59,6 +59,9 @@ struct SinkAttentionArgs {
   // SM (or one per item with ORCHID_PREFILL_PERSISTENT=0). Tests take a few, so that every CTA serves many
   // items of different lengths.
   int prefill_ctas = 0;
+  // The BF16 decode kernel's K/V ring depth: 0 = by the grid (decode_attention.cu), 3 or 4 forced (tests:
+  // the same bits either way).
+  int decode_stages = 0;
 };
 
 // ORCHID_DECODE_MERGE=last-split sets SinkAttentionArgs::merge_in_last_split for the runtime's launches

@@ -376,6 +376,21 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
       for (size_t i = 0; i < got.size(); ++i) differ += got[i] != outs.back()[i];
       EXPECT_EQ(differ, 0u) << cfg.name << " on two persistent CTAs: " << sc.describe();
     }
+    if (view.decode_bucket > 0 && !sc.fp8 && outs.size() == 1) {
+      // The BF16 decode kernel's two ring depths: the same bits.
+      for (const int stages : {3, 4}) {
+        SinkAttentionArgs depth = args;
+        depth.decode_stages = stages;
+        ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));
+        sink_attention(depth, view, d.workspace.get(), nullptr);
+        ORCHID_CUDA_CHECK(cudaGetLastError());
+        ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> got = d.out.download();
+        size_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != outs.back()[i];
+        EXPECT_EQ(differ, 0u) << "decode ring of " << stages << " stages: " << sc.describe();
+      }
+    }
     if (view.decode_splits > 1 && outs.size() == 1) {
       // The splits merged in the last split CTA: the merge kernel's bits, twice on the same blob (each
       // launch sets the arrival counts back to zero).
