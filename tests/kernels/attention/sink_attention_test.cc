@@ -362,33 +362,29 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
     ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(d.out.download());
     names.push_back(cfg.name);
-    if (cfg.variant == PrefillVariant::kHopper && view.num_prefill_tiles > 0) {
-      // Two persistent CTAs serving every item in turn (ring and Q buffers carried from item to item,
-      // items of different lengths): the same bits as the default grid.
-      SinkAttentionArgs few = args;
-      few.prefill_ctas = 2;
+    // The same step run another way (on a freshly poisoned output) must give these bits.
+    auto expect_same_bits = [&](const SinkAttentionArgs& variant, const std::string& what) {
       ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));
-      sink_attention(few, view, d.workspace.get(), nullptr);
+      sink_attention(variant, view, d.workspace.get(), nullptr);
       ORCHID_CUDA_CHECK(cudaGetLastError());
       ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<uint16_t> got = d.out.download();
       size_t differ = 0;
       for (size_t i = 0; i < got.size(); ++i) differ += got[i] != outs.back()[i];
-      EXPECT_EQ(differ, 0u) << cfg.name << " on two persistent CTAs: " << sc.describe();
+      EXPECT_EQ(differ, 0u) << cfg.name << ", " << what << ": " << sc.describe();
+    };
+    if (cfg.variant == PrefillVariant::kHopper && view.num_prefill_tiles > 0) {
+      // Two persistent CTAs serving every item in turn (ring and Q buffers carried from item to item,
+      // items of different lengths): the default grid's bits.
+      SinkAttentionArgs few = args;
+      few.prefill_ctas = 2;
+      expect_same_bits(few, "two persistent prefill CTAs");
     }
     if (view.decode_bucket > 0 && !sc.fp8 && outs.size() == 1) {
-      // The BF16 decode kernel's two ring depths: the same bits.
-      for (const int stages : {3, 4}) {
+      for (const int stages : {3, 4}) {  // the BF16 decode kernel's two ring depths
         SinkAttentionArgs depth = args;
         depth.decode_stages = stages;
-        ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));
-        sink_attention(depth, view, d.workspace.get(), nullptr);
-        ORCHID_CUDA_CHECK(cudaGetLastError());
-        ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<uint16_t> got = d.out.download();
-        size_t differ = 0;
-        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != outs.back()[i];
-        EXPECT_EQ(differ, 0u) << "decode ring of " << stages << " stages: " << sc.describe();
+        expect_same_bits(depth, "a decode ring of " + std::to_string(stages) + " stages");
       }
     }
     if (view.decode_splits > 1 && outs.size() == 1) {
@@ -396,16 +392,8 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
       // launch sets the arrival counts back to zero).
       SinkAttentionArgs last = args;
       last.merge_in_last_split = true;
-      for (int launch = 1; launch <= 2; ++launch) {
-        ORCHID_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(uint16_t)));
-        sink_attention(last, view, d.workspace.get(), nullptr);
-        ORCHID_CUDA_CHECK(cudaGetLastError());
-        ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<uint16_t> got = d.out.download();
-        size_t differ = 0;
-        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != outs.back()[i];
-        EXPECT_EQ(differ, 0u) << "merge in the last split, launch " << launch << ": " << sc.describe();
-      }
+      for (int launch = 1; launch <= 2; ++launch)
+        expect_same_bits(last, "merge in the last split, launch " + std::to_string(launch));
     }
     std::printf(
         "  %s [%s]: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",

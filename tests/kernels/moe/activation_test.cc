@@ -141,60 +141,71 @@ TEST_P(ActivationTest, SwigluBf16AndFp8) {
   EXPECT_LE(double(diff), 1e-4 * double(gq.size()) + 2);
 }
 
+// A combine's inputs for T tokens (E = 32 experts, k = 4, H = 2880): a random routing, expert outputs y,
+// biases b2 and the residual x, on the host and (but x) on the device.
+struct CombineProblem {
+  static constexpr int E = 32, K = 4, H = 2880;
+  int T = 0;
+  std::vector<int> idx;
+  std::vector<float> w, x;
+  orchid::ref::Permutation perm;
+  std::vector<uint16_t> y, b2;
+  DeviceBuffer<uint16_t> dy, db;
+  DeviceBuffer<int> didx, dsr;
+  DeviceBuffer<float> dw;
+
+  CombineProblem(const char* name, int tokens) : T(tokens) {
+    std::mt19937_64 rng(orchid::testing::named_seed(case_name(name, T).c_str()));
+    perm = random_routing(rng, T, E, K, &idx, &w);
+    y = orchid::testing::random_bf16(rng, size_t(T) * K * H, 1.0f);
+    b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.3f);
+    x.resize(size_t(T) * H);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (auto& v : x) v = nd(rng);
+    dy.upload(y);
+    db.upload(b2);
+    didx.upload(idx);
+    dsr.upload(perm.slot_row);
+    dw.upload(w);
+  }
+  void combine(float* dx) {
+    moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, dx, nullptr);
+  }
+};
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
 TEST_P(ActivationTest, CombineWeightedInOrder) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  const int T = GetParam(), E = 32, K = 4, H = 2880, M = T * K;
-  std::mt19937_64 rng(orchid::testing::named_seed(case_name("combine_t", T).c_str()));
-  std::vector<int> idx;
-  std::vector<float> w;
-  const auto p = random_routing(rng, T, E, K, &idx, &w);
-  auto y = orchid::testing::random_bf16(rng, size_t(M) * H, 1.0f);
-  auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.3f);
-  std::vector<float> x(size_t(T) * H);
-  std::normal_distribution<float> nd(0.0f, 3.0f);
-  for (auto& v : x) v = nd(rng);
-  const auto yf = orchid::testing::bf16_to_floats(y), bf = orchid::testing::bf16_to_floats(b2);
-  std::vector<double> ref(x.size());
+  CombineProblem pr("combine_t", GetParam());
+  const int T = pr.T, K = pr.K, H = pr.H;
+  const auto yf = orchid::testing::bf16_to_floats(pr.y), bf = orchid::testing::bf16_to_floats(pr.b2);
+  std::vector<double> ref(pr.x.size());
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < H; ++c) {
       double acc = 0;
       for (int j = 0; j < K; ++j) {
-        const int row = p.slot_row[size_t(t) * K + j], e = idx[size_t(t) * K + j];
-        acc +=
-            double(w[size_t(t) * K + j]) * (double(yf[size_t(row) * H + c]) + double(bf[size_t(e) * H + c]));
+        const int row = pr.perm.slot_row[size_t(t) * K + j], e = pr.idx[size_t(t) * K + j];
+        acc += double(pr.w[size_t(t) * K + j]) *
+               (double(yf[size_t(row) * H + c]) + double(bf[size_t(e) * H + c]));
       }
-      ref[size_t(t) * H + c] = double(x[size_t(t) * H + c]) + acc;
+      ref[size_t(t) * H + c] = double(pr.x[size_t(t) * H + c]) + acc;
     }
-  DeviceBuffer<uint16_t> dy, db;
-  DeviceBuffer<int> didx, dsr;
-  DeviceBuffer<float> dw, dx;
-  dy.upload(y);
-  db.upload(b2);
-  didx.upload(idx);
-  dsr.upload(p.slot_row);
-  dw.upload(w);
-  dx.upload(x);
-  moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, dx.get(), nullptr);
+  DeviceBuffer<float> dx;
+  dx.upload(pr.x);
+  pr.combine(dx.get());
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   const auto first = dx.download();
   EXPECT_TRUE(orchid::testing::check_close("combine", first, ref, 1e-5, 1e-5, 1e-6));
   // Deterministic: the same inputs give the same bits.
-  dx.upload(x);
-  moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, dx.get(), nullptr);
+  dx.upload(pr.x);
+  pr.combine(dx.get());
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  EXPECT_TRUE(orchid::testing::check_exact(
-      "combine rerun bitwise",
-      [&] {
-        auto v = dx.download();
-        std::vector<uint32_t> b(v.size());
-        std::memcpy(b.data(), v.data(), v.size() * 4);
-        return b;
-      }(),
-      [&] {
-        std::vector<uint32_t> b(first.size());
-        std::memcpy(b.data(), first.data(), first.size() * 4);
-        return b;
-      }()));
+  EXPECT_TRUE(orchid::testing::check_exact("combine rerun bitwise", bits_of(dx.download()), bits_of(first)));
 }
 
 // The combine with the next layer's input norm against the combine, then rmsnorm_residual of the updated
@@ -202,40 +213,26 @@ TEST_P(ActivationTest, CombineWeightedInOrder) {
 // another order), and nearly all of it equal.
 TEST_P(ActivationTest, CombineWithNextNormMatchesTheTwoKernels) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  const int T = GetParam(), E = 32, K = 4, H = 2880, M = T * K;
-  std::mt19937_64 rng(orchid::testing::named_seed(case_name("combine_norm_t", T).c_str()));
-  std::vector<int> idx;
-  std::vector<float> w;
-  const auto p = random_routing(rng, T, E, K, &idx, &w);
-  auto y = orchid::testing::random_bf16(rng, size_t(M) * H, 1.0f);
-  auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.3f);
-  std::vector<float> x(size_t(T) * H), gamma(H);
-  std::normal_distribution<float> nd(0.0f, 3.0f);
-  for (auto& v : x) v = nd(rng);
-  for (auto& v : gamma) v = 1.0f + 0.2f * nd(rng);
-  DeviceBuffer<uint16_t> dy, db, h_two(size_t(T) * H), h_one(size_t(T) * H);
-  DeviceBuffer<int> didx, dsr;
-  DeviceBuffer<float> dw, x_two, x_one, dg;
-  dy.upload(y);
-  db.upload(b2);
-  didx.upload(idx);
-  dsr.upload(p.slot_row);
-  dw.upload(w);
+  CombineProblem pr("combine_norm_t", GetParam());
+  const int T = pr.T, K = pr.K, H = pr.H;
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("combine_norm_gamma", T).c_str()));
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  std::vector<float> gamma(H);
+  for (auto& v : gamma) v = 1.0f + nd(rng);
+  DeviceBuffer<uint16_t> h_two(size_t(T) * H), h_one(size_t(T) * H);
+  DeviceBuffer<float> x_two, x_one, dg;
   dg.upload(gamma);
-  x_two.upload(x);
-  x_one.upload(x);
+  x_two.upload(pr.x);
+  x_one.upload(pr.x);
   const float eps = 1e-5f;
-  moe_combine(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, x_two.get(), nullptr);
+  pr.combine(x_two.get());
   norm::rmsnorm_residual(x_two.get(), nullptr, dg.get(), reinterpret_cast<__nv_bfloat16*>(h_two.get()), T, H,
                          eps, nullptr);
-  moe_combine_norm(dy.get(), db.get(), didx.get(), dw.get(), dsr.get(), T, K, H, x_one.get(), dg.get(), eps,
-                   h_one.get(), nullptr);
+  moe_combine_norm(pr.dy.get(), pr.db.get(), pr.didx.get(), pr.dw.get(), pr.dsr.get(), T, K, H, x_one.get(),
+                   dg.get(), eps, h_one.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  const auto xa = x_two.download(), xb = x_one.download();
-  std::vector<uint32_t> xa_bits(xa.size()), xb_bits(xb.size());
-  std::memcpy(xa_bits.data(), xa.data(), xa.size() * 4);
-  std::memcpy(xb_bits.data(), xb.data(), xb.size() * 4);
-  EXPECT_TRUE(orchid::testing::check_exact("combine + norm: residual", xb_bits, xa_bits));
+  EXPECT_TRUE(orchid::testing::check_exact("combine + norm: residual", bits_of(x_one.download()),
+                                           bits_of(x_two.download())));
   const auto ha = h_two.download(), hb = h_one.download();
   size_t differ = 0, far = 0;
   for (size_t i = 0; i < ha.size(); ++i) {
