@@ -18,6 +18,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/quant.cuh"
 
 namespace orchid::kernels::attention {
 namespace {
@@ -45,27 +46,14 @@ struct RopeParams {
   int page_size_log2;
 };
 
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]),
+                    pack_bf16x2(f[6], f[7]));
 }
 
 // Eight consecutive elements of a row as floats, and back (16-byte accesses; two for fp32).
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
-  unpack8(*reinterpret_cast<const uint4*>(p), f);
+  bf16x8_to_float(*reinterpret_cast<const uint4*>(p), f);
 }
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -114,7 +102,7 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
     const float4 y = reinterpret_cast<const float4*>(static_cast<const float*>(bias) + col)[1];
     b[0] = x.x, b[1] = x.y, b[2] = x.z, b[3] = x.w, b[4] = y.x, b[5] = y.y, b[6] = y.z, b[7] = y.w;
   } else {
-    unpack8(*reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(bias) + col), b);
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(bias) + col), b);
   }
 }
 

@@ -15,7 +15,6 @@
 namespace orchid::kernels::norm {
 namespace {
 
-using detail::bf16x8_to_float;
 using detail::kMaxChunks;
 using detail::kMaxThreads;
 

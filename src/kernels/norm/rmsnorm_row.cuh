@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/quant.cuh"
+
 namespace orchid::kernels::norm::detail {
 
 inline constexpr int kMaxChunks = 4;
@@ -19,20 +21,6 @@ inline int row_threads(int64_t hidden) {
   const int n_chunks = int(hidden / 8);
   const int per_thread = (n_chunks + kMaxChunks - 1) / kMaxChunks;
   return ((per_thread + 31) / 32) * 32;
-}
-
-__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // v[c] is chunk threadIdx.x + c * blockDim.x of the row (chunks past hidden / 8 are not read). Every thread
@@ -73,10 +61,10 @@ __device__ __forceinline__ void rmsnorm_row(const float (&v)[kChunks][8], int hi
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(__fmul_rn(v[c][e], r), g[e]);
       uint4 o;
-      o.x = pack2(y[0], y[1]);
-      o.y = pack2(y[2], y[3]);
-      o.z = pack2(y[4], y[5]);
-      o.w = pack2(y[6], y[7]);
+      o.x = pack_bf16x2(y[0], y[1]);
+      o.y = pack_bf16x2(y[2], y[3]);
+      o.z = pack_bf16x2(y[4], y[5]);
+      o.w = pack_bf16x2(y[6], y[7]);
       reinterpret_cast<uint4*>(out_row)[idx] = o;
       if (out_lo_row != nullptr) {
         float r8[8];
@@ -84,7 +72,8 @@ __device__ __forceinline__ void rmsnorm_row(const float (&v)[kChunks][8], int hi
 #pragma unroll
         for (int e = 0; e < 8; ++e) r8[e] = __fsub_rn(y[e], r8[e]);  // exact (Sterbenz)
         reinterpret_cast<uint4*>(out_lo_row)[idx] =
-            make_uint4(pack2(r8[0], r8[1]), pack2(r8[2], r8[3]), pack2(r8[4], r8[5]), pack2(r8[6], r8[7]));
+            make_uint4(pack_bf16x2(r8[0], r8[1]), pack_bf16x2(r8[2], r8[3]), pack_bf16x2(r8[4], r8[5]),
+                       pack_bf16x2(r8[6], r8[7]));
       }
     }
   }
