@@ -75,6 +75,9 @@ bench sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 check golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
 # The FP8 (e4m3) KV cache: its accuracy against the same references, reported.
 check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-cache-dtype fp8
+# The expert blocks in the tiled word order (ORCHID_MXFP4_WORD_ORDER=tiled, reordered at load): the same
+# logits as the checkpoint's order.
+check golden-tiny-tiled-order env ORCHID_MXFP4_WORD_ORDER=tiled python3 tools/gpu/check_golden.py --orchid "$bin"
 # The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
 check trained-tiny python3 tools/train/check_reference.py --orchid "$bin" --model models/orchid-tiny \
   --reference tests/golden/orchid_tiny --backend cuda --weights mxfp4,bf16
@@ -112,6 +115,14 @@ for v in "gemm-timed ORCHID_GEMM_ALGO=timed" "gemm-heuristic ORCHID_GEMM_ALGO=he
     "combine-norm-fused ORCHID_COMBINE_NORM=1" "combine-norm-apart ORCHID_COMBINE_NORM=0"; do
   bench "bench-decode-20b-${v%% *}" env "${v#* }" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
+done
+# The MXFP4 expert blocks as in the checkpoint and in the tiled word order (fewer decode operations), the
+# expert GEMMs alone and whole decode steps.
+for order in checkpoint tiled; do
+  bench "moe-bench-word-order-$order" env ORCHID_MXFP4_WORD_ORDER=$order "$build"/bench/cuda/moe/moe_bench \
+    --quick --filter mxfp4
+  bench "bench-decode-20b-word-order-$order" env ORCHID_MXFP4_WORD_ORDER=$order "$bin" bench decode \
+    synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
 done
 # The BF16 decode kernel's ring: by the grid (the default: 3 stages when the grid is more than one wave of
 # 4-stage CTAs), and 4 or 3 forced (ORCHID_DECODE_STAGES).

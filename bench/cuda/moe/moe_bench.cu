@@ -321,6 +321,16 @@ struct Routed {
   }
 };
 
+// ORCHID_MXFP4_WORD_ORDER=tiled: the MXFP4 kernels decode the blocks in mxfp4_word_order.h's order (the
+// random blocks are valid codes either way, so only the decode's cost changes).
+bool mxfp4_tiled_order() {
+  static const bool tiled = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_WORD_ORDER");
+    return v != nullptr && std::strcmp(v, "tiled") == 0;
+  }();
+  return tiled;
+}
+
 // Routed tokens and enough copies of random MXFP4 experts [E, n, k] to read cold data every repetition.
 struct Mxfp4Experts {
   Routed rt;
@@ -386,6 +396,7 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
             a.max_active = std::min(E, T * K);
             a.max_rows_per_expert = T;
             a.blocks = ex.b(i);
+            a.tiled_order = mxfp4_tiled_order();
             a.scales = ex.s(i);
             a.x = x.p;
             a.x_rows = proj == 0 ? r.row_token : nullptr;
@@ -448,6 +459,7 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
               a.tiles = tiles.as<int>();
               a.max_tiles = max_tiles;
               a.blocks = ex.b(i);
+              a.tiled_order = mxfp4_tiled_order();
               a.scales = ex.s(i);
               a.x = x16.p;  // the permuted rows (the layer gathers them in mxfp4_tiled_activation)
               a.x_row_count = M;
@@ -519,6 +531,7 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
       cfg.max_tokens = T;
       cfg.mxfp4_stream_max_tokens = v.stream_max;
       cfg.mxfp4_tiled_max_tokens = v.tiled_max;
+      cfg.mxfp4_tiled_order = mxfp4_tiled_order();
       const int E = cfg.experts, H = cfg.hidden, I = cfg.inter, Hp = round_up_128(H), Ip = round_up_128(I);
       size_t w1b, w1s, w2b, w2s;
       Fill wf = Fill::kBytes, sf = Fill::kE8m0;

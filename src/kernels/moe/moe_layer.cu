@@ -213,6 +213,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.scales = static_cast<const uint8_t*>(w.w1_scale);
     g.x = b.x_tiled;
     g.x_row_count = M;
+    g.tiled_order = c.mxfp4_tiled_order;
     g.y = b.z_bf16;  // z in the tiled order: the down GEMM's input as is
     g.swiglu_bias = w.b1;
     g.swiglu = sp;
@@ -233,6 +234,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.num_active = b.routing.num_active;
     g.max_active = std::min(E, M);
     g.max_rows_per_expert = T;
+    g.tiled_order = c.mxfp4_tiled_order;
     g.n = 2 * I;
     g.k = H;
     g.blocks = static_cast<const uint8_t*>(w.w1);
@@ -258,9 +260,11 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     if (c.weights == MoeWeights::kMxfp4) {
       // Only experts that received rows are converted (offsets are read on the device).
       mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w1), static_cast<const uint8_t*>(w.w1_scale), E, 2 * I,
-                         H, Fp8ScaleRule::kPow2, b.w1_fp8, b.w1_fp8_scale, b.routing.offsets, stream);
+                         H, Fp8ScaleRule::kPow2, b.w1_fp8, b.w1_fp8_scale, b.routing.offsets, stream,
+                         c.mxfp4_tiled_order);
       mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w2), static_cast<const uint8_t*>(w.w2_scale), E, H, I,
-                         Fp8ScaleRule::kPow2, b.w2_fp8, b.w2_fp8_scale, b.routing.offsets, stream);
+                         Fp8ScaleRule::kPow2, b.w2_fp8, b.w2_fp8_scale, b.routing.offsets, stream,
+                         c.mxfp4_tiled_order);
       w1 = b.w1_fp8;
       w1s = b.w1_fp8_scale;
       w2 = b.w2_fp8;

@@ -42,6 +42,9 @@ struct MoeConfig {
   // defaults (moe_layer.cu).
   int mxfp4_stream_max_tokens = -1;
   int mxfp4_tiled_max_tokens = -1;
+  // MXFP4 only: the expert blocks' words are in mxfp4_word_order.h's order (mxfp4_to_tiled_order at load),
+  // which every MXFP4 kernel of the layer then decodes.
+  bool mxfp4_tiled_order = false;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
   // Expert parallelism: the experts this rank holds and computes (routing.h); the layer weights' expert
   // tensors and biases then hold just these. Default: every expert.

@@ -60,7 +60,7 @@ __host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, i
 }
 
 // kWarps warps of 16 rows per CTA, each with a ring of kStages chunks in flight.
-template <int kNT, int kWarps, int kStages>
+template <int kNT, int kWarps, int kStages, bool kTiledOrder>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   extern __shared__ __align__(128) uint8_t smem[];
@@ -154,10 +154,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
             *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
         const float sa = mx_scale(ss[g * kmx + mx]);
         const float sb = mx_scale(ss[(g + 8) * kmx + mx]);
-        const uint32_t a0 = e2m1_pair_to_f16x2<0>(wa), a1 = e2m1_pair_to_f16x2<1>(wa);
-        const uint32_t a2 = e2m1_pair_to_f16x2<2>(wa), a3 = e2m1_pair_to_f16x2<3>(wa);
-        const uint32_t b0 = e2m1_pair_to_f16x2<0>(wb), b1 = e2m1_pair_to_f16x2<1>(wb);
-        const uint32_t b2 = e2m1_pair_to_f16x2<2>(wb), b3 = e2m1_pair_to_f16x2<3>(wb);
+        const uint32_t a0 = pair_f16x2<kTiledOrder, 0>(wa), a1 = pair_f16x2<kTiledOrder, 1>(wa);
+        const uint32_t a2 = pair_f16x2<kTiledOrder, 2>(wa), a3 = pair_f16x2<kTiledOrder, 3>(wa);
+        const uint32_t b0 = pair_f16x2<kTiledOrder, 0>(wb), b1 = pair_f16x2<kTiledOrder, 1>(wb);
+        const uint32_t b2 = pair_f16x2<kTiledOrder, 2>(wb), b3 = pair_f16x2<kTiledOrder, 3>(wb);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           const int xr = min(nt * 8 + g, tile_rows - 1);
@@ -230,25 +230,34 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   }
 }
 
-template <int kNT, int kWarps, int kStages>
+template <int kNT, int kWarps, int kStages, bool kTiledOrder>
 struct StreamingKernelTag {};
 
-template <int kNT, int kWarps, int kStages>
-void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
+template <int kNT, int kWarps, int kStages, bool kTiledOrder>
+void launch_order(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   const int bytes = smem_bytes(kNT, x_tile_rows(kNT, p.max_rows_per_expert), kWarps, kStages, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_moe_gemm: k too large for the shared tile");
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages>>(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>,
-                                                                device_info().max_smem_per_block_optin);
+  auto kernel = mxfp4_moe_gemm_kernel<kNT, kWarps, kStages, kTiledOrder>;
+  ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages, kTiledOrder>>(
+      kernel, device_info().max_smem_per_block_optin);
   Mxfp4GemmArgs q = p;
   q.k_split = p.k_split ? p.k_split : (p.cta_warps ? 1 : mxfp4_stream_shape(p.n, p.max_active).k_split);
   ORCHID_KERNEL_REQUIRE(q.k_split >= 1 && kWarps % q.k_split == 0,
                         "mxfp4_moe_gemm: k_split must divide the CTA's warps");
   const int rows_per_cta = kWarps / q.k_split * kRowsPerWarp;
   const dim3 grid((p.n + rows_per_cta - 1) / rows_per_cta, p.max_active);
-  launch_pdl(mxfp4_moe_gemm_kernel<kNT, kWarps, kStages>, dim3(grid), dim3(kWarps * 32), bytes, stream, q);
+  launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), bytes, stream, q);
   ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+template <int kNT, int kWarps, int kStages>
+void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
+  if (p.tiled_order)
+    launch_order<kNT, kWarps, kStages, true>(p, stream);
+  else
+    launch_order<kNT, kWarps, kStages, false>(p, stream);
 }
 
 // ORCHID_MXFP4_STREAM_STAGES=4|8 sets the default ring depth for a whole process (the A/B of a whole step).

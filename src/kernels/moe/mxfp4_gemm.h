@@ -39,6 +39,7 @@ struct Mxfp4GemmArgs {
   // each a slice of k (1, 2, 4 or 8, dividing the warps); 0: mxfp4_stream_shape's warps and split, 4
   // stages (moe_bench times the combinations).
   int cta_warps = 0, stages = 0, k_split = 0;
+  bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
 };
 
 // The CTA shape the streaming kernel takes by default for a grid of max_active experts x n rows.

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/common/mma_sync.cuh"
+#include "kernels/moe/mxfp4_word_order.h"
 
 namespace orchid::kernels::mxfp4_detail {
 
@@ -50,6 +51,23 @@ __device__ __forceinline__ uint32_t e2m1_pair_to_f16x2(uint32_t w) {
 template <int I>
 __device__ __forceinline__ uint32_t e2m1_pair_to_bf16x2(uint32_t w) {
   return e2m1_pair_place<I, 6>(w);
+}
+
+// The placements of a word of expert blocks in either storage order: as in the checkpoint (above), or
+// mxfp4_word_order.h's (kTiledOrder: fewer operations, the same registers).
+template <bool kTiledOrder, int I>
+__device__ __forceinline__ uint32_t pair_f16x2(uint32_t w) {
+  if constexpr (kTiledOrder)
+    return mxfp4_order::pair_to_f16x2<I>(w);
+  else
+    return e2m1_pair_to_f16x2<I>(w);
+}
+template <bool kTiledOrder, int I>
+__device__ __forceinline__ uint32_t pair_bf16x2(uint32_t w) {
+  if constexpr (kTiledOrder)
+    return mxfp4_order::pair_to_bf16x2<I>(w);
+  else
+    return e2m1_pair_to_bf16x2<I>(w);
 }
 
 // a * b on bf16x2 (round to nearest, subnormals kept).

@@ -136,7 +136,7 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
 }
 
 // kNT: n8 tiles of token rows per CTA tile (tile_tokens / 8).
-template <class Sh, int kNT, bool kSwiglu>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
                        const __grid_constant__ CUtensorMap xmap) {
@@ -255,14 +255,14 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + (j ^ wsw) * 16);
         const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
         const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
-        f[mt][0] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wa), sa);
-        f[mt][1] = mul_bf16x2(e2m1_pair_to_bf16x2<0>(wb), sb);
-        f[mt][2] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wa), sa);
-        f[mt][3] = mul_bf16x2(e2m1_pair_to_bf16x2<1>(wb), sb);
-        f[mt][4] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wa), sa);
-        f[mt][5] = mul_bf16x2(e2m1_pair_to_bf16x2<2>(wb), sb);
-        f[mt][6] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wa), sa);
-        f[mt][7] = mul_bf16x2(e2m1_pair_to_bf16x2<3>(wb), sb);
+        f[mt][0] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wa), sa);
+        f[mt][1] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wb), sb);
+        f[mt][2] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wa), sa);
+        f[mt][3] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wb), sb);
+        f[mt][4] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wa), sa);
+        f[mt][5] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wb), sb);
+        f[mt][6] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wa), sa);
+        f[mt][7] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wb), sb);
       }
     };
     if constexpr (kV <= kMmaSyncMaxTiles) {
@@ -497,7 +497,7 @@ __global__ void __launch_bounds__(kActivationThreads)
                           int64_t(gridDim.x - 1) * blockDim.x);
 }
 
-template <class Sh, int kNT, bool kSwiglu>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
 struct TiledKernelTag {};
 
 // A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
@@ -511,14 +511,15 @@ CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes,
                            CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
 }
 
-template <class Sh, int kNT, bool kSwiglu>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   const int bytes = Sh::smem_bytes(kNT, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_tiled_gemm: k too large for the shared scale tile");
-  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu>;
+  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTiledOrder>;
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu>>(kernel, device_info().max_smem_per_block_optin);
+  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTiledOrder>>(kernel,
+                                                                     device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
   // The expert blocks as [E * n rows][k / 32 * 16 bytes]: one box = one stage's weights (4 MX blocks of
   // each of the CTA's rows); the tokens as [x_row_count][2 k bytes], one box = one MX block of the tile.
@@ -529,20 +530,20 @@ void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
 }
 
-template <class Sh, bool kSwiglu>
+template <class Sh, bool kSwiglu, bool kTiledOrder>
 void dispatch_tokens(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   switch (p.tile_tokens) {
     case 16:
-      return launch<Sh, 2, kSwiglu>(p, stream);
+      return launch<Sh, 2, kSwiglu, kTiledOrder>(p, stream);
     case 32:
-      return launch<Sh, 4, kSwiglu>(p, stream);
+      return launch<Sh, 4, kSwiglu, kTiledOrder>(p, stream);
     case 48:
-      return launch<Sh, 6, kSwiglu>(p, stream);
+      return launch<Sh, 6, kSwiglu, kTiledOrder>(p, stream);
     case 64:
       // 256-row CTAs hold 2 x 32 accumulators a thread at 64 tokens, past the 96 registers of two CTAs per
       // SM (ptxas spills): 64-token tiles take 128-row CTAs.
       if constexpr (Sh::kMTiles == 1)
-        return launch<Sh, 8, kSwiglu>(p, stream);
+        return launch<Sh, 8, kSwiglu, kTiledOrder>(p, stream);
       else
         ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: 64-token tiles need the 128-row CTA shape");
       return;
@@ -551,13 +552,13 @@ void dispatch_tokens(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   }
 }
 
-template <bool kSwiglu>
+template <bool kSwiglu, bool kTiledOrder>
 void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   switch (p.cta_shape) {
     case Mxfp4TiledShape::kRows128:
-      return dispatch_tokens<Shape<1, 4, 2, 2>, kSwiglu>(p, stream);
+      return dispatch_tokens<Shape<1, 4, 2, 2>, kSwiglu, kTiledOrder>(p, stream);
     case Mxfp4TiledShape::kRows256:
-      return dispatch_tokens<Shape<2, 4, 2, 1>, kSwiglu>(p, stream);
+      return dispatch_tokens<Shape<2, 4, 2, 1>, kSwiglu, kTiledOrder>(p, stream);
   }
   ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: unknown CTA shape");
 }
@@ -623,9 +624,9 @@ void mxfp4_tiled_gemm(const Mxfp4TiledArgs& p, cudaStream_t stream) {
                         "mxfp4_tiled_gemm: x, blocks and scales must be 16-byte aligned");
   if (p.max_tiles <= 0) return;
   if (p.swiglu_bias)
-    dispatch<true>(p, stream);
+    p.tiled_order ? dispatch<true, true>(p, stream) : dispatch<true, false>(p, stream);
   else
-    dispatch<false>(p, stream);
+    p.tiled_order ? dispatch<false, true>(p, stream) : dispatch<false, false>(p, stream);
 }
 
 }  // namespace orchid::kernels

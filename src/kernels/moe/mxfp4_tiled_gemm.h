@@ -83,6 +83,7 @@ struct Mxfp4TiledArgs {
   // the fp32 sums.
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
+  bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
 };
 
 void mxfp4_tiled_gemm(const Mxfp4TiledArgs& args, cudaStream_t stream);

@@ -1,7 +1,9 @@
 // A storage order for the bits of each 32-bit word of MXFP4 expert blocks (8 e2m1 nibbles, element i at bits
-// 4i..4i+3) in which the tiled GEMM's bf16 placement costs 9 operations a word instead of 16 (not yet wired
-// into the kernels: docs/design.md, "MoE and GEMM kernels", says what it costs the streaming kernel and the
-// FP8 conversion).
+// 4i..4i+3) in which the tiled GEMM's bf16 placement costs 9 operations a word instead of 16. The expert
+// blocks take it at load with ORCHID_MXFP4_WORD_ORDER=tiled (mxfp4_to_tiled_order, weight_convert.h); the
+// kernels that read them then decode it: the tiled GEMM (pair_to_bf16x2), the streaming GEMM (pair_to_f16x2,
+// 17 operations a word instead of 16) and the MXFP4 -> FP8 conversion (to_original_order, ~25 operations a
+// word in a kernel bound by memory).
 //
 // The placement of pair I (elements I and I + 4) into a bf16x2 (mxfp4_mma.cuh, e2m1_pair_place<I, 6>) needs
 // the pair's 8 bits at T = {6, 7, 8, 15, 22, 23, 24, 31}: magnitude (e1 e0 m) of the low element at 6..8, its
@@ -23,21 +25,29 @@
 namespace orchid::kernels::mxfp4_order {
 
 inline constexpr uint32_t kPairMask = 0x81c081c0u;  // T
-// Stored bit p holds the original word's bit kStoredFrom[p].
-inline constexpr int kStoredFrom[32] = {24, 25, 26, 23, 12, 13, 0,  1,  2,  27, 4,  5,  6,  15, 30, 3,
-                                        8,  9,  10, 7,  28, 29, 16, 17, 18, 11, 20, 21, 22, 31, 14, 19};
+
+// Stored bit p holds the original word's bit stored_from(p) (a table local to a constexpr function, so
+// that host and device code share it).
+ORCHID_MXFP4_HD constexpr int stored_from(int p) {
+  constexpr int kFrom[32] = {24, 25, 26, 23, 12, 13, 0,  1,  2,  27, 4,  5,  6,  15, 30, 3,
+                             8,  9,  10, 7,  28, 29, 16, 17, 18, 11, 20, 21, 22, 31, 14, 19};
+  return kFrom[p];
+}
 
 // The stored form of an original word (a load-time repack: one pass over the expert blocks).
 ORCHID_MXFP4_HD uint32_t to_tiled_order(uint32_t w) {
   uint32_t s = 0;
-  for (int p = 0; p < 32; ++p) s |= ((w >> kStoredFrom[p]) & 1u) << p;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int p = 0; p < 32; ++p) s |= ((w >> stored_from(p)) & 1u) << p;
   return s;
 }
 
-// Its inverse (what a kernel that still wants the original nibbles would undo).
+// Its inverse, bit by bit (the reference for to_original_order below).
 ORCHID_MXFP4_HD uint32_t from_tiled_order(uint32_t s) {
   uint32_t w = 0;
-  for (int p = 0; p < 32; ++p) w |= ((s >> p) & 1u) << kStoredFrom[p];
+  for (int p = 0; p < 32; ++p) w |= ((s >> p) & 1u) << stored_from(p);
   return w;
 }
 
@@ -58,6 +68,33 @@ ORCHID_MXFP4_HD uint32_t pair_to_bf16x2(uint32_t s) {
   if constexpr (I == 1) return rotr(s, 4) & kPairMask;
   if constexpr (I == 2) return rotr(s, 10) & kPairMask;
   return (rotr(s, 30) & 0x80c080c0u) | (rotr(s, 22) & 0x01000100u);  // rotl by 2 and by 10
+}
+
+// Pair I of a stored word placed as f16x2 (e2m1 * 2^-14: (e1 e0 m) at bits 9..11 / 25..27, the sign at 15 /
+// 31), the streaming GEMM's placement of the original word: the bf16 placement with its magnitude bits moved
+// up by 3 (one shift and one bit select: bit 18 of the shifted word, the sign's image, is dropped).
+template <int I>
+ORCHID_MXFP4_HD uint32_t pair_to_f16x2(uint32_t s) {
+  constexpr uint32_t kKeep = 0x80048000u;  // from r: the signs (and bit 18, which r never has)
+  const uint32_t r = pair_to_bf16x2<I>(s);
+  return (r & kKeep) | ((r << 3) & ~kKeep);
+}
+
+// The original word of a stored one (the conversion to FP8 reads nibbles in order): pair I's placement
+// holds element I's magnitude at 6..8 and sign at 15, element I + 4's at 22..24 and 31, each moved to its
+// nibble.
+ORCHID_MXFP4_HD uint32_t to_original_order(uint32_t s) {
+  auto shr = [](uint32_t x, int n) { return n >= 0 ? x >> n : x << -n; };
+  const uint32_t r[4] = {pair_to_bf16x2<0>(s), pair_to_bf16x2<1>(s), pair_to_bf16x2<2>(s),
+                         pair_to_bf16x2<3>(s)};
+  uint32_t w = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < 4; ++i)
+    w |= (shr(r[i], 6 - 4 * i) & (0x00070007u << (4 * i))) |
+         (shr(r[i], 12 - 4 * i) & (0x00080008u << (4 * i)));
+  return w;
 }
 
 }  // namespace orchid::kernels::mxfp4_order

@@ -3,8 +3,11 @@
 // which is why MXFP4 prefill goes through a per-layer FP8 workspace (see docs/design.md).
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/quant.cuh"
+#include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/weight_convert.h"
 
 namespace orchid::kernels {
@@ -66,7 +69,7 @@ __global__ void mxfp4_to_bf16_kernel(const uint4* __restrict__ blocks, const uin
 __global__ void __launch_bounds__(256)
     mxfp4_to_fp8_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales, int n, int k,
                         Fp8ScaleRule rule, uint8_t* __restrict__ out_q, float* __restrict__ out_scale,
-                        const int* __restrict__ expert_offsets) {
+                        const int* __restrict__ expert_offsets, bool tiled_order) {
   __shared__ float red[8];
   const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
   if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
@@ -87,6 +90,12 @@ __global__ void __launch_bounds__(256)
     if (valid[i]) {
       const int64_t idx = (int64_t(e) * n + row) * kmx + mx;
       src[i] = reinterpret_cast<const uint4*>(blocks)[idx];
+      if (tiled_order) {  // back to nibbles in order (memory, not instructions, bounds this kernel)
+        src[i].x = mxfp4_order::to_original_order(src[i].x);
+        src[i].y = mxfp4_order::to_original_order(src[i].y);
+        src[i].z = mxfp4_order::to_original_order(src[i].z);
+        src[i].w = mxfp4_order::to_original_order(src[i].w);
+      }
       sc[i] = e8m0_to_float(scales[idx]);
       const uint32_t w[4] = {src[i].x, src[i].y, src[i].z, src[i].w};
       uint32_t maxcode = 0;
@@ -135,6 +144,12 @@ __global__ void __launch_bounds__(256)
     dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   }
+}
+
+__global__ void to_tiled_order_kernel(uint32_t* __restrict__ words, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    words[i] = mxfp4_order::to_tiled_order(words[i]);
 }
 
 // One CTA (256 threads) per 128x128 block; thread t owns columns 8*(t%16)..+7 of rows t/16 + 16i.
@@ -192,12 +207,23 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
 
 void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
                         Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, bool tiled_order) {
   ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_to_fp8_block: k must be a multiple of 32");
   ORCHID_KERNEL_REQUIRE(experts <= 65535, "mxfp4_to_fp8_block: too many experts");
   if (experts <= 0 || n <= 0) return;
   const dim3 grid((k + kTile - 1) / kTile, (n + kTile - 1) / kTile, experts);
-  mxfp4_to_fp8_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale, expert_offsets);
+  mxfp4_to_fp8_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale, expert_offsets,
+                                                tiled_order);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp4_to_tiled_order(uint8_t* blocks, size_t bytes, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(blocks) & 3) == 0,
+                        "mxfp4_to_tiled_order: whole, aligned 32-bit words");
+  const int64_t words = int64_t(bytes / 4);
+  if (words == 0) return;
+  const int grid = int(std::min<int64_t>((words + 255) / 256, 8 * 65536));
+  to_tiled_order_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<uint32_t*>(blocks), words);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,10 +28,15 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
                    cudaStream_t stream);
 
 // expert_offsets (nullable, [E+1] device): experts with no routed rows are skipped (their output is left
-// as it was), for the per-layer prefill conversion. k % 32 == 0.
+// as it was), for the per-layer prefill conversion. k % 32 == 0. tiled_order: the blocks' words are in
+// mxfp4_word_order.h's order (the same output).
 void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
                         Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
-                        cudaStream_t stream);
+                        cudaStream_t stream, bool tiled_order = false);
+
+// Every 32-bit word of MXFP4 blocks (bytes % 4 == 0, 4-byte aligned) into mxfp4_word_order.h's order, in
+// place: once at load, for the expert GEMMs' cheaper decode (ORCHID_MXFP4_WORD_ORDER=tiled).
+void mxfp4_to_tiled_order(uint8_t* blocks, size_t bytes, cudaStream_t stream);
 
 // w: bf16 [E, n, k], k % 8 == 0.
 void bf16_to_fp8_block(const void* w, int experts, int n, int k, Fp8ScaleRule rule, uint8_t* out_q,

@@ -76,6 +76,7 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   moe_cfg_.swiglu_limit = float(config_.swiglu_limit);
   moe_cfg_.swiglu_alpha = float(config_.swiglu_alpha);
   moe_cfg_.weights = format;
+  moe_cfg_.mxfp4_tiled_order = weights_.mxfp4_tiled_order;
   moe_cfg_.max_tokens = opts_.max_step_tokens;
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -188,6 +189,12 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   const auto t0 = std::chrono::steady_clock::now();
   DeviceWeights w;
   w.format = format;
+  if (const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER")) {
+    const std::string v(order);
+    if (v != "tiled" && v != "checkpoint")
+      fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
+    w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && v == "tiled";
+  }
   const size_t need = bytes_needed(c, format, shard);
   w.arena = DeviceArena(need, "weights");
   TensorSource src(ref, c, shard, stream);
@@ -282,9 +289,11 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
          {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s}, Mat{"down_proj", int(H), int(I), w2, w2s}}) {
       const std::string blocks = p + "mlp.experts." + m.name + "_blocks";
       const std::string scales = p + "mlp.experts." + m.name + "_scales";
-      if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored
+      if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored (its words maybe reordered)
         src.fetch(blocks, m.q);
         src.fetch(scales, m.s);
+        if (w.mxfp4_tiled_order)  // this rank's slice of the u8 blocks, as fetched
+          kernels::mxfp4_to_tiled_order(m.q, size_t(src.slice_numel(blocks)), stream);
         continue;
       }
       uint8_t* sb = stage;
@@ -305,7 +314,8 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("weights on the GPU: {:.2f} GiB ({} experts) in {:.1f} s", double(w.arena.used()) / (1 << 30),
-               format == kernels::MoeWeights::kMxfp4 ? "mxfp4"
+               format == kernels::MoeWeights::kMxfp4
+                   ? (w.mxfp4_tiled_order ? "mxfp4, tiled word order" : "mxfp4")
                : format == kernels::MoeWeights::kFp8 ? "fp8"
                                                      : "bf16",
                s);

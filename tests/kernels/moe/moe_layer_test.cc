@@ -367,6 +367,20 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     EXPECT_TRUE(orchid::testing::check_exact("cuda graph replay bitwise", bits(d_x.download()), bits(x1)));
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+
+    if (c.weights == MoeWeights::kMxfp4) {
+      // The expert blocks in the tiled word order (mxfp4_word_order.h, as loaded with
+      // ORCHID_MXFP4_WORD_ORDER=tiled): every MXFP4 path decodes them to the same registers, so the same
+      // bits.
+      mxfp4_to_tiled_order(d_w1b.get(), w1b.size(), stream);
+      mxfp4_to_tiled_order(d_w2b.get(), w2b.size(), stream);
+      MoeConfig reordered = cfg;
+      reordered.mxfp4_tiled_order = true;
+      d_x.upload(x0);
+      moe_forward(reordered, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream);
+      ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(orchid::testing::check_exact("tiled word order bitwise", bits(d_x.download()), bits(x1)));
+    }
   }
   cudaStreamDestroy(stream);
 }

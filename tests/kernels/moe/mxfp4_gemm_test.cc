@@ -43,10 +43,11 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   active.resize(E, -1);
   const int max_rows = *std::max_element(c.sizes.begin(), c.sizes.end());
 
-  DeviceBuffer<uint8_t> db, ds;
+  DeviceBuffer<uint8_t> db, db_tiled, ds;
   DeviceBuffer<uint16_t> dx, dbias;
   DeviceBuffer<int> doff, dact, dnact, dmap;
   db.upload(p.blocks);
+  db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(p.blocks));
   ds.upload(p.scales);
   dx.upload(p.x);
   doff.upload(p.offsets);
@@ -72,17 +73,21 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   a.y = dy.get();
   a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
   a.k_split = c.k_split;
-  a.cta_warps = c.k_split ? 8 : 0;   // an explicit split on 8-warp CTAs; else the kernel's own shape
-  for (const int stages : {4, 8}) {  // both ring depths (the activation tile sized by max_rows either way)
-    a.stages = stages;
-    orchid::testing::poison(dy);
-    mxfp4_moe_gemm(a, nullptr);
-    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-    auto got = orchid::testing::bf16_to_floats(dy.download());
-    got.resize(size_t(M) * p.out_cols);
-    const std::string name = std::string(c.name) + " stages " + std::to_string(stages);
-    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-  }
+  a.cta_warps = c.k_split ? 8 : 0;  // an explicit split on 8-warp CTAs; else the kernel's own shape
+  for (const bool tiled_order : {false, true})  // the blocks as in the checkpoint, and reordered at load
+    for (const int stages : {4, 8}) {  // both ring depths (the activation tile sized by max_rows either way)
+      a.stages = stages;
+      a.blocks = tiled_order ? db_tiled.get() : db.get();
+      a.tiled_order = tiled_order;
+      orchid::testing::poison(dy);
+      mxfp4_moe_gemm(a, nullptr);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      auto got = orchid::testing::bf16_to_floats(dy.download());
+      got.resize(size_t(M) * p.out_cols);
+      const std::string name =
+          std::string(c.name) + " stages " + std::to_string(stages) + (tiled_order ? " tiled order" : "");
+      EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -6,14 +6,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
 #include "kernels/moe/moe_activation.h"
+#include "kernels/moe/mxfp4_word_order.h"
 
 namespace orchid::testing {
+
+// MXFP4 blocks with every 32-bit word in mxfp4_word_order.h's order (what mxfp4_to_tiled_order does on the
+// device at load), for the kernels' tiled_order runs.
+inline std::vector<uint8_t> mxfp4_in_tiled_order(const std::vector<uint8_t>& blocks) {
+  std::vector<uint8_t> out(blocks.size());
+  for (size_t i = 0; i + 4 <= blocks.size(); i += 4) {
+    uint32_t w;
+    std::memcpy(&w, blocks.data() + i, 4);
+    w = orchid::kernels::mxfp4_order::to_tiled_order(w);
+    std::memcpy(out.data() + i, &w, 4);
+  }
+  return out;
+}
 
 struct Mxfp4Problem {
   int experts = 0, n = 0, k = 0, rows = 0, x_rows = 0, out_cols = 0;

@@ -158,10 +158,11 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
       orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu, c.scale_lo, c.scale_hi);
   const int E = p.experts, M = p.rows;
 
-  DeviceBuffer<uint8_t> db, ds;
+  DeviceBuffer<uint8_t> db, db_tiled, ds;
   DeviceBuffer<uint16_t> dx, dx16(size_t(p.x_rows) * c.k), dbias;
   DeviceBuffer<int> doff, dmap;
   db.upload(p.blocks);
+  db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(p.blocks));
   ds.upload(p.scales);
   dx.upload(p.x);
   doff.upload(p.offsets);
@@ -176,34 +177,36 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
   DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * p.out_cols);
   const std::pair<Mxfp4TiledShape, const char*> shapes[] = {{Mxfp4TiledShape::kRows128, "rows128"},
                                                             {Mxfp4TiledShape::kRows256, "rows256"}};
-  for (const auto& [shape, shape_name] : shapes) {
-    if (shape == Mxfp4TiledShape::kRows256 && c.tile_tokens > 48) continue;  // not instantiated (registers)
-    orchid::testing::poison(dy);
-    Mxfp4TiledArgs a;
-    a.cta_shape = shape;
-    a.num_experts = E;
-    a.n = c.n;
-    a.k = c.k;
-    a.tile_tokens = c.tile_tokens;
-    a.offsets = doff.get();
-    a.tiles = dtiles.get();
-    a.max_tiles = max_tiles;
-    a.blocks = db.get();
-    a.scales = ds.get();
-    a.x = dxg.get();
-    a.x_row_count = M;
-    a.y = dy.get();
-    a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
-    mxfp4_tiled_gemm(a, nullptr);
-    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-    auto raw = dy.download();
-    raw.resize(size_t(M) * p.out_cols);
-    const auto got = orchid::testing::bf16_to_floats(
-        c.swiglu ? orchid::testing::from_block_order(raw, size_t(p.out_cols), mxfp4_tiled_pos) : raw);
-    // bf16 output keeps 8 bits: the relative bound is the output rounding's.
-    const std::string name = std::string(c.name) + " " + shape_name;
-    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-  }
+  for (const bool tiled_order : {false, true})  // the blocks as in the checkpoint, and reordered at load
+    for (const auto& [shape, shape_name] : shapes) {
+      if (shape == Mxfp4TiledShape::kRows256 && c.tile_tokens > 48) continue;  // not instantiated (registers)
+      orchid::testing::poison(dy);
+      Mxfp4TiledArgs a;
+      a.cta_shape = shape;
+      a.num_experts = E;
+      a.n = c.n;
+      a.k = c.k;
+      a.tile_tokens = c.tile_tokens;
+      a.offsets = doff.get();
+      a.tiles = dtiles.get();
+      a.max_tiles = max_tiles;
+      a.blocks = tiled_order ? db_tiled.get() : db.get();
+      a.tiled_order = tiled_order;
+      a.scales = ds.get();
+      a.x = dxg.get();
+      a.x_row_count = M;
+      a.y = dy.get();
+      a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
+      mxfp4_tiled_gemm(a, nullptr);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      auto raw = dy.download();
+      raw.resize(size_t(M) * p.out_cols);
+      const auto got = orchid::testing::bf16_to_floats(
+          c.swiglu ? orchid::testing::from_block_order(raw, size_t(p.out_cols), mxfp4_tiled_pos) : raw);
+      // bf16 output keeps 8 bits: the relative bound is the output rounding's.
+      const std::string name = std::string(c.name) + " " + shape_name + (tiled_order ? " tiled order" : "");
+      EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
+    }
 }
 
 // 64-token tiles on 256-row CTAs are refused with a clear error (not instantiated).

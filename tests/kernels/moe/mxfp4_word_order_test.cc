@@ -1,7 +1,8 @@
 // The MXFP4 word order for the tiled GEMM (kernels/moe/mxfp4_word_order.h), on the host: the repack is a
-// bijection, and each pair's 2-3-operation decode of a stored word equals today's bf16 placement of the
-// original word (the shift-and-mask formula of mxfp4_mma.cuh, e2m1_pair_place<I, 6>) on random words, on
-// every single-bit word and on every word of one repeated nibble.
+// bijection, to_original_order undoes it, and each pair's decode of a stored word equals the placements of
+// the original word the kernels used before (the shift-and-mask formulas of mxfp4_mma.cuh,
+// e2m1_pair_place<I, 6> for bf16 and <I, 9> for f16) on random words, on every single-bit word and on every
+// word of one repeated nibble.
 #include "kernels/moe/mxfp4_word_order.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,27 @@ uint32_t place_bf16(uint32_t w, int I) {
   const uint32_t s = (ks >= 0 ? (w << ks) : (w >> -ks)) & 0x80008000u;
   const uint32_t m = (km >= 0 ? (w << km) : (w >> -km)) & (0x70007u << 6);
   return s | m;
+}
+
+// mxfp4_mma.cuh's e2m1_pair_place<I, 9> (the streaming GEMM's f16 placement), written out for the host.
+uint32_t place_f16(uint32_t w, int I) {
+  const int ks = 12 - 4 * I, km = 9 - 4 * I;
+  const uint32_t s = (ks >= 0 ? (w << ks) : (w >> -ks)) & 0x80008000u;
+  const uint32_t m = (km >= 0 ? (w << km) : (w >> -km)) & (0x70007u << 9);
+  return s | m;
+}
+
+uint32_t decode_f16(uint32_t s, int I) {
+  switch (I) {
+    case 0:
+      return pair_to_f16x2<0>(s);
+    case 1:
+      return pair_to_f16x2<1>(s);
+    case 2:
+      return pair_to_f16x2<2>(s);
+    default:
+      return pair_to_f16x2<3>(s);
+  }
 }
 
 uint32_t decode(uint32_t s, int I) {
@@ -35,15 +57,18 @@ uint32_t decode(uint32_t s, int I) {
 void expect_word(uint32_t w) {
   const uint32_t s = to_tiled_order(w);
   ASSERT_EQ(from_tiled_order(s), w) << std::hex << w;
-  for (int I = 0; I < 4; ++I)
+  ASSERT_EQ(to_original_order(s), w) << std::hex << w;
+  for (int I = 0; I < 4; ++I) {
     ASSERT_EQ(decode(s, I), place_bf16(w, I)) << std::hex << "word " << w << " pair " << I;
+    ASSERT_EQ(decode_f16(s, I), place_f16(w, I)) << std::hex << "word " << w << " pair " << I << " (f16)";
+  }
 }
 
 TEST(Mxfp4WordOrder, TheStoredBitsArePermuted) {
   bool seen[32] = {};
   for (int p = 0; p < 32; ++p) {
-    ASSERT_FALSE(seen[kStoredFrom[p]]) << p;
-    seen[kStoredFrom[p]] = true;
+    ASSERT_FALSE(seen[stored_from(p)]) << p;
+    seen[stored_from(p)] = true;
   }
 }
 

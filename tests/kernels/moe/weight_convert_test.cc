@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
+#include "mxfp4_problem.h"
 
 namespace orchid::kernels {
 namespace {
@@ -128,6 +130,23 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
                                  wq.data(), ws.data());
     auto gq = q.download();
     auto gs = s.download();
+    {  // the blocks in the tiled word order (as reordered at load): the same bytes and scales
+      DeviceBuffer<uint8_t> db_tiled, q_tiled(q.size());
+      DeviceBuffer<float> s_tiled(s.size());
+      db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(blocks));
+      orchid::testing::poison(q_tiled);
+      orchid::testing::poison(s_tiled);
+      mxfp4_to_fp8_block(db_tiled.get(), ds.get(), c.experts, c.n, c.k, rule, q_tiled.get(), s_tiled.get(),
+                         c.experts > 1 ? doff.get() : nullptr, nullptr, true);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      const std::string t = std::string(c.name) + (pow2 ? " pow2" : " amax/448") + " tiled order";
+      EXPECT_TRUE(orchid::testing::check_exact((t + " bytes").c_str(), q_tiled.download(), gq));
+      std::vector<uint32_t> sa(gs.size()), sb(gs.size());
+      const auto st = s_tiled.download();
+      std::memcpy(sa.data(), st.data(), st.size() * 4);
+      std::memcpy(sb.data(), gs.data(), gs.size() * 4);
+      EXPECT_TRUE(orchid::testing::check_exact((t + " scales").c_str(), sa, sb));
+    }
     if (c.experts > 1) {  // skipped expert: still poisoned; compare the rest
       const size_t qe = size_t(c.n) * kpad, se = size_t(rb) * (kpad / 128);
       bool untouched = true;
