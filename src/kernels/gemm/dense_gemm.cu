@@ -233,6 +233,12 @@ namespace {
 // 0.85; QKV and O at 1 row 1.04-1.10.
 constexpr float kClearWin = 0.9f;
 
+// cuBLASLt's algorithms are timed only for shapes of at most this many rows: decode steps, whose few
+// shapes (the graph buckets) recur every step and whose few rows the heuristic serves worst. A prefill
+// chunk's row count changes with every prompt, and timing each new one would cost milliseconds of
+// time to first token, for GEMMs the heuristic already runs near their ceiling.
+constexpr int kTimedMaxRows = 512;
+
 // A device buffer of twice the L2 cache, written before each timed run so that the weights come from HBM as
 // they do in a model step (a layer's weights, 20-60 MB, would otherwise sit in the 50 MB L2 from the run
 // before, and the timing would rank kernels by L2 bandwidth). Allocated at the first timing on a device and
@@ -299,7 +305,8 @@ int DenseGemm::choose_algorithm(const DenseGemmArgs& a, int64_t ldx, int64_t ldy
   int chosen = 0;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
-  if (impl_->time_algorithms && num_algos > 1 && cs == cudaStreamCaptureStatusNone && !a.accumulate) {
+  if (impl_->time_algorithms && num_algos > 1 && a.m <= kTimedMaxRows && cs == cudaStreamCaptureStatusNone &&
+      !a.accumulate) {
     const L2Flush flush = l2_flush_buffer(impl_->device);
     float ms[kAlgorithmCandidates];
     for (int i = 0; i < num_algos; ++i) {

@@ -3,13 +3,13 @@
 // keeps them BF16 and they are a small part of the bytes): fused QKV (n = 5120), O-proj (n = 2880,
 // k = 4096), the router (n = E, fp32 logits) and lm_head (n = 201088).
 //
-// The cuBLASLt algorithm is chosen once per shape and cached: the heuristic offers up to eight, and the
-// shape's first call outside a graph capture times them on its own operands and keeps the heuristic's first
-// unless another is clearly faster (dense_gemm.cu). The workspace is owned by the caller and given at
-// construction, so a call allocates nothing and can be captured in a CUDA graph.
-// For a few rows (m <= 16, decode) orchid's small_m_gemm competes: the first call of such a shape outside a
-// graph capture times both on the call's own operands and keeps the faster (cuBLASLt's heuristic picks
-// poorly there: ~3x the weight-streaming floor at m = 1).
+// The cuBLASLt algorithm is chosen once per shape and cached: the heuristic offers up to eight, and for
+// decode-sized shapes (up to 512 rows) the first call outside a graph capture times them on its own operands
+// and keeps the heuristic's first unless another is clearly faster (dense_gemm.cu). The workspace is owned by
+// the caller and given at construction, so a call allocates nothing and can be captured in a CUDA graph. For
+// a few rows (m <= 16, decode) orchid's small_m_gemm competes: the first call of such a shape outside a graph
+// capture times both on the call's own operands and keeps the faster (cuBLASLt's heuristic picks poorly
+// there: ~3x the weight-streaming floor at m = 1).
 #pragma once
 
 #include <cuda_runtime.h>
