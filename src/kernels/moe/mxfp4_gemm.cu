@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   __nv_bfloat16* yg = static_cast<__nv_bfloat16*>(p.y);
   bool scales_loaded = false;
 
-  for (int tok0 = 0; tok0 < m;
-       tok0 += tile_rows) {  // a pass: the tile's rows (its MMA columns beyond: unused)
+  // A pass takes the tile's rows of tokens (its MMA columns beyond them are computed and never stored).
+  for (int tok0 = 0; tok0 < m; tok0 += tile_rows) {
     // The weight stream does not depend on the activations: start it before filling the activation tile,
     // so its latency overlaps the fill (this warp's ring is idle here: the previous pass drained it).
     const bool first_pass = !scales_loaded;
