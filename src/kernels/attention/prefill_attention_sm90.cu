@@ -56,6 +56,7 @@
 #include "kernels/attention/warpgroup_mma.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
 #include "kernels/common/smem_attribute.h"
 #include "kernels/common/tensor_map.h"
 
@@ -471,10 +472,7 @@ unsigned persistent_ctas(unsigned items, int ctas) {
   }();
   if (ctas > 0) return std::min(items, unsigned(ctas));
   if (!persistent) return items;
-  int device = 0, sms = 0;
-  ORCHID_CUDA_CHECK(cudaGetDevice(&device));
-  ORCHID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return std::min(items, unsigned(std::max(sms, 1)));
+  return std::min(items, unsigned(std::max(device_info().sm_count, 1)));
 }
 
 template <int kConsumers, int kBlockN>
