@@ -486,7 +486,7 @@ void bench_convert(const Options& o, cudaStream_t s) {
     Buf q(size_t(E) * n * kp, Fill::kBytes, 0), qs(size_t(E) * (n / 128) * (kp / 128) * 4, Fill::kBytes, 0);
     const double us = median_us(s, 2, o.quick ? 5 : 10, [&](int) {
       mxfp4_to_fp8_block(bl.as<uint8_t>(), sc.as<uint8_t>(), E, n, k, Fp8ScaleRule::kPow2, q.as<uint8_t>(),
-                         qs.as<float>(), nullptr, s);
+                         qs.as<float>(), nullptr, s, mxfp4_tiled_order());
     });
     report("convert mxfp4->fp8 gate_up layer", "E32 n5760 k2880", us, 0, double(bbytes + sbytes + q.bytes),
            0);
