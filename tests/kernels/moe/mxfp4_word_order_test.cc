@@ -12,55 +12,28 @@
 namespace orchid::kernels::mxfp4_order {
 namespace {
 
-// mxfp4_mma.cuh's e2m1_pair_place<I, 6>, written out for the host.
-uint32_t place_bf16(uint32_t w, int I) {
-  const int ks = 12 - 4 * I, km = 6 - 4 * I;
+// mxfp4_mma.cuh's e2m1_pair_place<I, mag_lsb>, written out for the host: the tiled GEMM's bf16 placement
+// (mag_lsb 6) and the streaming GEMM's f16 one (9).
+uint32_t place(uint32_t w, int I, int mag_lsb) {
+  const int ks = 12 - 4 * I, km = mag_lsb - 4 * I;
   const uint32_t s = (ks >= 0 ? (w << ks) : (w >> -ks)) & 0x80008000u;
-  const uint32_t m = (km >= 0 ? (w << km) : (w >> -km)) & (0x70007u << 6);
+  const uint32_t m = (km >= 0 ? (w << km) : (w >> -km)) & (0x70007u << mag_lsb);
   return s | m;
 }
 
-// mxfp4_mma.cuh's e2m1_pair_place<I, 9> (the streaming GEMM's f16 placement), written out for the host.
-uint32_t place_f16(uint32_t w, int I) {
-  const int ks = 12 - 4 * I, km = 9 - 4 * I;
-  const uint32_t s = (ks >= 0 ? (w << ks) : (w >> -ks)) & 0x80008000u;
-  const uint32_t m = (km >= 0 ? (w << km) : (w >> -km)) & (0x70007u << 9);
-  return s | m;
-}
-
-uint32_t decode_f16(uint32_t s, int I) {
-  switch (I) {
-    case 0:
-      return pair_to_f16x2<0>(s);
-    case 1:
-      return pair_to_f16x2<1>(s);
-    case 2:
-      return pair_to_f16x2<2>(s);
-    default:
-      return pair_to_f16x2<3>(s);
-  }
-}
-
-uint32_t decode(uint32_t s, int I) {
-  switch (I) {
-    case 0:
-      return pair_to_bf16x2<0>(s);
-    case 1:
-      return pair_to_bf16x2<1>(s);
-    case 2:
-      return pair_to_bf16x2<2>(s);
-    default:
-      return pair_to_bf16x2<3>(s);
-  }
-}
+// The decodes of a stored word, pair by pair.
+constexpr uint32_t (*kDecodeBf16[4])(uint32_t) = {pair_to_bf16x2<0>, pair_to_bf16x2<1>, pair_to_bf16x2<2>,
+                                                  pair_to_bf16x2<3>};
+constexpr uint32_t (*kDecodeF16[4])(uint32_t) = {pair_to_f16x2<0>, pair_to_f16x2<1>, pair_to_f16x2<2>,
+                                                 pair_to_f16x2<3>};
 
 void expect_word(uint32_t w) {
   const uint32_t s = to_tiled_order(w);
   ASSERT_EQ(from_tiled_order(s), w) << std::hex << w;
   ASSERT_EQ(to_original_order(s), w) << std::hex << w;
   for (int I = 0; I < 4; ++I) {
-    ASSERT_EQ(decode(s, I), place_bf16(w, I)) << std::hex << "word " << w << " pair " << I;
-    ASSERT_EQ(decode_f16(s, I), place_f16(w, I)) << std::hex << "word " << w << " pair " << I << " (f16)";
+    ASSERT_EQ(kDecodeBf16[I](s), place(w, I, 6)) << std::hex << "word " << w << " pair " << I;
+    ASSERT_EQ(kDecodeF16[I](s), place(w, I, 9)) << std::hex << "word " << w << " pair " << I << " (f16)";
   }
 }
 
