@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
 #include "kernels/gemm/small_m_gemm.h"
 
 #define ORCHID_CUBLAS_CHECK(expr)                                                                 \
@@ -78,13 +79,32 @@ struct Plan {
   bool bias_epilogue = false;
 };
 
-// The choices timed at first use, shared by every DenseGemm of the process on one device: two engines (or
-// ranks) of one process then run the same kernels for a shape, and compute the same bits.
+// The choices timed at first use, shared by every DenseGemm of the process on devices of one kind: two
+// engines of one process, and the tensor-parallel ranks (which compute the router and other replicated
+// GEMMs each on its own GPU and must get the same bits), then run the same kernels for a shape. The first
+// to finish timing a shape decides for all. The key holds what changes the heuristic's list (the
+// workspace limit among it), so an index means the same algorithm to every instance that finds it.
+using DeviceKind = std::tuple<int, int, long long, long long>;  // cc, SMs, L2 and memory bytes
+using ChoiceKey = std::tuple<DeviceKind, Key, size_t>;          // + the workspace limit
 struct TimedChoices {
   std::mutex mu;
-  std::map<std::pair<int, Key>, bool> small_m;   // true when small_m_gemm won
-  std::map<std::pair<int, Key>, int> algorithm;  // index into the heuristic's list
+  std::map<ChoiceKey, bool> small_m;   // true when small_m_gemm won
+  std::map<ChoiceKey, int> algorithm;  // index into the heuristic's list
 };
+
+thread_local bool t_timing_allowed = false;  // inside a DenseGemm::TimingScope on this thread
+
+// Without a timing (outside a TimingScope, inside a graph capture, or where a timing run would change y:
+// accumulate), a small-m shape no instance has timed takes small_m_gemm, and a cuBLASLt one the heuristic's
+// first algorithm, without recording either: the first timed call decides.
+constexpr bool kUntimedSmallM = true;
+
+bool timing_allowed(const DenseGemmArgs& a, cudaStream_t stream) {
+  if (!t_timing_allowed || a.accumulate) return false;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
+  return cs == cudaStreamCaptureStatusNone;
+}
 TimedChoices& timed_choices() {
   static TimedChoices choices;
   return choices;
@@ -99,6 +119,7 @@ struct DenseGemm::Impl {
   std::mutex mu;
   std::map<Key, Plan> plans;
   int device = 0;
+  DeviceKind kind{};
   DenseGemm::SmallM policy = DenseGemm::SmallM::kMeasured;
   bool time_algorithms = true;  // false: the heuristic's first algorithm for every shape
 
@@ -153,6 +174,10 @@ struct DenseGemm::Impl {
     return true;
   }
 
+  ChoiceKey choice_key(const DenseGemmArgs& a, int64_t ldx, int64_t ldy) const {
+    return {kind, Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}, workspace_bytes};
+  }
+
   Plan& plan_for(const DenseGemmArgs& a, int64_t ldx, int64_t ldy) {
     Key key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr};
     auto it = plans.find(key);
@@ -169,6 +194,9 @@ DenseGemm::DenseGemm(void* workspace, size_t workspace_bytes) : impl_(std::make_
                         "DenseGemm: workspace must be 16-byte aligned");
   ORCHID_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   ORCHID_CUDA_CHECK(cudaGetDevice(&impl_->device));
+  const DeviceInfo& info = device_info();
+  impl_->kind =
+      DeviceKind{info.cc_major * 10 + info.cc_minor, info.sm_count, info.l2_bytes, info.global_mem_bytes};
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace ? workspace_bytes : 0;
   // ORCHID_SMALL_M=orchid|cublas forces the small-m choice (for measuring a whole step either way);
@@ -182,6 +210,13 @@ DenseGemm::DenseGemm(void* workspace, size_t workspace_bytes) : impl_(std::make_
 }
 
 DenseGemm::~DenseGemm() = default;
+
+DenseGemm::TimingScope::TimingScope() : outer_(t_timing_allowed) {
+  t_timing_allowed = true;
+}
+DenseGemm::TimingScope::~TimingScope() {
+  t_timing_allowed = outer_;
+}
 
 bool DenseGemm::bias_fused(const DenseGemmArgs& a) {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -201,8 +236,8 @@ bool DenseGemm::uses_small_m(const DenseGemmArgs& a) {
   const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
   TimedChoices& timed = timed_choices();
   std::lock_guard<std::mutex> timed_lock(timed.mu);
-  auto it = timed.small_m.find({impl_->device, Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}});
-  return it != timed.small_m.end() && it->second;
+  auto it = timed.small_m.find(impl_->choice_key(a, ldx, ldy));
+  return it != timed.small_m.end() ? it->second : kUntimedSmallM;
 }
 
 int DenseGemm::cublas_algorithms(const DenseGemmArgs& a) {
@@ -233,10 +268,9 @@ namespace {
 // 0.85; QKV and O at 1 row 1.04-1.10.
 constexpr float kClearWin = 0.9f;
 
-// cuBLASLt's algorithms are timed only for shapes of at most this many rows: decode steps, whose few
-// shapes (the graph buckets) recur every step and whose few rows the heuristic serves worst. A prefill
-// chunk's row count changes with every prompt, and timing each new one would cost milliseconds of
-// time to first token, for GEMMs the heuristic already runs near their ceiling.
+// cuBLASLt's algorithms are timed only for shapes of at most this many rows (inside a TimingScope: the
+// decode steps' graph buckets, whose few rows the heuristic serves worst); above, the heuristic already
+// runs near the ceiling.
 constexpr int kTimedMaxRows = 512;
 
 // A device buffer of twice the L2 cache, written before each timed run so that the weights come from HBM as
@@ -295,29 +329,27 @@ float best_ms(cudaStream_t stream, const L2Flush& flush, Fn fn, int reps = 5) {
 template <typename Matmul>
 int DenseGemm::choose_algorithm(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, int num_algos,
                                 Matmul matmul, cudaStream_t stream) {
-  const std::pair<int, Key> key{impl_->device, Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}};
+  if (!impl_->time_algorithms || num_algos <= 1 || a.m > kTimedMaxRows) return 0;  // for good
+  const ChoiceKey key = impl_->choice_key(a, ldx, ldy);
   TimedChoices& timed = timed_choices();
   {
     std::lock_guard<std::mutex> timed_lock(timed.mu);
     auto known = timed.algorithm.find(key);
-    if (known != timed.algorithm.end() && known->second < num_algos) return known->second;
+    if (known != timed.algorithm.end()) return known->second < num_algos ? known->second : 0;
   }
+  if (!timing_allowed(a, stream)) return -1;  // the heuristic's first for this call; timed in a later one
+  const L2Flush flush = l2_flush_buffer(impl_->device);
+  float ms[kAlgorithmCandidates];
   int chosen = 0;
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
-  if (impl_->time_algorithms && num_algos > 1 && a.m <= kTimedMaxRows && cs == cudaStreamCaptureStatusNone &&
-      !a.accumulate) {
-    const L2Flush flush = l2_flush_buffer(impl_->device);
-    float ms[kAlgorithmCandidates];
-    for (int i = 0; i < num_algos; ++i) {
-      const auto once = [&] { matmul(i); };
-      ms[i] = matmul(i) == CUBLAS_STATUS_SUCCESS ? best_ms(stream, flush, once, 3) : 1e30f;  // refused: none
-      if (ms[i] < ms[chosen]) chosen = i;
-    }
-    if (!(ms[chosen] < kClearWin * ms[0])) chosen = 0;
+  for (int i = 0; i < num_algos; ++i) {
+    const auto once = [&] { matmul(i); };
+    ms[i] = matmul(i) == CUBLAS_STATUS_SUCCESS ? best_ms(stream, flush, once, 3) : 1e30f;  // refused: none
+    if (ms[i] < ms[chosen]) chosen = i;
   }
+  if (!(ms[chosen] < kClearWin * ms[0])) chosen = 0;
   std::lock_guard<std::mutex> timed_lock(timed.mu);
-  return timed.algorithm.emplace(key, chosen).first->second;  // the first to finish timing decides
+  const int decided = timed.algorithm.emplace(key, chosen).first->second;  // the first to finish decides
+  return decided < num_algos ? decided : 0;
 }
 
 void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
@@ -330,28 +362,24 @@ void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
   if (small_m_gemm_supports(a) && impl_->policy != SmallM::kCublas) {
     bool small = impl_->policy == SmallM::kOrchid;
     if (!small) {
-      const std::pair<int, Key> key{impl_->device,
-                                    Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}};
+      const ChoiceKey key = impl_->choice_key(a, ldx, ldy);
       TimedChoices& timed = timed_choices();
       std::unique_lock<std::mutex> timed_lock(timed.mu);
       auto it = timed.small_m.find(key);
-      if (it == timed.small_m.end()) {
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
-        bool choice = true;  // inside a capture, or where a timing run would change y: ours, untimed
-        if (cs == cudaStreamCaptureStatusNone && !a.accumulate) {
-          // Ours only when clearly faster: a choice by a hair would flip with timing noise between
-          // processes (and with it the outputs' last bits: two instances of one model would disagree).
-          timed_lock.unlock();  // run_cublas may time its algorithms
-          const L2Flush flush = l2_flush_buffer(impl_->device);
-          const float ours = best_ms(stream, flush, [&] { small_m_gemm(a, stream); });
-          const float theirs = best_ms(stream, flush, [&] { run_cublas(a, ldx, ldy, stream); });
-          choice = ours < kClearWin * theirs;
-          timed_lock.lock();
-        }
-        it = timed.small_m.emplace(key, choice).first;  // the first to finish timing decides
+      if (it != timed.small_m.end()) {
+        small = it->second;
+      } else if (!timing_allowed(a, stream)) {
+        small = kUntimedSmallM;  // for this call; timed in a later one
+      } else {
+        // Ours only when clearly faster: a choice by a hair would flip with timing noise between
+        // processes (and with it the outputs' last bits: two instances of one model would disagree).
+        timed_lock.unlock();  // run_cublas times its algorithms too
+        const L2Flush flush = l2_flush_buffer(impl_->device);
+        const float ours = best_ms(stream, flush, [&] { small_m_gemm(a, stream); });
+        const float theirs = best_ms(stream, flush, [&] { run_cublas(a, ldx, ldy, stream); });
+        timed_lock.lock();
+        small = timed.small_m.emplace(key, ours < kClearWin * theirs).first->second;  // the first decides
       }
-      small = it->second;
     }
     if (small) return small_m_gemm(a, stream);
   }
@@ -369,12 +397,16 @@ void DenseGemm::run_cublas(const DenseGemmArgs& a, int64_t ldx, int64_t ldy, cud
     return cublasLtMatmul(impl_->handle, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c,
                           &p.algos[i], impl_->workspace, impl_->workspace_bytes, stream);
   };
-  // The shape's first call in the process: the heuristic's first algorithm, unless another of its
-  // candidates, each timed on this call's own operands, is clearly faster (cuBLASLt's heuristic is no
-  // measurement: at the decode step's few rows it can leave most SMs idle). Not inside a graph capture,
-  // and not where a timing run would change y (accumulate): there the heuristic's first, untimed, for good.
-  if (p.chosen < 0) p.chosen = choose_algorithm(a, ldx, ldy, p.num_algos, matmul, stream);
-  ORCHID_CUBLAS_CHECK(matmul(p.chosen));
+  // The heuristic's first algorithm, unless another of its candidates, each timed on a call's own operands
+  // inside a TimingScope, is clearly faster (cuBLASLt's heuristic is no measurement: at the decode step's
+  // few rows it can leave most SMs idle). Until a shape is timed its calls take the heuristic's first.
+  int algo = p.chosen;
+  if (algo < 0) {
+    algo = choose_algorithm(a, ldx, ldy, p.num_algos, matmul, stream);
+    if (algo >= 0) p.chosen = algo;  // decided for good
+    algo = std::max(algo, 0);
+  }
+  ORCHID_CUBLAS_CHECK(matmul(algo));
   if (a.bias && !p.bias_epilogue) {
     const int64_t total = int64_t(a.m) * a.n;
     const int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));

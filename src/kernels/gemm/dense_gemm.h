@@ -60,8 +60,25 @@ class DenseGemm {
   // For tests/benchmarks: whether this shape is (or would now be) served by small_m_gemm.
   bool uses_small_m(const DenseGemmArgs& args);
 
+  // First-use timing (small_m_gemm against cuBLASLt, cuBLASLt's algorithms against the heuristic's first)
+  // runs only on a thread inside a TimingScope, outside graph captures. The runtime opens one around the
+  // eager first run of each graphed decode step, whose shapes recur every step. Elsewhere (prefill chunks
+  // and mixed steps, whose row counts change with every prompt; timing each would stall the step for up to
+  // milliseconds) a shape takes the choice an instance timed for it before, or the untimed default.
+  class TimingScope {
+   public:
+    TimingScope();
+    ~TimingScope();
+    TimingScope(const TimingScope&) = delete;
+    TimingScope& operator=(const TimingScope&) = delete;
+
+   private:
+    bool outer_;
+  };
+
   // For tests/benchmarks: the cuBLASLt algorithms the heuristic offers for this shape, the one it runs
-  // (-1 until its first call), and making it run the index-th from now on.
+  // (-1 until a call decides it: a timed one, or one whose shape is never timed), and making it run the
+  // index-th from now on.
   int cublas_algorithms(const DenseGemmArgs& args);
   int cublas_algorithm(const DenseGemmArgs& args);
   void use_cublas_algorithm(const DenseGemmArgs& args, int index);

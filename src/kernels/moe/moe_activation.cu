@@ -190,7 +190,9 @@ __global__ void __launch_bounds__(kCombineThreads)
 // a thread per 8 columns (every load of the token in flight at once, as in combine_kernel), the norm by
 // rmsnorm_row.cuh. One launch and one read of the residual fewer than the two kernels; the residual's bits
 // are the combine's, the norm's sum of squares runs in another order than rmsnorm_residual's 96-thread one.
-constexpr int kCombineNormMaxThreads = 1024;  // hidden <= 8192 (larger: the two kernels)
+// hidden <= 3072 (gpt-oss: 2880, 360 threads; larger: the two kernels). The bound sets the registers a
+// thread may use: at 1024 threads (64 registers) the combine's 2k loads in flight spilled.
+constexpr int kCombineNormMaxThreads = 384;
 __global__ void __launch_bounds__(kCombineNormMaxThreads)
     combine_norm_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
                         const int* __restrict__ topk_idx, const float* __restrict__ topk_w,

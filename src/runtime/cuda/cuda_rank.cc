@@ -963,7 +963,11 @@ StepOutput CudaRank::forward_graph(const StepBatch& b, bool launch) {
   const int key = (bucket * 64 + q) * 4 + int(pick);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    decode_body(m, T, pick);
+    {
+      // Its shapes recur every step of this key: the dense GEMMs time their choices here, once.
+      const kernels::DenseGemm::TimingScope timing;
+      decode_body(m, T, pick);
+    }
     ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;

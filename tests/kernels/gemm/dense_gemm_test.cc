@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <random>
@@ -52,6 +53,7 @@ void run_case(const Case& c, DenseGemm::SmallM policy, int algorithm = -1) {
 
   DenseGemm gemm(ws.get(), ws.size());
   gemm.set_small_m(policy);
+  const DenseGemm::TimingScope timing;  // as in a graphed decode step's first run
   DenseGemmArgs a;
   a.m = c.m;
   a.n = c.n;
@@ -196,6 +198,7 @@ void run_split_case(const char* name, int m, int n, int k,
   DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace);
   DenseGemm gemm(ws.get(), ws.size());
   gemm.set_small_m(policy);
+  const DenseGemm::TimingScope timing;  // as in a graphed decode step's first run
   DenseGemmArgs a;
   a.m = m;
   a.n = n;
@@ -241,6 +244,44 @@ TEST(DenseGemmSplitInput, ReachesFp32Accuracy) {
   run_split_case("split_m1", 1, 5120, 2880);
   run_split_case("split_m1_small_m_gemm", 1, 5120, 2880, DenseGemm::SmallM::kOrchid);
   run_split_case("split_oproj_m7_small_m_gemm", 7, 2880, 4096, DenseGemm::SmallM::kOrchid);
+}
+
+// First-use timing runs only inside a TimingScope (the runtime's graphed decode steps), so that prefill
+// chunks of ever-new row counts never stall on it; outside, a shape runs the heuristic's first algorithm
+// undecided, and once an instance has timed it every instance of the process takes that choice.
+TEST(DenseGemmTiming, OnlyInsideATimingScope) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  if (const char* v = std::getenv("ORCHID_GEMM_ALGO"); v && std::strcmp(v, "heuristic") == 0)
+    GTEST_SKIP() << "ORCHID_GEMM_ALGO=heuristic: nothing is timed";
+  DeviceBuffer<uint8_t> ws(DenseGemm::kRecommendedWorkspace), ws2(DenseGemm::kRecommendedWorkspace);
+  DeviceBuffer<uint16_t> x(size_t(41) * 1024), w(size_t(1536) * 1024), y(size_t(41) * 1536);
+  ORCHID_TEST_CUDA(cudaMemset(x.get(), 0, x.size() * 2));
+  ORCHID_TEST_CUDA(cudaMemset(w.get(), 0, w.size() * 2));
+  DenseGemmArgs a;  // a shape no other test of the process runs
+  a.m = 41;
+  a.n = 1536;
+  a.k = 1024;
+  a.x = x.get();
+  a.w = w.get();
+  a.y = y.get();
+  DenseGemm gemm(ws.get(), ws.size());
+  gemm.set_small_m(DenseGemm::SmallM::kCublas);
+  if (gemm.cublas_algorithms(a) < 2) GTEST_SKIP() << "the heuristic offers one algorithm: nothing to time";
+  gemm.run(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(gemm.cublas_algorithm(a), -1) << "timed outside a TimingScope";
+  {
+    const DenseGemm::TimingScope timing;
+    gemm.run(a, nullptr);
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  }
+  const int chosen = gemm.cublas_algorithm(a);
+  EXPECT_GE(chosen, 0);
+  DenseGemm other(ws2.get(), ws2.size());  // outside a scope, it takes the choice timed by the first
+  other.set_small_m(DenseGemm::SmallM::kCublas);
+  other.run(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(other.cublas_algorithm(a), chosen);
 }
 
 TEST(DenseGemmSplitInput, AccumulateNeedsFp32Output) {
