@@ -16,17 +16,47 @@ import pytest
 
 
 # ---------------------------------------------------------------- 1. FP8 decode fragments
-def swz8(r, c):  # warp_mma.cuh: 16-byte chunk c of 64-byte row r
+# Lane by lane as the CUDA code does it, with the PTX semantics of what it calls: __byte_perm's selector
+# nibbles, cvt.rn.f16x2.e4m3x2 (the low byte to the low half), and the m16n8k16 A/B/C fragment layouts. An
+# "f16x2 word" is modelled as a (low, high) pair of the values its bytes stand for.
+def swz8(r, c):  # warp_mma.cuh: 16-byte chunk c of 64-byte row r (e4m3 tiles)
     return r * 64 + ((c ^ ((r >> 1) & 3)) << 4)
 
 
+def swz(r, c):  # warp_mma.cuh: 16-byte chunk c of 128-byte row r (the f16 Q tile)
+    return r * 128 + ((c ^ (r & 7)) << 4)
+
+
+def byte_perm(x, y, sel):
+    b = [(x >> (8 * i)) & 0xFF for i in range(4)] + [(y >> (8 * i)) & 0xFF for i in range(4)]
+    return sum(b[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+
+
 def e4m3_tile(rows):
-    """A 64 x 64 tile of byte codes laid out with swz8, and the codes as a matrix."""
+    """A 64 x 64 tile of byte codes laid out with swz8 (as load_kv_tile writes it)."""
     tile = np.zeros(64 * 64, np.uint8)
     for r in range(64):
         for c in range(4):
             tile[swz8(r, c):swz8(r, c) + 16] = rows[r, 16 * c:16 * c + 16]
     return tile
+
+
+def word(tile, off):
+    return int.from_bytes(bytes(tile[off:off + 4]), "little")
+
+
+def mma(C, a, b0, b1):
+    """C[lane] += the m16n8k16 product of per-lane fragments: a[lane] four (lo, hi) pairs, b0/b1 one pair."""
+    A, B = np.zeros((16, 16)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        A[g, 2 * t:2 * t + 2], A[g + 8, 2 * t:2 * t + 2] = a[lane][0], a[lane][1]
+        A[g, 2 * t + 8:2 * t + 10], A[g + 8, 2 * t + 8:2 * t + 10] = a[lane][2], a[lane][3]
+        B[2 * t:2 * t + 2, g], B[2 * t + 8:2 * t + 10, g] = b0[lane], b1[lane]
+    D = A @ B
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        C[lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]]
 
 
 def test_fp8_decode_fragments_give_exact_products_and_conflict_free_reads():
@@ -35,45 +65,75 @@ def test_fp8_decode_fragments_give_exact_products_and_conflict_free_reads():
     V = rng.integers(0, 256, (64, 64)).astype(np.uint8)
     kt, vt = e4m3_tile(K), e4m3_tile(V)
     value = rng.standard_normal(256)  # what each byte code stands for
+
+    def f16x4(w):  # e4m3x4_to_f16x4: two cvt of the word's low and high halves
+        lo, hi = w & 0xFFFF, w >> 16
+        return (value[lo & 0xFF], value[lo >> 8]), (value[hi & 0xFF], value[hi >> 8])
+
     Q = rng.standard_normal((16, 64))
-    P = rng.standard_normal((16, 16))
+    qword = {}  # the f16 Q tile: byte offset of each 4-byte word -> its (lo, hi) dims
+    for r in range(16):
+        for c in range(8):
+            for w in range(4):
+                qword[swz(r, c) + 4 * w] = (Q[r, 8 * c + 2 * w], Q[r, 8 * c + 2 * w + 1])
+
+    def q_frag_permuted(lane):  # per k16 step ks: {lo0[ks], lo1[ks], hi0[ks], hi1[ks]} words
+        g, t = lane >> 2, lane & 3
+        v4 = lambda off: [qword[off + 4 * i] for i in range(4)]
+        lo0, hi0, lo1, hi1 = v4(swz(g, 2 * t)), v4(swz(g, 2 * t + 1)), v4(swz(g + 8, 2 * t)), v4(swz(g + 8, 2 * t + 1))
+        return [[lo0[0], lo1[0], lo0[1], lo1[1]], [lo0[2], lo1[2], lo0[3], lo1[3]],
+                [hi0[0], hi1[0], hi0[1], hi1[1]], [hi0[2], hi1[2], hi0[3], hi1[3]]]
+
+    def k_frags_e4m3(row, lane):  # one 16-byte read of key row `row`: both b words of all four k16 steps
+        off = swz8(row, lane & 3)
+        return [f16x4(word(kt, off + 4 * i)) for i in range(4)]
+
+    def v_frags_e4m3(row0, lane):  # 8-byte reads of keys 2t and 2t+1, paired by byte_perm
+        g, t = lane >> 2, lane & 3
+        odd, col = t & 1, (g & 1) * 8
+        xo = swz8(row0 + 2 * t + odd, g >> 1) + col
+        yo = swz8(row0 + 2 * t + 1 - odd, g >> 1) + col
+        x, y = (word(vt, xo), word(vt, xo + 4)), (word(vt, yo), word(vt, yo + 4))
+        s01, s23 = (0x1504, 0x3726) if odd else (0x5140, 0x7362)
+        p = [byte_perm(x[0], y[0], s01), byte_perm(x[0], y[0], s23), byte_perm(x[1], y[1], s01),
+             byte_perm(x[1], y[1], s23)]
+        return [half for w in p for half in f16x4(w)]  # b[dt] for n-blocks dt = 0..7
+
     for warp in range(4):
-        # S: for each 8-key block nt and k16 step ks, B[k][n] from lane (g, t)'s 16-byte read of key row g.
-        S = np.zeros((16, 16))
+        qa = [q_frag_permuted(lane) for lane in range(32)]
+        S = np.zeros((2, 32, 4))
         for nt in range(2):
+            kf = [k_frags_e4m3(warp * 16 + nt * 8 + (lane >> 2), lane) for lane in range(32)]
             for ks in range(4):
-                A, B = np.zeros((16, 16)), np.zeros((16, 8))
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    off = swz8(warp * 16 + nt * 8 + g, t)
-                    w = kt[off + 4 * ks:off + 4 * ks + 4]
-                    B[2 * t, g], B[2 * t + 1, g], B[2 * t + 8, g], B[2 * t + 9, g] = value[w]
-                    for r in (g, g + 8):  # q_frag_permuted: the same dims of Q
-                        A[r, 2 * t:2 * t + 2] = Q[r, 16 * t + 4 * ks:16 * t + 4 * ks + 2]
-                        A[r, 2 * t + 8:2 * t + 10] = Q[r, 16 * t + 4 * ks + 2:16 * t + 4 * ks + 4]
-                S[:, nt * 8:nt * 8 + 8] += A @ B
-        np.testing.assert_allclose(S, Q @ value[K[warp * 16:warp * 16 + 16]].T, atol=1e-12)
-        # O: n-block dt's column g is dim 8g + dt; lane (g, t) pairs its two keys' bytes per dim.
-        O = np.zeros((16, 64))
+                mma(S[nt], [qa[lane][ks] for lane in range(32)], [kf[lane][ks][0] for lane in range(32)],
+                    [kf[lane][ks][1] for lane in range(32)])
+        s_ref = Q @ value[K[warp * 16:warp * 16 + 16]].T
+        for nt in range(2):
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                for e in range(4):  # C layout: row g + 8 (e >> 1), key nt * 8 + 2t + (e & 1)
+                    assert abs(S[nt][lane][e] - s_ref[g + 8 * (e >> 1), nt * 8 + 2 * t + (e & 1)]) < 1e-9
+        # O = P V: P packed from the C layout as the kernel does, then the combine's float4 stores put each
+        # lane's outputs back in dim order.
+        P = rng.standard_normal((16, 16))
+        pa = []
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            sv = [[P[g + 8 * (e >> 1), nt * 8 + 2 * t + (e & 1)] for e in range(4)] for nt in range(2)]
+            pa.append([(sv[0][0], sv[0][1]), (sv[0][2], sv[0][3]), (sv[1][0], sv[1][1]), (sv[1][2], sv[1][3])])
+        vf0 = [v_frags_e4m3(warp * 16, lane) for lane in range(32)]
+        vf1 = [v_frags_e4m3(warp * 16 + 8, lane) for lane in range(32)]
+        o = np.zeros((8, 32, 4))
         for dt in range(8):
-            B = np.zeros((16, 8))
-            for lane in range(32):
-                g, t = lane >> 2, lane & 3
-                odd = t & 1
-                for half in range(2):
-                    row0, col = warp * 16 + 8 * half, (g & 1) * 8
-                    x = vt[swz8(row0 + 2 * t + odd, g >> 1) + col:][:8]
-                    y = vt[swz8(row0 + 2 * t + 1 - odd, g >> 1) + col:][:8]
-                    key_2t, key_2t1 = (y, x) if odd else (x, y)
-                    B[8 * half + 2 * t, g] = value[key_2t[dt]]
-                    B[8 * half + 2 * t + 1, g] = value[key_2t1[dt]]
-            C = P @ B
-            for lane in range(32):
-                g, t = lane >> 2, lane & 3
+            mma(o[dt], pa, [vf0[lane][dt] for lane in range(32)], [vf1[lane][dt] for lane in range(32)])
+        O = np.full((16, 64), np.nan)
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for h in range(2):
                 for e in range(2):
-                    for r in (g, g + 8):
-                        O[r, 8 * (2 * t + e) + dt] = C[r, 2 * t + e]  # what the combine puts back
-        np.testing.assert_allclose(O, P @ value[V[warp * 16:warp * 16 + 16]], atol=1e-12)
+                    d = 16 * t + 8 * e
+                    O[h * 8 + g, d:d + 8] = [o[dt][lane][2 * h + e] for dt in range(8)]
+        np.testing.assert_allclose(O, P @ value[V[warp * 16:warp * 16 + 16]], atol=1e-9)
         # Banks: K's 16-byte reads in quarter-warp phases, V's 8-byte reads in half-warp phases.
         for nt in range(2):
             for q in range(4):
@@ -123,7 +183,11 @@ class MBar:  # an mbarrier: phases complete after `count` arrivals; waits name t
             self.arrived, self.done = 0, self.done + 1
 
     def ready(self, phase):
+        # The GPU compares only the parity of the phase: a wait answers as the model does only while the
+        # barrier has completed `phase` or `phase + 1` phases. Two behind, the parities alias (it would
+        # block); one ahead, the phase before is still open and its parity differs (it would pass at once).
         assert self.done <= phase + 1, f"parity aliasing: waiting for phase {phase}, {self.done} completed"
+        assert self.done >= phase, f"early wait: for phase {phase} with {self.done} completed passes at once"
         return self.done > phase
 
 

@@ -20,14 +20,14 @@
 // 16 us at 4.17 TB/s; FLOPs (2 x 2 x 64 x 64 heads x 32768 = 0.5 GFLOP) are irrelevant. Splits are chosen so
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
 //
-// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages (48 KB: four CTAs an SM
-// with one m16 tile), and each warp reads its MMA fragments straight from them (warp_mma.cuh's
-// k_frags_e4m3 / v_frags_e4m3: 16-byte reads of K rows and 8-byte reads of V rows, widened to f16 in
-// registers; head dims permuted alike in Q and K, output dims permuted in V and undone in the combine), the
-// queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long context. An earlier
-// version widened every tile into f16 tiles in shared memory first and ran at 56% of HBM against BF16's 82%
-// (H200, B = 64 ctx 32768, bench/RESULTS.md 2026-12-05): that pass and the occupancy its tiles cost (three
-// CTAs an SM, so 512 CTAs took two waves) were the suspects.
+// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages (48 KB, 50 KB a CTA with
+// the Q tile: four CTAs an SM with one m16 tile), and each warp reads its MMA fragments straight from them
+// (warp_mma.cuh's k_frags_e4m3 / v_frags_e4m3: 16-byte reads of K rows and 8-byte reads of V rows, widened to
+// f16 in registers; head dims permuted alike in Q and K, output dims permuted in V and undone in the
+// combine), the queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long
+// context. An earlier version widened every tile into f16 tiles in shared memory first and ran at 56% of HBM
+// against BF16's 82% (H200, B = 64 ctx 32768, bench/RESULTS.md 2026-12-05): that pass and the occupancy its
+// tiles cost (three CTAs an SM, so 512 CTAs took two waves) were the suspects.
 #include <cstdlib>
 #include <cstring>
 
@@ -54,8 +54,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // The K/V ring of a KV-cache precision and depth: BF16 tiles of 128-byte rows in 4 stages (64 KB: three CTAs
 // an SM with one m16 tile) or 3 (48 KB: four), or e4m3 tiles of 64-byte rows in 6 (48 KB; the MMAs read
-// their fragments straight from them, so the ring is all the shared memory there is). The launcher takes
-// the shallower BF16 ring when the grid is more than one wave of the deeper one's CTAs (decode_stages).
+// their fragments straight from them, so the ring and Q's tile are all the shared memory there is). The
+// launcher takes the shallower BF16 ring when the grid is more than one wave of the deeper one's CTAs
+// (decode_stages).
 template <bool kFp8, int kStagesT>
 struct DecodeRing {
   static constexpr int kStages = kStagesT;

@@ -463,8 +463,9 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   }
 }
 
-// CTAs of the persistent grid: `ctas` when given, else one per SM (the kernel's shared memory allows no
-// more), or one per item with ORCHID_PREFILL_PERSISTENT=0 (the one-shot grid, for comparison).
+// CTAs of the persistent grid: `ctas` when given, else one per SM (its registers allow no more: 384 threads
+// take the whole register file), or one per item with ORCHID_PREFILL_PERSISTENT=0 (the one-shot grid, for
+// comparison).
 unsigned persistent_ctas(unsigned items, int ctas) {
   static const bool persistent = [] {
     const char* v = std::getenv("ORCHID_PREFILL_PERSISTENT");
