@@ -78,6 +78,9 @@ check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-c
 # The expert blocks in the tiled word order (ORCHID_MXFP4_WORD_ORDER=tiled, reordered at load): the same
 # logits as the checkpoint's order.
 check golden-tiny-tiled-order env ORCHID_MXFP4_WORD_ORDER=tiled python3 tools/gpu/check_golden.py --orchid "$bin"
+# The O and next-layer QKV weights prefetched into L2 in every step (ORCHID_L2_PREFETCH=N tokens): a hint,
+# the same logits.
+check golden-tiny-l2-prefetch env ORCHID_L2_PREFETCH=4096 python3 tools/gpu/check_golden.py --orchid "$bin"
 # The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
 check trained-tiny python3 tools/train/check_reference.py --orchid "$bin" --model models/orchid-tiny \
   --reference tests/golden/orchid_tiny --backend cuda --weights mxfp4,bf16
@@ -136,6 +139,14 @@ for st in 4 8; do
   bench "bench-decode-20b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
     synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2 --steps 32
   bench "bench-decode-120b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
+    synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
+done
+# The O projection's and the next layer's QKV weights prefetched into L2 while HBM is idle
+# (ORCHID_L2_PREFETCH=N: steps of at most N tokens; 0, the default until measured: none).
+for pf in 0 16 256; do
+  bench "bench-decode-20b-l2-prefetch-$pf" env ORCHID_L2_PREFETCH=$pf "$bin" bench decode synthetic:20b \
+    --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
+  [ "$pf" = 256 ] || bench "bench-decode-120b-l2-prefetch-$pf" env ORCHID_L2_PREFETCH=$pf "$bin" bench decode \
     synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
 done
 # The Hopper prefill kernel on its persistent grid (the default: one CTA per SM looping over the work items)

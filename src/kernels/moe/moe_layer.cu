@@ -140,7 +140,7 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
 
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input,
-                 MoeOutput output, const MoeNextNorm* next_norm) {
+                 MoeOutput output, const MoeNextNorm* next_norm, const L2Prefetch& next_weights) {
   ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
                         "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
@@ -253,6 +253,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.x = b.z_bf16;
     g.x_rows = nullptr;
     g.y = b.y;
+    g.l2_prefetch = next_weights;
     mxfp4_moe_gemm(g, stream);
   } else {
     ORCHID_KERNEL_REQUIRE(b.a_q != nullptr, "moe_forward: workspace sized for fewer tokens (max_tokens)");
@@ -298,10 +299,10 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     ORCHID_KERNEL_REQUIRE(output == MoeOutput::kAddToResidual && c.local.begin == 0,
                           "moe_forward: the next layer's norm goes with a combine into the residual stream");
     moe_combine_norm(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, next_norm->gamma,
-                     next_norm->eps, next_norm->out, stream);
+                     next_norm->eps, next_norm->out, stream, next_weights);
   } else {
     moe_combine(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, stream, c.local.begin,
-                output == MoeOutput::kStorePart);
+                output == MoeOutput::kStorePart, next_weights);
   }
 }
 

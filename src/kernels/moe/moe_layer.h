@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/l2_prefetch.h"
 #include "kernels/gemm/dense_gemm.h"
 #include "kernels/gemm/grouped_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
@@ -116,9 +117,12 @@ struct MoeNextNorm {
 // split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
 // 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
 // 4th and 5th expert resolve as in fp32), the experts read hi alone. next_norm (kAddToResidual only):
-// also the next layer's input norm of the updated x.
+// also the next layer's input norm of the updated x. next_weights: what the next kernel after the block
+// reads (the next layer's QKV weights), fetched into L2 from the down GEMM on (streaming path) or the
+// combine on (l2_prefetch.h; a hint: the outputs do not change).
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
-                 MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr);
+                 MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr,
+                 const L2Prefetch& next_weights = {});
 
 }  // namespace orchid::kernels

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/l2_prefetch.h"
 #include "kernels/moe/moe_activation.h"
 
 namespace orchid::kernels {
@@ -40,6 +41,9 @@ struct Mxfp4GemmArgs {
   // stages (moe_bench times the combinations).
   int cta_warps = 0, stages = 0, k_split = 0;
   bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
+  // A later kernel's weights (the next layer's QKV projection's), fetched into L2 by the first CTA while
+  // this GEMM streams its experts (l2_prefetch.h; a hint).
+  L2Prefetch l2_prefetch;
 };
 
 // The CTA shape the streaming kernel takes by default for a grid of max_active experts x n rows.

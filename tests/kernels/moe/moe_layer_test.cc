@@ -368,6 +368,15 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
 
+    // With the next layer's weights prefetched into L2 along the way (an unaligned range of odd length):
+    // a hint, the same bits.
+    DeviceBuffer<uint8_t> prefetched(size_t(5) << 20);
+    d_x.upload(x0);
+    moe_forward(cfg, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream, false, MoeOutput::kAddToResidual,
+                nullptr, L2Prefetch{prefetched.get() + 3, prefetched.size() - 10});
+    ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(orchid::testing::check_exact("with an L2 prefetch bitwise", bits(d_x.download()), bits(x1)));
+
     if (c.weights == MoeWeights::kMxfp4) {
       // The expert blocks in the tiled word order (mxfp4_word_order.h, as loaded with
       // ORCHID_MXFP4_WORD_ORDER=tiled): every MXFP4 path decodes them to the same registers, so the same
