@@ -117,12 +117,18 @@ struct MoeNextNorm {
 // split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
 // 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
 // 4th and 5th expert resolve as in fp32), the experts read hi alone. next_norm (kAddToResidual only):
-// also the next layer's input norm of the updated x. next_weights: what the next kernel after the block
-// reads (the next layer's QKV weights), fetched into L2 from the down GEMM on (streaming path) or the
-// combine on (l2_prefetch.h; a hint: the outputs do not change).
+// also the next layer's input norm of the updated x. prefetch: weights fetched into L2 along the way.
+struct MoePrefetch {  // l2_prefetch.h; hints: the outputs do not change
+  // What the kernel after the block reads (the next layer's QKV weights): from the down GEMM on (streaming
+  // path) or the combine on.
+  L2Prefetch next_weights;
+  // The routed experts' gate_up weights, from the routing on, where the streaming path takes the step and
+  // they fit in 3/4 of the L2 (MXFP4, a decode token: 4 experts, 35 MB at gpt-oss's shapes).
+  bool experts = false;
+};
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
                  MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr,
-                 const L2Prefetch& next_weights = {});
+                 const MoePrefetch& prefetch = {});
 
 }  // namespace orchid::kernels

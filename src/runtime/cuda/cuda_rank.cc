@@ -663,8 +663,8 @@ namespace {
 // Steps of at most this many tokens fetch the O projection's weights into L2 while the RoPE/KV write and the
 // attention leave HBM idle, and the next layer's QKV weights while the experts' down GEMM (streaming path)
 // or the combine runs: at a few rows those cuBLASLt GEMMs run at a third of HBM speed from cold weights
-// (QKV at one row: 22 us in the step, 14 us with its weights in L2). ORCHID_L2_PREFETCH=N; 0 (the default
-// until measured): none.
+// (QKV at one row: 22 us in the step, 14 us with its weights in L2). A decode token's routing also fetches
+// its experts' gate_up weights (moe_layer.h). ORCHID_L2_PREFETCH=N; 0 (the default until measured): none.
 int64_t l2_prefetch_max_tokens() {
   static const int64_t n = [] {
     const char* v = std::getenv("ORCHID_L2_PREFETCH");
@@ -765,12 +765,16 @@ bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_nor
     nn.gamma = next_norm;
     nn.out = h_;
     nn.eps = float(local_.rms_norm_eps);
-    kernels::L2Prefetch next_qkv;
-    if (T <= l2_prefetch_max_tokens() && l + 1 < config_.num_layers)
-      next_qkv = {weights_.layers[size_t(l + 1)].qkv_w,
-                  size_t(local_.q_dim() + 2 * local_.kv_dim()) * size_t(local_.hidden_size) * 2};
+    kernels::MoePrefetch prefetch;
+    if (T <= l2_prefetch_max_tokens()) {
+      prefetch.experts = true;
+      if (l + 1 < config_.num_layers)
+        prefetch.next_weights = {
+            weights_.layers[size_t(l + 1)].qkv_w,
+            size_t(local_.q_dim() + 2 * local_.kv_dim()) * size_t(local_.hidden_size) * 2};
+    }
     kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, next_qkv);
+                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, prefetch);
     return next_norm != nullptr;
   }
   kernels::moe_forward(moe_cfg_, L.moe, h_, moe_part_, int(T), *gemm_, moe_ws_, stream_, split_input,
