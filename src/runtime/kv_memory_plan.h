@@ -16,12 +16,13 @@ namespace orchid::runtime {
 size_t rank_memory_budget(size_t total, size_t free, double utilization, int ranks_on_device);
 
 struct KvPoolInput {
-  size_t budget = 0;                 // this rank's budget (rank_memory_budget)
-  size_t allocated = 0;              // weights + workspace already taken out of it
-  size_t reserve = size_t(1) << 30;  // CUDA context share, cuBLASLt, fragmentation
-  int64_t full_layers = 0;           // layers with full attention
-  int64_t sliding_units = 0;         // sliding layers, a precise (fp32) layer counting twice
-  size_t page_layer_bytes = 0;       // K and V of one page of one BF16 layer on this rank
+  size_t budget = 0;     // this rank's budget (rank_memory_budget)
+  size_t allocated = 0;  // weights + workspace already taken out of it
+  // CUDA context share, cuBLASLt, the GEMM timing's L2 flush buffer (2 x L2, dense_gemm.cu), fragmentation
+  size_t reserve = size_t(1) << 30;
+  int64_t full_layers = 0;      // layers with full attention
+  int64_t sliding_units = 0;    // sliding layers, a precise (fp32) layer counting twice
+  size_t page_layer_bytes = 0;  // K and V of one page of one BF16 layer on this rank
   int32_t page_size = 16;
   int64_t sliding_window = 0;
   int64_t max_step_tokens = 0, max_step_seqs = 0;
