@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -68,12 +69,22 @@ __global__ void add_bias_kernel(T* y, int64_t ldy, const T* bias, int m, int n) 
 using Key = std::tuple<int, int, int, int64_t, int64_t, int, bool>;
 
 // How many of the heuristic's algorithms a shape's first call times (its first is the heuristic's choice).
-constexpr int kAlgorithmCandidates = 8;
+constexpr int kHeuristicCandidates = 8;
+// The heuristic's first with its dot products split this many ways (fp32 partial sums reduced in a second
+// step) joins them for shapes that are timed: at a few hundred rows or fewer the output tiles are too few
+// for the SMs (QKV at 256 rows: ~40 CTAs of 128 x 256 on 132 SMs, 4.5x its floor in the 2026-12-01
+// breakdown; at one row, one tile row), and the heuristic seldom offers a split.
+constexpr int kSplitK[] = {2, 3, 4, 6};
+constexpr int kAlgorithmCandidates = kHeuristicCandidates + int(std::size(kSplitK));
+// cuBLASLt's algorithms are timed only for shapes of at most this many rows (inside a TimingScope: the
+// decode steps' graph buckets, whose few rows the heuristic serves worst); above, the heuristic already
+// runs near the ceiling.
+constexpr int kTimedMaxRows = 512;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algos[kAlgorithmCandidates]{};  // the heuristic's, best first
+  cublasLtMatmulAlgo_t algos[kAlgorithmCandidates]{};  // the heuristic's, best first; then its first split
   int num_algos = 0;
   int chosen = -1;  // index into algos; -1 until the shape's first call decides
   bool bias_epilogue = false;
@@ -155,10 +166,10 @@ struct DenseGemm::Impl {
     uint64_t ws = workspace_bytes;
     ORCHID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                              &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t results[kAlgorithmCandidates]{};
+    cublasLtMatmulHeuristicResult_t results[kHeuristicCandidates]{};
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref,
-                                                       kAlgorithmCandidates, results, &found);
+                                                       kHeuristicCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(p.a);
@@ -169,6 +180,7 @@ struct DenseGemm::Impl {
     }
     for (int i = 0; i < found; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algos[p.num_algos++] = results[i].algo;
+    if (p.num_algos > 0 && a.m <= kTimedMaxRows) add_split_k(p);
     p.bias_epilogue = bias_epilogue;
     *out = p;
     return true;
@@ -176,6 +188,39 @@ struct DenseGemm::Impl {
 
   ChoiceKey choice_key(const DenseGemmArgs& a, int64_t ldx, int64_t ldy) const {
     return {kind, Key{a.m, a.n, a.k, ldx, ldy, int(a.out), a.bias != nullptr}, workspace_bytes};
+  }
+
+  // The heuristic's first algorithm split kSplitK ways, each where cuBLASLt accepts it within the workspace.
+  void add_split_k(Plan& p) {
+    int32_t supported = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&p.algos[0], CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
+                                          sizeof(supported), &written) != CUBLAS_STATUS_SUCCESS ||
+        supported == 0)
+      return;
+    uint32_t schemes = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&p.algos[0], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                          sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS)
+      return;
+    // fp32 partial sums (the accumulation's own precision), else in the output type.
+    const uint32_t scheme =
+        (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)  ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+        : (schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE) ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE
+                                                            : 0u;
+    if (scheme == 0) return;
+    for (const int32_t split : kSplitK) {
+      cublasLtMatmulAlgo_t algo = p.algos[0];
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
+                                               sizeof(split)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                               sizeof(scheme)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoCheck(handle, p.desc, p.a, p.b, p.c, p.c, &algo, &checked) !=
+              CUBLAS_STATUS_SUCCESS ||
+          checked.workspaceSize > workspace_bytes)
+        continue;
+      p.algos[p.num_algos++] = algo;
+    }
   }
 
   Plan& plan_for(const DenseGemmArgs& a, int64_t ldx, int64_t ldy) {
@@ -267,11 +312,6 @@ namespace {
 // disagree). Measured on an H200 (bench/RESULTS.md): small_m_gemm for the router GEMMs 0.56, O at 8 rows
 // 0.85; QKV and O at 1 row 1.04-1.10.
 constexpr float kClearWin = 0.9f;
-
-// cuBLASLt's algorithms are timed only for shapes of at most this many rows (inside a TimingScope: the
-// decode steps' graph buckets, whose few rows the heuristic serves worst); above, the heuristic already
-// runs near the ceiling.
-constexpr int kTimedMaxRows = 512;
 
 // A device buffer of twice the L2 cache, written before each timed run so that the weights come from HBM as
 // they do in a model step (a layer's weights, 20-60 MB, would otherwise sit in the 50 MB L2 from the run

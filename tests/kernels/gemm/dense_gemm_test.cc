@@ -2,8 +2,8 @@
 // and single-row M, strided operands, bf16 and fp32 outputs, with and without bias; and the split-input
 // product of precise layers (an fp32 activation as two BF16 halves, the second call accumulating). Shapes of
 // at most 16 rows run twice: through cuBLASLt and through orchid's small_m_gemm, each forced. Through
-// cuBLASLt every algorithm its heuristic offers for the shape runs (any may be the one timed fastest at first
-// use).
+// cuBLASLt every candidate algorithm runs: the heuristic's, and its first split 2-6 ways over k where
+// cuBLASLt accepts that (any may be the one timed fastest at first use).
 #include "kernels/gemm/dense_gemm.h"
 
 #include <gtest/gtest.h>
