@@ -99,6 +99,14 @@ check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck
   --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--tp 8 --ep 8 --collectives local"
 check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
+# MXFP4 prefill's per-layer conversion to FP8 on one CTA per block (the default) and on the persistent grid
+# that loads a CTA's next block while it converts one (ORCHID_MXFP4_CONVERT=pipelined), 20b and 120b.
+for cv in grid pipelined; do
+  bench "bench-prefill-mxfp4-convert-$cv" env ORCHID_MXFP4_CONVERT=$cv "$bin" bench prefill synthetic:20b \
+    --weights mxfp4 --input-lens 8192,32768 --repeats 3
+  bench "bench-prefill-120b-convert-$cv" env ORCHID_MXFP4_CONVERT=$cv "$bin" bench prefill synthetic:120b \
+    --weights mxfp4 --input-lens 8192 --repeats 3
+done
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
 # Steps one at a time, and launched back to back as the pipelined engine runs them (the default), ctx 1024.
 for mode in --no-async-scheduling ""; do

@@ -482,15 +482,18 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
 void bench_convert(const Options& o, cudaStream_t s) {
   const int E = 32, n = 5760, k = 2880, kp = round_up_128(k);
   const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
-  if (want(o, "convert mxfp4->fp8 gate_up layer")) {
+  // One CTA per 128 x 128 block, and the persistent grid whose CTAs load their next block while converting.
+  for (const auto& [label, grid] :
+       {std::pair{"convert mxfp4->fp8 gate_up layer", Fp8ConvertGrid::kOneCtaPerBlock},
+        std::pair{"convert mxfp4->fp8 gate_up layer persistent", Fp8ConvertGrid::kPersistent}}) {
+    if (!want(o, label)) continue;
     Buf bl(bbytes, Fill::kBytes, 1), sc(sbytes, Fill::kE8m0, 2);
     Buf q(size_t(E) * n * kp, Fill::kBytes, 0), qs(size_t(E) * (n / 128) * (kp / 128) * 4, Fill::kBytes, 0);
     const double us = median_us(s, 2, o.quick ? 5 : 10, [&](int) {
       mxfp4_to_fp8_block(bl.as<uint8_t>(), sc.as<uint8_t>(), E, n, k, Fp8ScaleRule::kPow2, q.as<uint8_t>(),
-                         qs.as<float>(), nullptr, s, mxfp4_tiled_order());
+                         qs.as<float>(), nullptr, s, mxfp4_tiled_order(), grid);
     });
-    report("convert mxfp4->fp8 gate_up layer", "E32 n5760 k2880", us, 0, double(bbytes + sbytes + q.bytes),
-           0);
+    report(label, "E32 n5760 k2880", us, 0, double(bbytes + sbytes + q.bytes), 0);
   }
   if (want(o, "convert mxfp4->bf16 gate_up layer")) {
     Buf bl(bbytes, Fill::kBytes, 1), sc(sbytes, Fill::kE8m0, 2), out(size_t(E) * n * k * 2, Fill::kBytes, 0);

@@ -4,8 +4,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
 #include "kernels/common/quant.cuh"
 #include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/weight_convert.h"
@@ -65,38 +68,57 @@ __global__ void mxfp4_to_bf16_kernel(const uint4* __restrict__ blocks, const uin
   }
 }
 
-// One CTA (256 threads) per 128x128 output block; thread t owns MX blocks (row t/4 + 64i, column block t%4).
-__global__ void __launch_bounds__(256)
-    mxfp4_to_fp8_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales, int n, int k,
-                        Fp8ScaleRule rule, uint8_t* __restrict__ out_q, float* __restrict__ out_scale,
-                        const int* __restrict__ expert_offsets, bool tiled_order) {
-  __shared__ float red[8];
-  const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
-  if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
-  const int kmx = k / 32, kpad = (k + kTile - 1) / kTile * kTile, row_blocks = (n + kTile - 1) / kTile;
-  const int tid = threadIdx.x;
+// A 128 x 128 output block's inputs as thread t of its 256 holds them: the MX blocks (row t/4 + 64i, column
+// block t%4), raw.
+struct BlockIn {
   uint4 src[2];
-  float sc[2];
+  uint8_t scale[2];  // e8m0
   bool valid[2], in_rows[2];
-  float amax = 0.0f;
+};
+
+__device__ __forceinline__ void load_block(const uint8_t* __restrict__ blocks,
+                                           const uint8_t* __restrict__ scales, int n, int kmx, int e, int rb,
+                                           int cb, BlockIn& in) {
+  const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = rb * kTile + tid / 4 + 64 * i;
     const int mx = cb * 4 + tid % 4;
-    in_rows[i] = row < n;
-    valid[i] = in_rows[i] && mx < kmx;
-    src[i] = make_uint4(0, 0, 0, 0);
+    in.in_rows[i] = row < n;
+    in.valid[i] = in.in_rows[i] && mx < kmx;
+    in.src[i] = make_uint4(0, 0, 0, 0);
+    in.scale[i] = 0;
+    if (in.valid[i]) {
+      const int64_t idx = (int64_t(e) * n + row) * kmx + mx;
+      in.src[i] = reinterpret_cast<const uint4*>(blocks)[idx];
+      in.scale[i] = scales[idx];
+    }
+  }
+}
+
+// The block's FP8 scale (a block-wide max: every thread of the CTA calls it), its e4m3 bytes and scale
+// stored. red: 8 floats of shared memory.
+__device__ __forceinline__ void convert_block(BlockIn in, int n, int k, int e, int rb, int cb,
+                                              Fp8ScaleRule rule, uint8_t* __restrict__ out_q,
+                                              float* __restrict__ out_scale, bool tiled_order, float* red) {
+  const int kpad = (k + kTile - 1) / kTile * kTile, row_blocks = (n + kTile - 1) / kTile;
+  const int tid = threadIdx.x;
+  uint4* src = in.src;
+  const bool* valid = in.valid;
+  const bool* in_rows = in.in_rows;
+  float sc[2];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
     sc[i] = 0.0f;
     if (valid[i]) {
-      const int64_t idx = (int64_t(e) * n + row) * kmx + mx;
-      src[i] = reinterpret_cast<const uint4*>(blocks)[idx];
       if (tiled_order) {  // back to nibbles in order (memory, not instructions, bounds this kernel)
         src[i].x = mxfp4_order::to_original_order(src[i].x);
         src[i].y = mxfp4_order::to_original_order(src[i].y);
         src[i].z = mxfp4_order::to_original_order(src[i].z);
         src[i].w = mxfp4_order::to_original_order(src[i].w);
       }
-      sc[i] = e8m0_to_float(scales[idx]);
+      sc[i] = e8m0_to_float(in.scale[i]);
       const uint32_t w[4] = {src[i].x, src[i].y, src[i].z, src[i].w};
       uint32_t maxcode = 0;
 #pragma unroll
@@ -143,6 +165,65 @@ __global__ void __launch_bounds__(256)
     uint4* dst = reinterpret_cast<uint4*>(out_q + (int64_t(e) * n + row) * kpad + col);
     dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+// One CTA (256 threads) per 128x128 output block.
+__global__ void __launch_bounds__(256)
+    mxfp4_to_fp8_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales, int n, int k,
+                        Fp8ScaleRule rule, uint8_t* __restrict__ out_q, float* __restrict__ out_scale,
+                        const int* __restrict__ expert_offsets, bool tiled_order) {
+  __shared__ float red[8];
+  const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
+  if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
+  BlockIn in;
+  load_block(blocks, scales, n, k / 32, e, rb, cb, in);
+  convert_block(in, n, k, e, rb, cb, rule, out_q, out_scale, tiled_order, red);
+}
+
+// The same output from a persistent grid: each CTA walks the blocks (column block fastest, so neighbouring
+// CTAs share the scales' sectors in L2) and loads its next block's words before it converts the current
+// one, so a block's 8 KB are in flight while the one before is reduced, converted and stored (one CTA per
+// block keeps only what the CTAs resident on an SM happen to have in flight). ORCHID_MXFP4_CONVERT=pipelined
+// until measured.
+__global__ void __launch_bounds__(256)
+    mxfp4_to_fp8_pipelined_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales,
+                                  int n, int k, Fp8ScaleRule rule, uint8_t* __restrict__ out_q,
+                                  float* __restrict__ out_scale, const int* __restrict__ expert_offsets,
+                                  bool tiled_order, int experts) {
+  __shared__ float red[8];
+  const int col_blocks = (k + kTile - 1) / kTile, row_blocks = (n + kTile - 1) / kTile, kmx = k / 32;
+  const int64_t total = int64_t(experts) * row_blocks * col_blocks;
+  struct Coord {
+    int e = 0, rb = 0, cb = 0;
+    bool skip = true;
+  };
+  auto coord = [&](int64_t b) {
+    Coord c;
+    c.cb = int(b % col_blocks);
+    c.rb = int((b / col_blocks) % row_blocks);
+    c.e = int(b / (int64_t(col_blocks) * row_blocks));
+    c.skip = expert_offsets != nullptr && expert_offsets[c.e + 1] == expert_offsets[c.e];
+    return c;
+  };
+  int64_t b = blockIdx.x;
+  if (b >= total) return;
+  Coord cur = coord(b);
+  BlockIn in;
+  if (!cur.skip) load_block(blocks, scales, n, kmx, cur.e, cur.rb, cur.cb, in);
+  for (; b < total; b += gridDim.x) {
+    Coord next;
+    BlockIn in_next;
+    if (b + gridDim.x < total) {
+      next = coord(b + gridDim.x);
+      if (!next.skip) load_block(blocks, scales, n, kmx, next.e, next.rb, next.cb, in_next);
+    }
+    if (!cur.skip) {  // CTA-uniform
+      convert_block(in, n, k, cur.e, cur.rb, cur.cb, rule, out_q, out_scale, tiled_order, red);
+      __syncthreads();  // red is reused by the next block's max
+    }
+    cur = next;
+    in = in_next;
   }
 }
 
@@ -207,13 +288,30 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
 
 void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
                         Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
-                        cudaStream_t stream, bool tiled_order) {
+                        cudaStream_t stream, bool tiled_order, Fp8ConvertGrid how) {
   ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_to_fp8_block: k must be a multiple of 32");
   ORCHID_KERNEL_REQUIRE(experts <= 65535, "mxfp4_to_fp8_block: too many experts");
   if (experts <= 0 || n <= 0) return;
   const dim3 grid((k + kTile - 1) / kTile, (n + kTile - 1) / kTile, experts);
-  mxfp4_to_fp8_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale, expert_offsets,
-                                                tiled_order);
+  static const bool pipelined_by_env = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_CONVERT");
+    return v != nullptr && std::strcmp(v, "pipelined") == 0;
+  }();
+  if (how == Fp8ConvertGrid::kPersistent || (how == Fp8ConvertGrid::kDefault && pipelined_by_env)) {
+    static const int per_sm = [] {
+      int b = 0;
+      ORCHID_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_to_fp8_pipelined_kernel, 256, 0));
+      return std::max(b, 1);
+    }();
+    const int64_t total = int64_t(grid.x) * grid.y * grid.z;
+    const int ctas = int(std::min<int64_t>(total, int64_t(device_info().sm_count) * per_sm));
+    mxfp4_to_fp8_pipelined_kernel<<<ctas, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale,
+                                                            expert_offsets, tiled_order, experts);
+  } else {
+    mxfp4_to_fp8_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale,
+                                                  expert_offsets, tiled_order);
+  }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

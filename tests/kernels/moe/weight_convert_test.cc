@@ -130,6 +130,23 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
                                  wq.data(), ws.data());
     auto gq = q.download();
     auto gs = s.download();
+    {  // the persistent grid (each CTA loading its next block while converting one): the same bytes and
+       // scales, the expert without rows untouched alike
+      DeviceBuffer<uint8_t> q_p(q.size());
+      DeviceBuffer<float> s_p(s.size());
+      orchid::testing::poison(q_p);
+      orchid::testing::poison(s_p);
+      mxfp4_to_fp8_block(db.get(), ds.get(), c.experts, c.n, c.k, rule, q_p.get(), s_p.get(),
+                         c.experts > 1 ? doff.get() : nullptr, nullptr, false, Fp8ConvertGrid::kPersistent);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      const std::string t = std::string(c.name) + (pow2 ? " pow2" : " amax/448") + " persistent grid";
+      EXPECT_TRUE(orchid::testing::check_exact((t + " bytes").c_str(), q_p.download(), gq));
+      std::vector<uint32_t> sa(gs.size()), sb(gs.size());
+      const auto sp = s_p.download();
+      std::memcpy(sa.data(), sp.data(), sp.size() * 4);
+      std::memcpy(sb.data(), gs.data(), gs.size() * 4);
+      EXPECT_TRUE(orchid::testing::check_exact((t + " scales").c_str(), sa, sb));
+    }
     {  // the blocks in the tiled word order (as reordered at load): the same bytes and scales
       DeviceBuffer<uint8_t> db_tiled, q_tiled(q.size());
       DeviceBuffer<float> s_tiled(s.size());
@@ -178,7 +195,10 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4ToFp8Test,
                          ::testing::Values(BlockCase{"partial_blocks", 3, 320, 2880},
                                            BlockCase{"gate_up_20b_1expert", 1, 5760, 2880},
-                                           BlockCase{"small", 2, 64, 96}),
+                                           BlockCase{"small", 2, 64, 96},
+                                           // more blocks than a persistent grid has CTAs (each CTA walks
+                                           // several, some of them the skipped expert's)
+                                           BlockCase{"experts16_640x2880", 16, 640, 2880}),
                          [](const ::testing::TestParamInfo<BlockCase>& i) {
                            return std::string(i.param.name);
                          });
