@@ -107,6 +107,12 @@ for cv in grid pipelined; do
   bench "bench-prefill-120b-convert-$cv" env ORCHID_MXFP4_CONVERT=$cv "$bin" bench prefill synthetic:120b \
     --weights mxfp4 --input-lens 8192 --repeats 3
 done
+# 120b prefill chunks of 2048 and 4096 tokens on the tiled MXFP4 kernel (the default up to 4096 tokens at 128
+# experts: the crossover scales with the expert count) and through the FP8 conversion (from 1024, as at 32).
+for tm in default 1024; do
+  bench "bench-prefill-120b-tiled-max-$tm" env ORCHID_MXFP4_TILED_MAX_TOKENS=$([ $tm = default ] && echo -1 || echo $tm) \
+    "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 2048,4096 --repeats 3
+done
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
 # Steps one at a time, and launched back to back as the pipelined engine runs them (the default), ctx 1024.
 for mode in --no-async-scheduling ""; do

@@ -23,6 +23,12 @@ size_t align256(size_t x) {
 // the FP8 conversion path (twice the tensor rate) from ~1024 tokens on, the tiled kernel in between.
 constexpr int kStreamMaxTokens = 2;
 constexpr int kTiledMaxTokens = 1024;
+// ... at 32 experts. The conversion's fixed cost (every used expert, all of them at these token counts)
+// grows with the expert count, while the tiled kernel's and the FP8 GEMM's cost per token do not (a token
+// adds the same (row tile, expert) work once each expert has a tile of rows: 120b at 2048 tokens runs the
+// 128 tiles 20b runs at 2048). So the crossover scales with the experts: ~4096 tokens at 120b's 128, where
+// the conversion is ~1.6 ms a layer against 20b's 0.39.
+constexpr int kTiledMaxTokensExperts = 32;
 // Tiled: the CTA shape and tile of token rows by the average rows per expert (T * k / E), smallest first.
 struct TileChoice {
   int max_avg_rows;
@@ -40,7 +46,8 @@ int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
 }
 int tiled_max(const MoeConfig& c) {
-  return c.mxfp4_tiled_max_tokens >= 0 ? c.mxfp4_tiled_max_tokens : kTiledMaxTokens;
+  if (c.mxfp4_tiled_max_tokens >= 0) return c.mxfp4_tiled_max_tokens;
+  return kTiledMaxTokens * std::max(1, c.experts / kTiledMaxTokensExperts);
 }
 bool needs_fp8_path(const MoeConfig& c) {
   return c.weights == MoeWeights::kFp8 || (c.weights == MoeWeights::kMxfp4 && c.max_tokens > tiled_max(c));

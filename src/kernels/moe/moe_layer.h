@@ -40,7 +40,7 @@ struct MoeConfig {
   int max_tokens = 1;  // the largest num_tokens a forward call will get (workspace sizing)
   // MXFP4 only: up to mxfp4_stream_max_tokens tokens the streaming kernel, up to mxfp4_tiled_max_tokens the
   // tiled kernel (tile size from mxfp4_path's measured table), above the FP8 conversion. -1: the measured
-  // defaults (moe_layer.cu).
+  // defaults (moe_layer.cu; the tiled one scales with the expert count).
   int mxfp4_stream_max_tokens = -1;
   int mxfp4_tiled_max_tokens = -1;
   // MXFP4 only: the expert blocks' words are in mxfp4_word_order.h's order (mxfp4_to_tiled_order at load),

@@ -78,6 +78,9 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   moe_cfg_.weights = format;
   moe_cfg_.mxfp4_tiled_order = weights_.mxfp4_tiled_order;
   moe_cfg_.max_tokens = opts_.max_step_tokens;
+  // For comparisons: the token count up to which the tiled MXFP4 kernel runs instead of the FP8 conversion.
+  if (const char* v = std::getenv("ORCHID_MXFP4_TILED_MAX_TOKENS"))
+    moe_cfg_.mxfp4_tiled_max_tokens = std::atoi(v);
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
   plan_workspace();
