@@ -113,6 +113,14 @@ for tm in default 1024; do
   bench "bench-prefill-120b-tiled-max-$tm" env ORCHID_MXFP4_TILED_MAX_TOKENS=$([ $tm = default ] && echo -1 || echo $tm) \
     "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 2048,4096 --repeats 3
 done
+# Whole prefills on the tiled MXFP4 kernel (its 128-token tiles above 128 rows an expert) instead of the FP8
+# conversion: ORCHID_MXFP4_TILED_MAX_TOKENS above the step's tokens, against the default.
+for tm in default 16384; do
+  bench "bench-prefill-mxfp4-tiled-max-$tm" env ORCHID_MXFP4_TILED_MAX_TOKENS=$([ $tm = default ] && echo -1 || echo $tm) \
+    "$bin" bench prefill synthetic:20b --weights mxfp4 --input-lens 4096,8192 --repeats 3
+  bench "bench-prefill-120b-8k-tiled-max-$tm" env ORCHID_MXFP4_TILED_MAX_TOKENS=$([ $tm = default ] && echo -1 || echo $tm) \
+    "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 8192 --repeats 3
+done
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
 # Steps one at a time, and launched back to back as the pipelined engine runs them (the default), ctx 1024.
 for mode in --no-async-scheduling ""; do

@@ -1,7 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) primitives shared by the kernels that use it (prefill attention, the
 // tiled MXFP4 expert GEMM): the shared-memory matrix descriptor, the fences, the commit / wait of the
 // asynchronous MMAs, and the bf16 m64nNk16 MMA with A in registers for every N the expert GEMM's token tiles
-// take (8..64).
+// take (8..64, and 128 for its prefill-sized tiles).
 //
 // Descriptor (PTX "matrix descriptor"): start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29
 // (between core matrices adjacent in K), stride byte offset >> 4 in 32-45 (between core matrices adjacent in
@@ -63,7 +63,7 @@ __device__ __forceinline__ void fence_operands(uint32_t (&r)[N]) {
 // only.
 template <int N, int kTransB>
 __device__ __forceinline__ void wgmma_bf16_rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
-  static_assert(N % 8 == 0 && N >= 8 && N <= 64, "m64nNk16 for N = 8, 16, ..., 64");
+  static_assert((N % 8 == 0 && N >= 8 && N <= 64) || N == 128, "m64nNk16 for N = 8, 16, ..., 64 and 128");
   if constexpr (N == 8) {
     asm volatile(
         "{\n"
@@ -169,6 +169,28 @@ __device__ __forceinline__ void wgmma_bf16_rs(float* d, const uint32_t* a, uint6
           "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
           "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
           "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+  } else if constexpr (N == 128) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 }

@@ -36,11 +36,14 @@ struct TileChoice {
   int tile_tokens;
 };
 // (moe_bench "mxfp4 tiled", 2026-12-04: at ~8 rows an expert 256 x 16 wins (mma.sync), at ~32 256 x 48 and
-// 128 x 48 tie (wgmma), at ~128 128 x 64 is 4-5% ahead of 256 x 48.)
+// 128 x 48 tie (wgmma), at ~128 128 x 64 is 4-5% ahead of 256 x 48.) Above 128 rows an expert (only where
+// ORCHID_MXFP4_TILED_MAX_TOKENS raises the crossover, until measured) 128 x 128 tiles at one CTA an SM: twice
+// the tokens per dequantized weight.
 constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows256, 16},
                                      {24, Mxfp4TiledShape::kRows256, 32},
                                      {64, Mxfp4TiledShape::kRows256, 48},
-                                     {1 << 30, Mxfp4TiledShape::kRows128, 64}};
+                                     {128, Mxfp4TiledShape::kRows128, 64},
+                                     {1 << 30, Mxfp4TiledShape::kRows128, 128}};
 
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;

@@ -69,8 +69,11 @@ constexpr int kMaxStages = 8;
 // wgmma loop, with a warpgroup-wide fence, commit and wait per MX block, was 6-9% slower; from 24 rows on
 // wgmma wins, by 16% at 48: bench/RESULTS.md).
 constexpr int kMmaSyncMaxTiles = 2;
-// Shared memory one CTA may take so that two fit on an SM (228 KB less the per-CTA reserve).
-constexpr int kSmemBudget = 112 * 1024;
+// Shared memory one CTA may take so that kMinBlocks fit on an SM (228 KB less the per-CTA reserve; one CTA:
+// the opt-in limit of a block, 227 KB, less a margin).
+constexpr int smem_budget(int min_blocks) {
+  return min_blocks >= 2 ? 112 * 1024 : 224 * 1024;
+}
 // Scale bytes the stage count is planned for (k = 2880, the gpt-oss experts); a larger k gets fewer CTAs
 // per SM, not a failure.
 constexpr int kPlannedKmx = 90;
@@ -99,7 +102,7 @@ struct Shape {
   }
   static constexpr int scale_bytes(int k) { return (kRowsPerCta * (k / 32) + 15) / 16 * 16; }
   static constexpr int stages(int nt) {
-    const int fit = (kSmemBudget - 1024 - kRowsPerCta * kPlannedKmx - 256) / stage_bytes(nt);
+    const int fit = (smem_budget(kMinBlocks) - 1024 - kRowsPerCta * kPlannedKmx - 256) / stage_bytes(nt);
     return fit < 2 ? 2 : fit > kMaxStages ? kMaxStages : fit;
   }
   // The ring, the scales, then the mbarriers (dynamic too: a static part would lower the opt-in limit
@@ -121,17 +124,19 @@ __device__ __forceinline__ uint32_t mx_scale_bf16x2(uint32_t s, uint32_t base) {
   return s * 0x00800080u + base;  // base = (126 - bias) * 0x00800080
 }
 
-// Calls run(std::integral_constant<int, V>{}) with V = v (clamped to 1..kMax): the main loop is compiled
-// for exactly the token n-tiles in use, with no per-n-tile branch.
-template <int kMax, int V = 1, class F>
+// Calls run(std::integral_constant<int, V>{}) with V = v rounded up to a multiple of kStep (clamped to
+// kStep..kMax): the main loop is compiled for the token n-tiles in use, with no per-n-tile branch. Tiles of
+// up to 64 tokens take every count (kStep 1); the 128-token tiles of prefill-sized steps 64 or 128 tokens
+// (kStep 8: two copies of the loop instead of sixteen; the columns past a tile's rows are dropped anyway).
+template <int kMax, int kStep = 1, int V = kStep, class F>
 __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
-  if constexpr (V == kMax) {
-    run(std::integral_constant<int, V>{});
+  if constexpr (V >= kMax) {
+    run(std::integral_constant<int, kMax>{});
   } else {
     if (v <= V)
       run(std::integral_constant<int, V>{});
     else
-      with_used_tiles<kMax, V + 1>(v, run);
+      with_used_tiles<kMax, kStep, V + kStep>(v, run);
   }
 }
 
@@ -341,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     }
   };
   const int valid_nt = (m + 7) / 8;  // n-tiles that hold a token row (1..kNT)
-  with_used_tiles<kNT>(valid_nt, run);
+  with_used_tiles<kNT, (kNT > 8 ? 8 : 1)>(valid_nt, run);
   pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
 
   const float unbias = __uint_as_float(uint32_t(127 + bias) << 23);  // 2^bias
@@ -547,8 +552,18 @@ void dispatch_tokens(const Mxfp4TiledArgs& p, cudaStream_t stream) {
       else
         ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: 64-token tiles need the 128-row CTA shape");
       return;
+    case 128:
+      // Prefill-sized steps: one CTA an SM, whose registers hold 64 accumulators a thread and two sets of A
+      // fragments (the next block dequantized while the MMAs run) and whose shared memory holds a ring of
+      // 128-token stages; each dequantized weight serves twice the tokens of a 64-token tile. 128-row CTAs
+      // only: ptxas caps a 288-thread CTA at 168 registers, and 256 rows spilled there.
+      if constexpr (Sh::kMTiles == 1)
+        return launch<Shape<1, Sh::kChunkMx, 1, 2>, 16, kSwiglu, kTiledOrder>(p, stream);
+      else
+        ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: 128-token tiles need the 128-row CTA shape");
+      return;
     default:
-      ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32, 48 or 64");
+      ORCHID_KERNEL_REQUIRE(false, "mxfp4_tiled_gemm: tile_tokens must be 16, 32, 48, 64 or 128");
   }
 }
 
