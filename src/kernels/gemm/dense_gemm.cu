@@ -71,9 +71,9 @@ using Key = std::tuple<int, int, int, int64_t, int64_t, int, bool>;
 // How many of the heuristic's algorithms a shape's first call times (its first is the heuristic's choice).
 constexpr int kHeuristicCandidates = 8;
 // The heuristic's first with its dot products split this many ways (fp32 partial sums reduced in a second
-// step) joins them for shapes that are timed: at a few hundred rows or fewer the output tiles are too few
-// for the SMs (QKV at 256 rows: ~40 CTAs of 128 x 256 on 132 SMs, 4.5x its floor in the 2026-12-01
-// breakdown; at one row, one tile row), and the heuristic seldom offers a split.
+// step) joins them for shapes that are timed: at a few hundred rows or fewer the output tiles can be too
+// few for the SMs (QKV at 256 rows in 128 x 256 tiles: 40 CTAs on 132 SMs; at one row, one tile row), and
+// the heuristic seldom offers a split.
 constexpr int kSplitK[] = {2, 3, 4, 6};
 constexpr int kAlgorithmCandidates = kHeuristicCandidates + int(std::size(kSplitK));
 // cuBLASLt's algorithms are timed only for shapes of at most this many rows (inside a TimingScope: the
