@@ -24,4 +24,12 @@ __device__ __forceinline__ void l2_prefetch(const L2Prefetch& p, int lane, int l
 #endif
 }
 
+// The whole range, issued by the first warp of the grid's first block (the other threads do nothing): what a
+// kernel carrying an L2Prefetch calls at its start (weights are never written by the step, so before its
+// griddepcontrol.wait).
+__device__ __forceinline__ void l2_prefetch_by_first_warp(const L2Prefetch& p) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x < 32 && threadIdx.y == 0)
+    l2_prefetch(p, int(threadIdx.x), 32);
+}
+
 }  // namespace orchid::kernels
