@@ -24,7 +24,8 @@
 // hold exactly its own rows (the wgmma D layout per warp is the mma.sync m16n8 one, so both MMA paths share
 // the accumulators and the epilogue). The number of token rows the MMAs cover is the tile's rows rounded up
 // to 8 (a template parameter of the loop). The
-// producer fills a ring of 2-8 stages (as deep as two CTAs per SM allow) of 4 MX blocks (k 128): the
+// producer fills a ring of 2-8 stages (as deep as the CTAs an SM holds allow: two, or one for 128-token
+// tiles) of 4 MX blocks (k 128): the
 // weights of a stage as one 2-D tensor copy (box 64 bytes x the CTA's rows: one bulk copy per 64-byte row was
 // 4.5x slower, the copy engine's cost is per request), the token rows as one tensor copy per MX block (box
 // 64 bytes x the tile, the layer gathers the permuted rows in mxfp4_tiled_activation), the CTA's MX scales
@@ -80,10 +81,11 @@ constexpr int kPlannedKmx = 90;
 
 // A CTA shape: kMTiles m16 tiles of weight rows per consumer warp (= wgmmas per warpgroup and k16 step),
 // kChunkMx MX blocks (of 32 k) per ring stage. Rows per CTA = 8 warps x 16 x kMTiles. kMinBlocks: CTAs per
-// SM the registers are capped for (two: 96 registers a thread). kGroupsInFlight: wgmma groups a warpgroup
-// keeps in flight while it dequantizes the next block (2: two register sets for the A fragments; with two
-// m-tiles that does not fit in 96 registers and ptxas would serialize the wgmmas, so those wait for each
-// group before the next). The ring is as deep as two CTAs per SM allow for the token tile (2..8 stages).
+// SM the registers and shared memory are planned for (two: 96 registers a thread; one, for 128-token tiles:
+// ptxas then caps the 288 threads at 168). kGroupsInFlight: wgmma groups a warpgroup keeps in flight while
+// it dequantizes the next block (2: two register sets for the A fragments; with two m-tiles that does not
+// fit in 96 registers and ptxas would serialize the wgmmas, so those wait for each group before the next).
+// The ring is as deep as kMinBlocks CTAs per SM allow for the token tile (2..8 stages).
 template <int kMTiles_, int kChunkMx_, int kMinBlocks_, int kGroupsInFlight_>
 struct Shape {
   static constexpr int kMTiles = kMTiles_, kChunkMx = kChunkMx_;

@@ -211,7 +211,8 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
 }
 
 // 64-token tiles on 256-row CTAs are refused with a clear error (not instantiated).
-TEST(Mxfp4TiledGemm, RefusesTile64OnRows256) {
+// 64- and 128-token tiles exist for 128-row CTAs only: the 256-row shape refuses them.
+TEST(Mxfp4TiledGemm, RefusesTile64And128OnRows256) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   DeviceBuffer<uint8_t> db(32 * 16), ds(32);
   DeviceBuffer<uint16_t> dx(32), dy(64);
@@ -230,6 +231,8 @@ TEST(Mxfp4TiledGemm, RefusesTile64OnRows256) {
   a.x = dx.get();
   a.x_row_count = 1;
   a.y = dy.get();
+  EXPECT_THROW(mxfp4_tiled_gemm(a, nullptr), std::exception);
+  a.tile_tokens = 128;
   EXPECT_THROW(mxfp4_tiled_gemm(a, nullptr), std::exception);
 }
 
