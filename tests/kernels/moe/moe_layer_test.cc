@@ -413,7 +413,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mxfp4_t300_tiled", MoeWeights::kMxfp4, 300, 32, 2880, 2880, 0, kTiled},
                       Case{"mxfp4_t700_tiled", MoeWeights::kMxfp4, 700, 32, 2880, 2880, 0, kTiled},
                       Case{"mxfp4_e128_t90_tiled", MoeWeights::kMxfp4, 90, 128, 2880, 2880, 0, kTiled},
-                      Case{"mxfp4_h128_i96_t70_tiled", MoeWeights::kMxfp4, 70, 8, 128, 96, 0, kTiled}),
+                      Case{"mxfp4_h128_i96_t70_tiled", MoeWeights::kMxfp4, 70, 8, 128, 96, 0, kTiled},
+                      // ~150 rows an expert: the 128-token tiles (one CTA an SM), gate_up then down
+                      Case{"mxfp4_h128_i96_t300_tiled128", MoeWeights::kMxfp4, 300, 8, 128, 96, 0, kTiled}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The split router input (moe_forward with split_input): h is an fp32 activation given as 2T BF16 rows,
