@@ -202,12 +202,10 @@ struct DenseGemm::Impl {
     if (cublasLtMatmulAlgoCapGetAttribute(&p.algos[0], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
                                           sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS)
       return;
-    // fp32 partial sums (the accumulation's own precision), else in the output type.
-    const uint32_t scheme =
-        (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)  ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-        : (schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE) ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE
-                                                            : 0u;
-    if (scheme == 0) return;
+    // fp32 partial sums (the accumulation's own precision) only: a split that rounds its parts to a bf16
+    // output first would add a rounding the unsplit GEMM does not have.
+    if ((schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) == 0) return;
+    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     for (const int32_t split : kSplitK) {
       cublasLtMatmulAlgo_t algo = p.algos[0];
       cublasLtMatmulHeuristicResult_t checked{};

@@ -206,22 +206,24 @@ __global__ void __launch_bounds__(256)
     c.skip = expert_offsets != nullptr && expert_offsets[c.e + 1] == expert_offsets[c.e];
     return c;
   };
-  int64_t b = blockIdx.x;
-  if (b >= total) return;
-  Coord cur = coord(b);
+  // One load site, inside the loop: iteration i issues block i's loads, then converts block i - 1 from the
+  // registers the copy at the end of iteration i - 1 filled (that copy is where a load is waited for). A
+  // block loaded before the loop would share the load scoreboard with the loop's, and the conversion would
+  // wait for the next block's loads too (seen in the SASS of the first version).
+  Coord cur;  // skip: nothing loaded yet
   BlockIn in;
-  if (!cur.skip) load_block(blocks, scales, n, kmx, cur.e, cur.rb, cur.cb, in);
-  for (; b < total; b += gridDim.x) {
+  for (int64_t b = blockIdx.x;; b += gridDim.x) {
     Coord next;
     BlockIn in_next;
-    if (b + gridDim.x < total) {
-      next = coord(b + gridDim.x);
+    if (b < total) {
+      next = coord(b);
       if (!next.skip) load_block(blocks, scales, n, kmx, next.e, next.rb, next.cb, in_next);
     }
     if (!cur.skip) {  // CTA-uniform
       convert_block(in, n, k, cur.e, cur.rb, cur.cb, rule, out_q, out_scale, tiled_order, red);
       __syncthreads();  // red is reused by the next block's max
     }
+    if (b >= total) break;
     cur = next;
     in = in_next;
   }
