@@ -225,13 +225,11 @@ __global__ void __launch_bounds__(kPermuteChunk)
     const int pe = km.key(s_idx[warp]);
     bool first = pe < km.count;
     for (int j = 0; j < warp && first; ++j) first = km.key(s_idx[j]) != pe;
-    if (first) {
+    if (first && lane == 0) {
       l2_prefetch({static_cast<const uint8_t*>(prefetch.blocks) + size_t(pe) * prefetch.expert_bytes,
-                   prefetch.expert_bytes},
-                  lane, 32);
+                   prefetch.expert_bytes});
       l2_prefetch({static_cast<const uint8_t*>(prefetch.scales) + size_t(pe) * prefetch.expert_scale_bytes,
-                   prefetch.expert_scale_bytes},
-                  lane, 32);
+                   prefetch.expert_scale_bytes});
     }
   }
   const int e = tid < items ? km.key(s_idx[tid]) : -1;
