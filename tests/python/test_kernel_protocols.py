@@ -8,6 +8,9 @@ tests/kernels decide; these make a wrong mapping or a missing barrier release fa
    to one CTA, and the producer / consumer-warpgroup protocol (K/V ring with full and empty barriers, two Q
    buffers, the warpgroups' turn chain) neither deadlocks nor lets a barrier alias phases nor lets a stage or
    Q buffer be overwritten while read, under random interleavings; a model with a release left out fails.
+3. The same kernel's key tiles (PrefillItem): they cover every key a query of the item reads, copy no page
+   below key 0 or past the keys, take three 64-key tiles for a 24-token item under a 128-key window, and the
+   softmax masks every tile where some row must mask a key.
 """
 import random
 
@@ -301,3 +304,46 @@ def test_persistent_prefill_protocol_under_random_interleavings():
 def test_the_protocol_model_fails_without_a_release_or_a_wait(leave_out):
     with pytest.raises(AssertionError):
         random_ctas(300, leave_out)
+
+
+# ---------------------------------------------------------------- 3. prefill key tiles
+def prefill_item(p_first, n_tok, window, page, block_n):  # PrefillItem::of, C++ integer arithmetic
+    kv_begin = max(0, p_first - window + 1) if window > 0 else 0
+    kv_end = p_first + n_tok
+    align = min(page, block_n) if window > 0 else block_n
+    key_top = (kv_end + align - 1) // align * align
+    n_tiles = (key_top - kv_begin // align * align + block_n - 1) // block_n
+    return kv_begin, kv_end, key_top, n_tiles
+
+
+def need_mask(k0, p_first, p_last, window, block_n):  # the consumer's softmax
+    return (k0 + block_n - 1 > p_first) or (window > 0 and k0 < max(0, p_last - window + 1))
+
+
+@pytest.mark.parametrize("window", [0, 1, 33, 128])
+@pytest.mark.parametrize("page", [16, 32, 64])
+def test_prefill_key_tiles_cover_the_keys_and_mask_where_needed(window, page):
+    block_n = 64 if 0 < window <= 256 else 128
+    box_rows = min(page, block_n)
+    for tokens in (16, 24):
+        for p_first in range(0, 420, 1 if window else 7):
+            for n_tok in {1, 7, tokens}:
+                kv_begin, kv_end, key_top, n_tiles = prefill_item(p_first, n_tok, window, page, block_n)
+                p_last = kv_end - 1
+                covered = set()
+                for t in range(n_tiles):
+                    k0 = key_top - (t + 1) * block_n
+                    for lane in range(block_n // box_rows):  # the producer's box_page
+                        t0 = k0 + lane * box_rows
+                        if t0 + box_rows <= kv_begin or t0 >= kv_end:
+                            continue
+                        assert t0 >= 0 and t0 % page + box_rows <= page  # a whole box of one page
+                        covered.update(range(t0, t0 + box_rows))
+                    row_keys = [(max(0, pos - window + 1) if window else 0, pos) for pos in range(p_first, kv_end)]
+                    some_row_masks = any(not (lo <= key <= hi) for lo, hi in row_keys for key in range(k0, k0 + block_n))
+                    if some_row_masks:
+                        assert need_mask(k0, p_first, p_last, window, block_n), (p_first, n_tok, t)
+                assert set(range(kv_begin, kv_end)) <= covered
+                assert key_top - n_tiles * block_n <= kv_begin < key_top - (n_tiles - 1) * block_n  # no idle tile
+                if window == 128 and n_tok == tokens == 24 and page == 16:
+                    assert n_tiles <= 3

@@ -101,10 +101,14 @@ struct HopperPrefillMaps {
   CUtensorMap q, k, v;
 };
 
-// Work item w: the plan's tile w / Hkv under KV head w % Hkv, and the keys it reads.
+// Work item w: the plan's tile w / Hkv under KV head w % Hkv, and the keys it reads. Its key tiles are
+// visited from the top down: tile t holds keys [key_top - (t + 1) kBlockN, key_top - t kBlockN). Causal
+// tiles are aligned to kBlockN. A window's are aligned to the page boxes (16 keys with 16-token pages), so
+// the ~151 keys of a 24-token tile under a 128-key window always take three 64-key tiles, not 3.34 on
+// average; the lowest tile may then start below key 0, whose rows are never copied and always masked.
 template <int kBlockN>
 struct PrefillItem {
-  int kvh, seq_idx, n_tok, p_first, kv_begin, kv_end, j_last, n_tiles;
+  int kvh, seq_idx, n_tok, p_first, kv_begin, kv_end, key_top, n_tiles;
   int tok0;  // the tile's first token row of q / out
 
   __device__ __forceinline__ static PrefillItem of(const PrefillParams& p, int w) {
@@ -117,13 +121,14 @@ struct PrefillItem {
     it.p_first = seq.start_pos + tile.q0;
     it.kv_begin = p.window > 0 ? max(0, it.p_first - p.window + 1) : 0;
     it.kv_end = it.p_first + it.n_tok;  // one past the last query's position
-    it.j_last = (it.kv_end - 1) / kBlockN;
-    it.n_tiles = it.j_last - it.kv_begin / kBlockN + 1;
+    const int align = p.window > 0 ? min(1 << p.page_size_log2, kBlockN) : kBlockN;
+    it.key_top = (it.kv_end + align - 1) / align * align;
+    it.n_tiles = (it.key_top - it.kv_begin / align * align + kBlockN - 1) / kBlockN;
     it.tok0 = seq.q_start + tile.q0;
     return it;
   }
   __device__ __forceinline__ int p_last() const { return kv_end - 1; }
-  __device__ __forceinline__ int j_first() const { return kv_begin / kBlockN; }
+  __device__ __forceinline__ int key0(int t) const { return key_top - (t + 1) * kBlockN; }
 };
 
 // The items of a persistent CTA: round r of the grid takes items [r * grid, (r + 1) * grid), CTA b the b-th
@@ -202,7 +207,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
           PagedKv::of(p.seqs, it.seq_idx, p.page_table, p.table_kind, ps_log2, p.num_kv_heads, it.kvh);
       // This lane's page of tile t, or -1 when the box is not copied (outside the range, or kNoPage).
       auto box_page = [&](int t) {
-        const int t0 = (it.j_last - t) * kBlockN + lane * box_rows;
+        const int t0 = it.key0(t) + lane * box_rows;
         if (t >= it.n_tiles || lane >= boxes || t0 + box_rows <= it.kv_begin || t0 >= it.kv_end)
           return int32_t(-1);
         return kv.table[t0 >> ps_log2];
@@ -211,7 +216,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       for (int t = 0; t < it.n_tiles; ++t, ++g) {
         const int32_t next = box_page(t + 1);  // in flight while this tile waits for its stage
         const int st = g % kStages;
-        const int t0 = (it.j_last - t) * kBlockN + lane * box_rows;
+        const int t0 = it.key0(t) + lane * box_rows;
         const unsigned copied = __ballot_sync(0xffffffffu, page >= 0);
         if (lane == 0) {
           if (g >= kStages) mbar_wait(&empty[st], uint32_t((g / kStages - 1) & 1));
@@ -270,7 +275,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const int tok = min(r / G, it.n_tok - 1);  // padding rows borrow the last token's mask
       const int pos = it.p_first + tok;
       row_pos[h] = pos;
-      row_lo[h] = p.window > 0 ? pos - p.window + 1 : 0;
+      row_lo[h] = p.window > 0 ? max(0, pos - p.window + 1) : 0;  // keys below 0: masked
       const int head = it.kvh * G + (r % G);
       if (p.sinks != nullptr) {
         m_run[h] = p.sinks[head] * kLog2e;
@@ -313,9 +318,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         wgmma_m64n64k16_rs<1>(o, pf[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
       wgmma_commit();
     };
-    // V rows of keys outside [kv_begin, kv_end) in tile j (stage st) set to zero, for this warpgroup's P V.
-    auto fix_edge_v = [&](int j, int st) {
-      const int k0 = j * kBlockN;
+    // V rows of keys outside [kv_begin, kv_end) in the tile from key k0 (stage st) set to zero, for this warpgroup's P V.
+    auto fix_edge_v = [&](int k0, int st) {
       if (k0 >= it.kv_begin && k0 + kBlockN <= it.kv_end) return;
       uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes;
       for (int i = ctid; i < kBlockN * 8; i += 128) {
@@ -326,11 +330,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       fence_proxy_async_smem();
       named_barrier_sync(1 + cw, 128);
     };
-    // Mask, running max and probabilities of S (tile j) in place; alpha = rescale of the older state.
-    auto softmax = [&](int j, float(&alpha)[2], float(&rs)[2]) {
-      const int k0 = j * kBlockN;
-      const bool need_mask =
-          (k0 + kBlockN - 1 > it.p_first) || (p.window > 0 && k0 < it.p_last() - p.window + 1);
+    // Mask, running max and probabilities of S (the tile from key k0) in place; alpha = rescale of the older state.
+    auto softmax = [&](int k0, float(&alpha)[2], float(&rs)[2]) {
+      // Some row masks a key of the tile: above the first query's position, or below the last query's
+      // window start (or below key 0: a window's lowest tile can start there, see PrefillItem).
+      const bool need_mask = (k0 + kBlockN - 1 > it.p_first) ||
+                             (p.window > 0 && k0 < max(0, it.p_last() - p.window + 1));
       if (need_mask) {
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
@@ -384,7 +389,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     fence_operands(s);
     {
       float alpha[2], rs[2];
-      softmax(it.j_last, alpha, rs);
+      softmax(it.key0(0), alpha, rs);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rs[h];  // O is still zero
       pack_p();
@@ -395,13 +400,13 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       turn_wait();
       issue_qk(st);
       mbar_wait(&full_v[prev], phase_of(t - 1));
-      fix_edge_v(it.j_last - (t - 1), prev);
+      fix_edge_v(it.key0(t - 1), prev);
       issue_pv(prev);
       turn_pass(false);
       wgmma_wait<1>();  // S of tile t; P V of the previous tile may still run
       fence_operands(s);
       float alpha[2], rs[2];
-      softmax(it.j_last - t, alpha, rs);
+      softmax(it.key0(t), alpha, rs);
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[prev]);
@@ -420,7 +425,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const int last = stage_of(it.n_tiles - 1);
       mbar_wait(&full_v[last], phase_of(it.n_tiles - 1));
       turn_wait();
-      fix_edge_v(it.j_first(), last);
+      fix_edge_v(it.key0(it.n_tiles - 1), last);
       issue_pv(last);
       turn_pass(cta_last_item);
       wgmma_wait<0>();
