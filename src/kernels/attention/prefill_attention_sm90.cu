@@ -318,7 +318,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         wgmma_m64n64k16_rs<1>(o, pf[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
       wgmma_commit();
     };
-    // V rows of keys outside [kv_begin, kv_end) in the tile from key k0 (stage st) set to zero, for this warpgroup's P V.
+    // V rows of keys outside [kv_begin, kv_end) in the tile from key k0 (stage st) set to zero, for this
+    // warpgroup's P V.
     auto fix_edge_v = [&](int k0, int st) {
       if (k0 >= it.kv_begin && k0 + kBlockN <= it.kv_end) return;
       uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes;
@@ -330,12 +331,13 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       fence_proxy_async_smem();
       named_barrier_sync(1 + cw, 128);
     };
-    // Mask, running max and probabilities of S (the tile from key k0) in place; alpha = rescale of the older state.
+    // Mask, running max and probabilities of S (the tile from key k0) in place; alpha = rescale of the older
+    // state.
     auto softmax = [&](int k0, float(&alpha)[2], float(&rs)[2]) {
       // Some row masks a key of the tile: above the first query's position, or below the last query's
       // window start (or below key 0: a window's lowest tile can start there, see PrefillItem).
-      const bool need_mask = (k0 + kBlockN - 1 > it.p_first) ||
-                             (p.window > 0 && k0 < max(0, it.p_last() - p.window + 1));
+      const bool need_mask =
+          (k0 + kBlockN - 1 > it.p_first) || (p.window > 0 && k0 < max(0, it.p_last() - p.window + 1));
       if (need_mask) {
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
