@@ -121,10 +121,10 @@ for tm in default 16384; do
   bench "bench-prefill-120b-8k-tiled-max-$tm" env ORCHID_MXFP4_TILED_MAX_TOKENS=$([ $tm = default ] && echo -1 || echo $tm) \
     "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 8192 --repeats 3
 done
-# A 128k prefill in steps of 16384 (the default) and 32768 tokens: MXFP4 converts each layer's experts to FP8
+# A 128000-token prefill in steps of 16384 (the default) and 32768 tokens: MXFP4 converts each layer's experts to FP8
 # once a step, so larger steps halve those conversions (~1.6 ms a layer at 120b, 36 layers, 8 steps).
 for mt in 16384 32768; do
-  bench "bench-prefill-120b-128k-step-$mt" "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 131072 \
+  bench "bench-prefill-120b-128k-step-$mt" "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 128000 \
     --repeats 1 --max-num-batched-tokens $mt
 done
 bench bench-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,8,64,256 --steps 8
