@@ -505,6 +505,87 @@ void bench_convert(const Options& o, cudaStream_t s) {
   }
 }
 
+// ---------------------------------------------------------------- the conversion beside the FP8 GEMM
+// Could the next layer's MXFP4 -> FP8 conversion (memory-bound) run under this layer's FP8 grouped GEMM
+// (compute-bound at prefill sizes) if each had SMs of its own? 20b's gate_up at 8192 tokens and a gate_up
+// conversion (E32 n5760 k2880): each alone on every SM, each alone on its share, and both from two streams
+// in either launch order, for a few conversion SM counts. What it answers: the bandwidth the persistent
+// conversion draws from c SMs, and whether the block scheduler keeps the two grids apart.
+void bench_overlap(const Options& o, cudaStream_t s) {
+  if (!want(o, "overlap")) return;
+  const int E = 32, T = 8192, K = 4, M = T * K, n = 5760, k = 2880, kp = round_up_128(k);
+  int sms = 0;
+  ORCHID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const auto off = uniform_offsets(T, E, K, 77);
+  Buf w(size_t(E) * n * kp, Fill::kFp8, 21), a(size_t(M) * kp, Fill::kFp8, 22);
+  Buf sa(size_t(M) * (kp / 128) * 4, Fill::kScale, 3),
+      sb(size_t(E) * ((n + 127) / 128) * (kp / 128) * 4, Fill::kScale, 4);
+  Buf d(size_t(M) * n * 2, Fill::kBytes, 5), doff((E + 1) * 4, Fill::kBytes, 0);
+  ORCHID_CUDA_CHECK(cudaMemcpy(doff.p, off.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+  const size_t wsb = grouped_gemm_fp8_workspace_bytes(E);
+  Buf ws(wsb, Fill::kBytes, 0);
+  const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+  Buf bl(bbytes, Fill::kBytes, 1), sc(sbytes, Fill::kE8m0, 2);
+  Buf q(size_t(E) * n * kp, Fill::kBytes, 0), qs(size_t(E) * (n / 128) * (kp / 128) * 4, Fill::kBytes, 0);
+  auto gemm = [&](cudaStream_t st, int on_sms) {
+    GroupedGemmArgs g;
+    g.num_groups = E;
+    g.n = n;
+    g.k = kp;
+    g.offsets = doff.as<int>();
+    g.a = a.p;
+    g.b = w.p;
+    g.d = d.p;
+    g.a_scale = sa.as<float>();
+    g.b_scale = sb.as<float>();
+    g.workspace = ws.p;
+    g.workspace_bytes = wsb;
+    g.max_sms = on_sms;
+    grouped_gemm_fp8_blockwise(g, st);
+  };
+  auto convert = [&](cudaStream_t st, int on_sms) {
+    mxfp4_to_fp8_block(bl.as<uint8_t>(), sc.as<uint8_t>(), E, n, k, Fp8ScaleRule::kPow2, q.as<uint8_t>(),
+                       qs.as<float>(), nullptr, st, false, Fp8ConvertGrid::kPersistent, on_sms);
+  };
+  cudaStream_t side;
+  cudaEvent_t fork, join;
+  ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const int reps = o.quick ? 5 : 10;
+  const double flops = 2.0 * M * n * k, conv_bytes = double(bbytes + sbytes + q.bytes);
+  const std::string shape = "T8192 E32 n5760 k2880";
+  const double g_all = median_us(s, 2, reps, [&](int) { gemm(s, 0); });
+  report("overlap gemm alone", shape, g_all, flops, 0, kFp8Tflops);
+  const double c_all = median_us(s, 2, reps, [&](int) { convert(s, 0); });
+  report("overlap convert alone", shape, c_all, 0, conv_bytes, 0);
+  std::printf("overlap: one after the other %.1f us; the conversion keeps %d CTAs an SM\n", g_all + c_all,
+              mxfp4_to_fp8_ctas_per_sm());
+  for (int c : {4, 8, 16, 32}) {
+    const std::string tag = " c" + std::to_string(c);
+    report("overlap gemm on the rest" + tag, shape, median_us(s, 2, reps, [&](int) { gemm(s, sms - c); }),
+           flops, 0, kFp8Tflops);
+    report("overlap convert alone" + tag, shape, median_us(s, 2, reps, [&](int) { convert(s, c); }), 0,
+           conv_bytes, 0);
+    for (bool convert_first : {false, true}) {
+      const double us = median_us(s, 2, reps, [&](int) {
+        ORCHID_CUDA_CHECK(cudaEventRecord(fork, s));
+        ORCHID_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+        if (convert_first) convert(side, c);
+        gemm(s, sms - c);
+        if (!convert_first) convert(side, c);
+        ORCHID_CUDA_CHECK(cudaEventRecord(join, side));
+        ORCHID_CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
+      });
+      report(std::string("overlap both") + tag + (convert_first ? " convert first" : " gemm first"), shape,
+             us, flops, 0, kFp8Tflops);
+    }
+  }
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(side);
+}
+
 // ---------------------------------------------------------------- whole MoE layer
 // The layer as the runtime runs it ("mxfp4": mxfp4_path's choice), and each MXFP4 path forced, so the
 // crossovers can be read off one table.
@@ -637,6 +718,7 @@ int main(int argc, char** argv) {
     bench_mxfp4(o, s);
     bench_mxfp4_tiled(o, s);
     bench_convert(o, s);
+    bench_overlap(o, s);
     bench_layer(o, s, gemm);
     std::printf(
         "\n==== moe_bench summary (median; %% of 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM) ====\n");

@@ -30,6 +30,8 @@ struct GroupedGemmArgs {
   const float* b_scale = nullptr;  // [num_groups, ceil(n/128), k/128]
   void* workspace = nullptr;       // device, >= the variant's *_workspace_bytes(num_groups), 256-byte aligned
   size_t workspace_bytes = 0;
+  // The persistent grid's CTAs (one an SM): 0 = every SM. Fewer leave SMs to a kernel on another stream.
+  int max_sms = 0;
 };
 
 // FP8 e4m3 x e4m3 -> fp32 accumulate (promoted to fp32 registers every 128 k, scaled per block) -> bf16.

@@ -7,11 +7,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "cute/tensor.hpp"
@@ -116,7 +118,7 @@ __global__ void grouped_setup_kernel(SetupParams<Gemm, kBlockScaled> p) {
 }
 
 template <class Gemm, bool kBlockScaled>
-typename Gemm::Arguments make_arguments(int groups, uint8_t* ws) {
+typename Gemm::Arguments make_arguments(int groups, uint8_t* ws, int max_sms = 0) {
   using L = Layout<Gemm, kBlockScaled>;
   using Kernel = typename Gemm::GemmKernel;
   using ElementA = typename Kernel::ElementA;
@@ -125,7 +127,7 @@ typename Gemm::Arguments make_arguments(int groups, uint8_t* ws) {
   L lay(groups);
   cutlass::KernelHardwareInfo hw;
   hw.device_id = device_info().device;
-  hw.sm_count = device_info().sm_count;
+  hw.sm_count = max_sms > 0 ? std::min(max_sms, device_info().sm_count) : device_info().sm_count;
 
   typename Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
@@ -201,15 +203,15 @@ void run(const GroupedGemmArgs& a, cudaStream_t stream) {
   grouped_setup_kernel<Gemm, kBlockScaled, kElemBytesAB><<<(a.num_groups + 127) / 128, 128, 0, stream>>>(sp);
   ORCHID_CUDA_CHECK_LAUNCH();
 
-  // The CUTLASS arguments depend only on (workspace, group count): shapes and pointers are read on the
-  // device. So the kernel parameters are built once per workspace and reused: no host work per call beyond
-  // the launch, and nothing but kernel launches while a CUDA graph is being captured.
+  // The CUTLASS arguments depend only on (workspace, group count, SM limit): shapes and pointers are read
+  // on the device. So the kernel parameters are built once per workspace and reused: no host work per call
+  // beyond the launch, and nothing but kernel launches while a CUDA graph is being captured.
   static std::mutex mu;
-  static std::map<std::pair<void*, int>, std::unique_ptr<Gemm>> initialized;
+  static std::map<std::tuple<void*, int, int>, std::unique_ptr<Gemm>> initialized;
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<Gemm>& gemm = initialized[{a.workspace, a.num_groups}];
+  std::unique_ptr<Gemm>& gemm = initialized[{a.workspace, a.num_groups, a.max_sms}];
   if (!gemm) {
-    auto args = make_arguments<Gemm, kBlockScaled>(a.num_groups, ws);
+    auto args = make_arguments<Gemm, kBlockScaled>(a.num_groups, ws, a.max_sms);
     auto g = std::make_unique<Gemm>();
     cutlass::Status st = g->can_implement(args);
     ORCHID_KERNEL_REQUIRE(st == cutlass::Status::kSuccess, cutlassGetStatusString(st));

@@ -288,9 +288,19 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
+int mxfp4_to_fp8_ctas_per_sm() {
+  static const int per_sm = [] {
+    int b = 0;
+    ORCHID_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_to_fp8_pipelined_kernel, 256, 0));
+    return std::max(b, 1);
+  }();
+  return per_sm;
+}
+
 void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
                         Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
-                        cudaStream_t stream, bool tiled_order, Fp8ConvertGrid how) {
+                        cudaStream_t stream, bool tiled_order, Fp8ConvertGrid how, int sms) {
   ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_to_fp8_block: k must be a multiple of 32");
   ORCHID_KERNEL_REQUIRE(experts <= 65535, "mxfp4_to_fp8_block: too many experts");
   if (experts <= 0 || n <= 0) return;
@@ -300,14 +310,9 @@ void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int expert
     return v != nullptr && std::strcmp(v, "pipelined") == 0;
   }();
   if (how == Fp8ConvertGrid::kPersistent || (how == Fp8ConvertGrid::kDefault && pipelined_by_env)) {
-    static const int per_sm = [] {
-      int b = 0;
-      ORCHID_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_to_fp8_pipelined_kernel, 256, 0));
-      return std::max(b, 1);
-    }();
     const int64_t total = int64_t(grid.x) * grid.y * grid.z;
-    const int ctas = int(std::min<int64_t>(total, int64_t(device_info().sm_count) * per_sm));
+    const int on_sms = sms > 0 ? std::min(sms, device_info().sm_count) : device_info().sm_count;
+    const int ctas = int(std::min<int64_t>(total, int64_t(on_sms) * mxfp4_to_fp8_ctas_per_sm()));
     mxfp4_to_fp8_pipelined_kernel<<<ctas, 256, 0, stream>>>(blocks, scales, n, k, rule, out_q, out_scale,
                                                             expert_offsets, tiled_order, experts);
   } else {

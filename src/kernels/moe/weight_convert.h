@@ -31,12 +31,14 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
 // as it was), for the per-layer prefill conversion. k % 32 == 0. tiled_order: the blocks' words are in
 // mxfp4_word_order.h's order (the same output). grid: one CTA per 128 x 128 block, or a persistent grid
 // whose CTAs load their next block while converting one (the same output; kDefault: the environment's
-// ORCHID_MXFP4_CONVERT=pipelined picks the persistent one, until measured).
+// ORCHID_MXFP4_CONVERT=pipelined picks the persistent one, until measured). sms > 0: the persistent grid
+// sized for that many SMs (mxfp4_to_fp8_ctas_per_sm() CTAs each), to run beside a kernel on the others.
 enum class Fp8ConvertGrid : uint8_t { kDefault, kOneCtaPerBlock, kPersistent };
 void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k,
                         Fp8ScaleRule rule, uint8_t* out_q, float* out_scale, const int* expert_offsets,
                         cudaStream_t stream, bool tiled_order = false,
-                        Fp8ConvertGrid grid = Fp8ConvertGrid::kDefault);
+                        Fp8ConvertGrid grid = Fp8ConvertGrid::kDefault, int sms = 0);
+int mxfp4_to_fp8_ctas_per_sm();  // the persistent conversion's resident CTAs an SM
 
 // Every 32-bit word of MXFP4 blocks (bytes % 4 == 0, 4-byte aligned) into mxfp4_word_order.h's order, in
 // place: once at load, for the expert GEMMs' cheaper decode (ORCHID_MXFP4_WORD_ORDER=tiled).

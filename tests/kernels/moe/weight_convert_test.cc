@@ -132,13 +132,14 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
     auto gs = s.download();
     // Another way to the same output must give the same bytes and scales (bit for bit: the scales' NaN
     // poison of a skipped expert too).
-    auto expect_same = [&](const char* how, const uint8_t* blocks_in, bool tiled_order, Fp8ConvertGrid grid) {
+    auto expect_same = [&](const char* how, const uint8_t* blocks_in, bool tiled_order, Fp8ConvertGrid grid,
+                           int sms = 0) {
       DeviceBuffer<uint8_t> q2(q.size());
       DeviceBuffer<float> s2(s.size());
       orchid::testing::poison(q2);
       orchid::testing::poison(s2);
       mxfp4_to_fp8_block(blocks_in, ds.get(), c.experts, c.n, c.k, rule, q2.get(), s2.get(),
-                         c.experts > 1 ? doff.get() : nullptr, nullptr, tiled_order, grid);
+                         c.experts > 1 ? doff.get() : nullptr, nullptr, tiled_order, grid, sms);
       ORCHID_TEST_CUDA(cudaDeviceSynchronize());
       const std::string t = std::string(c.name) + (pow2 ? " pow2 " : " amax/448 ") + how;
       EXPECT_TRUE(orchid::testing::check_exact((t + " bytes").c_str(), q2.download(), gq));
@@ -150,6 +151,8 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
     };
     // The persistent grid (each CTA loading its next block while converting one).
     expect_same("persistent grid", db.get(), false, Fp8ConvertGrid::kPersistent);
+    // ... on one SM's CTAs (the grid that would run beside a GEMM on the other SMs).
+    expect_same("persistent grid on 1 SM", db.get(), false, Fp8ConvertGrid::kPersistent, 1);
     {  // the blocks in the tiled word order (as reordered at load)
       DeviceBuffer<uint8_t> db_tiled;
       db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(blocks));
