@@ -147,6 +147,9 @@ for v in "gemm-timed ORCHID_GEMM_ALGO=timed" "gemm-heuristic ORCHID_GEMM_ALGO=he
   bench "bench-decode-20b-${v%% *}" env "${v#* }" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
 done
+# The next layer's MXFP4 -> FP8 conversion beside this layer's FP8 grouped GEMM, each on SMs of its own
+# from two streams (20b gate_up at 8192 tokens): does it hide, and how much bandwidth do c SMs draw?
+bench moe-bench-overlap "$build"/bench/cuda/moe/moe_bench --quick --filter overlap
 # The MXFP4 expert blocks as in the checkpoint and in the tiled word order (fewer decode operations), the
 # expert GEMMs alone and whole decode steps.
 for order in checkpoint tiled; do
