@@ -798,12 +798,11 @@ bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_nor
     mb = kernels::moe_buffers(moe_cfg_, moe_ws_);
     const int set = ahead_layer_ == l ? ahead_set_ : 0;  // set 0 (mb.fp8) when converted in the layer
     if (ahead_layer_ == l) ahead.ready = set == 0 ? &mb.fp8 : &mb.fp8_ahead;
-    const bool last = l + 1 >= int64_t(weights_.layers.size());  // nothing to convert beside its GEMMs
-    ahead.gemm_sms = last ? 0 : kernels::device_info().sm_count - convert_ahead_sms_;
-    ahead.before_gemms = [this, l, set, last, &ahead, &mb] {
+    ahead.gemm_sms = kernels::device_info().sm_count - convert_ahead_sms_;
+    ahead.before_gemms = [this, l, set, &ahead, &mb] {
       if (ahead.ready != nullptr) ORCHID_CUDA_CHECK(cudaStreamWaitEvent(stream_, converted_[set], 0));
       ahead_layer_ = -1;
-      if (last) return;
+      if (l + 1 >= int64_t(weights_.layers.size())) return;
       ORCHID_CUDA_CHECK(cudaEventRecord(fork_, stream_));
       ORCHID_CUDA_CHECK(cudaStreamWaitEvent(convert_stream_, fork_, 0));
       kernels::moe_convert_experts_fp8(moe_cfg_, weights_.layers[size_t(l + 1)].moe,
