@@ -55,7 +55,7 @@ no_bench=$([ "$benches" -eq 0 ] && echo --no-bench)
 for t in "$build"/tests/kernels/synthetic/synthetic_fill_test "$build"/tests/kernels/ops/ops_kernels_test \
     "$build"/tests/kernels/sampling/sampling_kernels_test "$build"/tests/runtime/runtime_cuda_sampling_test \
     "$build"/tests/runtime/runtime_cuda_kv_handoff_test "$build"/tests/runtime/runtime_cuda_eagle3_test \
-    "$build"/tests/runtime/runtime_cuda_async_steps_test "$build"/tests/runtime/runtime_cuda_convert_ahead_test; do
+    "$build"/tests/runtime/runtime_cuda_async_steps_test; do
   check "$(basename "$t")" "$t"
 done
 check sampling-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
@@ -106,14 +106,6 @@ for cv in grid pipelined; do
     --weights mxfp4 --input-lens 8192,32768 --repeats 3
   bench "bench-prefill-120b-convert-$cv" env ORCHID_MXFP4_CONVERT=$cv "$bin" bench prefill synthetic:120b \
     --weights mxfp4 --input-lens 8192 --repeats 3
-done
-# MXFP4 prefill with the next layer's FP8 conversion beside this layer's FP8 GEMMs on c SMs
-# (ORCHID_MXFP4_CONVERT_AHEAD=c), against converting in the layer (0).
-for ca in 0 8 16 24; do
-  bench "bench-prefill-mxfp4-convert-ahead-$ca" env ORCHID_MXFP4_CONVERT_AHEAD=$ca "$bin" bench prefill \
-    synthetic:20b --weights mxfp4 --input-lens 8192,32768 --repeats 3
-  bench "bench-prefill-120b-convert-ahead-$ca" env ORCHID_MXFP4_CONVERT_AHEAD=$ca "$bin" bench prefill \
-    synthetic:120b --weights mxfp4 --input-lens 8192 --repeats 3
 done
 # 120b prefill chunks of 2048 and 4096 tokens on the tiled MXFP4 kernel (the default up to 4096 tokens at 128
 # experts: the crossover scales with the expert count) and through the FP8 conversion (from 1024, as at 32).

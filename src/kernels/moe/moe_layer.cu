@@ -102,13 +102,10 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   b.u = take(M * 2 * I * 2);
   b.y = take(M * H * 2);
   if (c.weights == MoeWeights::kMxfp4 && needs_fp8_path(c)) {
-    for (MoeFp8Experts* set : {&b.fp8, &b.fp8_ahead}) {
-      if (set == &b.fp8_ahead && !c.fp8_convert_ahead) break;
-      set->w1 = static_cast<uint8_t*>(take(El * 2 * I * Hp));
-      set->w1_scale = static_cast<float*>(take(El * ((2 * I + 127) / 128) * (Hp / 128) * 4));
-      set->w2 = static_cast<uint8_t*>(take(El * H * Ip));
-      set->w2_scale = static_cast<float*>(take(El * ((H + 127) / 128) * (Ip / 128) * 4));
-    }
+    b.w1_fp8 = static_cast<uint8_t*>(take(El * 2 * I * Hp));
+    b.w1_fp8_scale = static_cast<float*>(take(El * ((2 * I + 127) / 128) * (Hp / 128) * 4));
+    b.w2_fp8 = static_cast<uint8_t*>(take(El * H * Ip));
+    b.w2_fp8_scale = static_cast<float*>(take(El * ((H + 127) / 128) * (Ip / 128) * 4));
   }
   size_t gws = 0;
   if (needs_fp8_path(c)) gws = std::max(gws, grouped_gemm_fp8_workspace_bytes(int(El)));
@@ -152,24 +149,9 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
   return carve(cfg, static_cast<uint8_t*>(workspace), &total);
 }
 
-void moe_convert_experts_fp8(const MoeConfig& c, const MoeLayerWeights& w, const MoeFp8Experts& dst,
-                             const int* expert_offsets, cudaStream_t stream, int sms) {
-  ORCHID_KERNEL_REQUIRE(c.weights == MoeWeights::kMxfp4 && dst.w1 && dst.w1_scale && dst.w2 && dst.w2_scale,
-                        "moe_convert_experts_fp8: MXFP4 experts into a whole FP8 set");
-  const int E = c.local_experts(), H = c.hidden, I = c.inter;
-  const Fp8ConvertGrid grid = sms > 0 ? Fp8ConvertGrid::kPersistent : Fp8ConvertGrid::kDefault;
-  mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w1), static_cast<const uint8_t*>(w.w1_scale), E, 2 * I, H,
-                     Fp8ScaleRule::kPow2, dst.w1, dst.w1_scale, expert_offsets, stream, c.mxfp4_tiled_order,
-                     grid, sms);
-  mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w2), static_cast<const uint8_t*>(w.w2_scale), E, H, I,
-                     Fp8ScaleRule::kPow2, dst.w2, dst.w2_scale, expert_offsets, stream, c.mxfp4_tiled_order,
-                     grid, sms);
-}
-
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input,
-                 MoeOutput output, const MoeNextNorm* next_norm, const MoePrefetch& prefetch,
-                 const MoeConvertAhead* ahead) {
+                 MoeOutput output, const MoeNextNorm* next_norm, const MoePrefetch& prefetch) {
   ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
                         "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
@@ -293,19 +275,20 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     ORCHID_KERNEL_REQUIRE(b.a_q != nullptr, "moe_forward: workspace sized for fewer tokens (max_tokens)");
     const void *w1 = w.w1, *w1s = w.w1_scale, *w2 = w.w2, *w2s = w.w2_scale;
     if (c.weights == MoeWeights::kMxfp4) {
-      const bool ready = ahead != nullptr && ahead->ready != nullptr;
       // Only experts that received rows are converted (offsets are read on the device).
-      if (!ready) moe_convert_experts_fp8(c, w, b.fp8, b.routing.offsets, stream);
-      const MoeFp8Experts& f = ready ? *ahead->ready : b.fp8;
-      w1 = f.w1;
-      w1s = f.w1_scale;
-      w2 = f.w2;
-      w2s = f.w2_scale;
+      mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w1), static_cast<const uint8_t*>(w.w1_scale), E, 2 * I,
+                         H, Fp8ScaleRule::kPow2, b.w1_fp8, b.w1_fp8_scale, b.routing.offsets, stream,
+                         c.mxfp4_tiled_order);
+      mxfp4_to_fp8_block(static_cast<const uint8_t*>(w.w2), static_cast<const uint8_t*>(w.w2_scale), E, H, I,
+                         Fp8ScaleRule::kPow2, b.w2_fp8, b.w2_fp8_scale, b.routing.offsets, stream,
+                         c.mxfp4_tiled_order);
+      w1 = b.w1_fp8;
+      w1s = b.w1_fp8_scale;
+      w2 = b.w2_fp8;
+      w2s = b.w2_fp8_scale;
     }
     moe_gather_quant_fp8(h, b.routing.row_token, M, H, b.a_q, b.a_scale, stream);
-    if (ahead != nullptr && ahead->before_gemms) ahead->before_gemms();
     GroupedGemmArgs g;
-    g.max_sms = ahead != nullptr ? ahead->gemm_sms : 0;
     g.num_groups = E;
     g.offsets = b.routing.offsets;
     g.workspace = b.grouped_ws;

@@ -22,7 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "kernels/common/l2_prefetch.h"
 #include "kernels/gemm/dense_gemm.h"
@@ -48,9 +47,6 @@ struct MoeConfig {
   // which every MXFP4 kernel of the layer then decodes.
   bool mxfp4_tiled_order = false;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
-  // MXFP4 only: a second set of FP8 expert buffers in the workspace (MoeBuffers::fp8_ahead), so the runtime
-  // can convert the next layer's experts while this layer's FP8 GEMMs run (MoeConvertAhead).
-  bool fp8_convert_ahead = false;
   // Expert parallelism: the experts this rank holds and computes (routing.h); the layer weights' expert
   // tensors and biases then hold just these. Default: every expert.
   MoeExpertRange local;
@@ -68,14 +64,6 @@ struct Mxfp4Path {
   int tile_tokens = 0;
 };
 Mxfp4Path mxfp4_path(const MoeConfig& cfg, int num_tokens);
-
-// MXFP4 on the FP8-conversion path: a layer's experts in the FP8 block format (weight_convert.h).
-struct MoeFp8Experts {
-  uint8_t* w1 = nullptr;  // e4m3 [El, 2I, Hp]
-  float* w1_scale = nullptr;
-  uint8_t* w2 = nullptr;  // e4m3 [El, H, Ip]
-  float* w2_scale = nullptr;
-};
 
 struct MoeLayerWeights {            // expert tensors and biases: the experts of MoeConfig::local
   const void* router_w = nullptr;   // bf16 [E, H]
@@ -103,10 +91,12 @@ struct MoeBuffers {
   int* tiles = nullptr;     // MXFP4 tiled: the work list (int2 per tile)
   uint8_t* z_q = nullptr;   // SwiGLU output, FP8 [M, Ip] + scales [M, Ip/128]
   float* z_scale = nullptr;
-  void* z_bf16 = nullptr;   // SwiGLU output, bf16 [M, I] (MXFP4 tiled: in the tiled order)
-  void* y = nullptr;        // down output, bf16 [M, H], no bias
-  MoeFp8Experts fp8;        // MXFP4 prefill: the layer's experts in the FP8 block format
-  MoeFp8Experts fp8_ahead;  // MoeConfig::fp8_convert_ahead: the second set
+  void* z_bf16 = nullptr;     // SwiGLU output, bf16 [M, I] (MXFP4 tiled: in the tiled order)
+  void* y = nullptr;          // down output, bf16 [M, H], no bias
+  uint8_t* w1_fp8 = nullptr;  // MXFP4 prefill: the layer's experts in the FP8 block format
+  float* w1_fp8_scale = nullptr;
+  uint8_t* w2_fp8 = nullptr;
+  float* w2_fp8_scale = nullptr;
   void* grouped_ws = nullptr;
   size_t grouped_ws_bytes = 0;
 };
@@ -136,25 +126,9 @@ struct MoePrefetch {  // l2_prefetch.h; hints: the outputs do not change
   // they fit in 3/4 of the L2 (MXFP4, a decode token: 4 experts, 35 MB at gpt-oss's shapes).
   bool experts = false;
 };
-// The FP8-conversion path with conversions run ahead (the runtime's choice, see CudaRank::moe): the layer's
-// experts were converted on another stream while the layer before ran its GEMMs, and this layer's GEMMs
-// leave SMs to the next layer's conversion. The conversion is memory-bound, the GEMMs compute-bound at the
-// token counts of this path, so on disjoint SMs the one can hide under the other.
-struct MoeConvertAhead {
-  const MoeFp8Experts* ready = nullptr;  // this layer's experts, converted (null: converted here, into fp8)
-  std::function<void()> before_gemms;    // called as the GEMMs are about to be enqueued (the stream wait for
-                                         // `ready` and the next layer's conversion go there)
-  int gemm_sms = 0;                      // the grouped GEMMs' SMs (0: every SM)
-};
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
                  MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr,
-                 const MoePrefetch& prefetch = {}, const MoeConvertAhead* ahead = nullptr);
-
-// The layer's MXFP4 experts (the rank's: MoeConfig::local) into the FP8 block format in dst; expert_offsets
-// (device, nullable): only experts with rows. sms > 0: the persistent conversion on that many SMs' worth of
-// CTAs, to run beside a kernel on the others.
-void moe_convert_experts_fp8(const MoeConfig& cfg, const MoeLayerWeights& w, const MoeFp8Experts& dst,
-                             const int* expert_offsets, cudaStream_t stream, int sms = 0);
+                 const MoePrefetch& prefetch = {});
 
 }  // namespace orchid::kernels

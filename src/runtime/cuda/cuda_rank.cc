@@ -83,16 +83,6 @@ CudaRank::CudaRank(const CudaRankSetup& st)
     moe_cfg_.mxfp4_tiled_max_tokens = std::atoi(v);
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
-  // For comparisons, until measured: the SMs that convert the next layer's experts beside this layer's
-  // FP8 GEMMs on MXFP4 prefill steps (0: off). A second set of FP8 experts in the workspace.
-  if (const char* v = std::getenv("ORCHID_MXFP4_CONVERT_AHEAD"); v && format == kernels::MoeWeights::kMxfp4)
-    convert_ahead_sms_ = std::clamp(std::atoi(v), 0, kernels::device_info().sm_count / 2);
-  moe_cfg_.fp8_convert_ahead = convert_ahead_sms_ > 0;
-  if (convert_ahead_sms_ > 0) {
-    ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&convert_stream_, cudaStreamNonBlocking));
-    ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-    for (auto& e : converted_) ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
   plan_workspace();
   if (opts_.kv_share_bytes > 0) {  // before the KV pools: the memory plan counts it as allocated
     share_ = DeviceBuffer(size_t(opts_.kv_share_bytes), "K/V export buffer (--kv-share-buffer)");
@@ -161,12 +151,6 @@ CudaRank::~CudaRank() {
   if (staged_) cudaEventDestroy(staged_);
   for (auto e : done_)
     if (e) cudaEventDestroy(e);
-  if (convert_stream_) {
-    cudaStreamSynchronize(convert_stream_);
-    cudaStreamDestroy(convert_stream_);
-    cudaEventDestroy(fork_);
-    for (auto e : converted_) cudaEventDestroy(e);
-  }
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -670,7 +654,6 @@ void CudaRank::run_layers(const StepMeta& m, int64_t T) {
     return v == nullptr || std::string(v) != "0";
   }();
   bool normed = false;
-  ahead_layer_ = -1;  // a step's first MoE converts its own experts
   for (int64_t l = 0; l < L; ++l) {
     capture(l);
     const bool fuse = fuse_norms && l + 1 < L && l + 1 != precise_layer_;
@@ -778,42 +761,8 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
 
 // The MoE block: into the residual stream directly, or (expert parallelism) this rank's part, summed over
 // the EP group, then added.
-//
-// Conversions ahead (convert_ahead_sms_ > 0, MXFP4 steps on the FP8-conversion path, outside graph
-// capture): as layer l's expert GEMMs are enqueued, layer l + 1's experts (all of them: its routing is not
-// known yet; at these token counts every expert gets rows) are converted on convert_stream_ into the set
-// layer l does not use, on convert_ahead_sms_ SMs while the GEMMs take the others. That set was last read
-// by layer l - 1's GEMMs, which the fork event follows on the main stream. Layer l + 1 waits for its set's
-// event before its GEMMs.
 bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_norm) {
   const DeviceLayer& L = weights_.layers[size_t(l)];
-  kernels::MoeConvertAhead ahead;
-  const kernels::MoeConvertAhead* ahead_arg = nullptr;
-  kernels::MoeBuffers mb;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  const bool converts =
-      convert_ahead_sms_ > 0 && kernels::mxfp4_path(moe_cfg_, int(T)).kind == kernels::Mxfp4Path::kConvertFp8;
-  if (converts) ORCHID_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  if (converts && capturing == cudaStreamCaptureStatusNone) {
-    mb = kernels::moe_buffers(moe_cfg_, moe_ws_);
-    const int set = ahead_layer_ == l ? ahead_set_ : 0;  // set 0 (mb.fp8) when converted in the layer
-    if (ahead_layer_ == l) ahead.ready = set == 0 ? &mb.fp8 : &mb.fp8_ahead;
-    ahead.gemm_sms = kernels::device_info().sm_count - convert_ahead_sms_;
-    ahead.before_gemms = [this, l, set, &ahead, &mb] {
-      if (ahead.ready != nullptr) ORCHID_CUDA_CHECK(cudaStreamWaitEvent(stream_, converted_[set], 0));
-      ahead_layer_ = -1;
-      if (l + 1 >= int64_t(weights_.layers.size())) return;
-      ORCHID_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-      ORCHID_CUDA_CHECK(cudaStreamWaitEvent(convert_stream_, fork_, 0));
-      kernels::moe_convert_experts_fp8(moe_cfg_, weights_.layers[size_t(l + 1)].moe,
-                                       set == 0 ? mb.fp8_ahead : mb.fp8, nullptr, convert_stream_,
-                                       convert_ahead_sms_);
-      ORCHID_CUDA_CHECK(cudaEventRecord(converted_[1 - set], convert_stream_));
-      ahead_layer_ = l + 1;
-      ahead_set_ = 1 - set;
-    };
-    ahead_arg = &ahead;
-  }
   if (ep_->size() == 1) {
     kernels::MoeNextNorm nn;
     nn.gamma = next_norm;
@@ -828,12 +777,11 @@ bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_nor
             size_t(local_.q_dim() + 2 * local_.kv_dim()) * size_t(local_.hidden_size) * 2};
     }
     kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, prefetch,
-                         ahead_arg);
+                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, prefetch);
     return next_norm != nullptr;
   }
   kernels::moe_forward(moe_cfg_, L.moe, h_, moe_part_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                       kernels::MoeOutput::kStorePart, nullptr, {}, ahead_arg);
+                       kernels::MoeOutput::kStorePart);
   ep_->all_reduce_sum(moe_part_, size_t(T * config_.hidden_size), stream_);
   kernels::ops::add_f32(x_, moe_part_, T * config_.hidden_size, stream_);
   return false;

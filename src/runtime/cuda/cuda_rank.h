@@ -225,15 +225,6 @@ class CudaRank {
   std::vector<void*> k_pool_, v_pool_;
   int64_t precise_layer_ = -1;  // layer run by precise_layer() (layer 0 when sliding), or -1
 
-  // MXFP4 prefill's FP8 conversions run a layer ahead (ORCHID_MXFP4_CONVERT_AHEAD = the SMs they take; see
-  // moe()): their stream, the event each expert set's conversion records, the event the main stream records
-  // before each conversion, and the layer being converted ahead and its set.
-  int convert_ahead_sms_ = 0;
-  cudaStream_t convert_stream_ = nullptr;
-  cudaEvent_t converted_[2] = {nullptr, nullptr}, fork_ = nullptr;
-  int64_t ahead_layer_ = -1;
-  int ahead_set_ = 0;
-
   // Workspace (sized for max_step_tokens / max_step_seqs).
   DeviceArena ws_;
   float* x_ = nullptr;
