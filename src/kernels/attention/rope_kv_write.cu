@@ -110,7 +110,7 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
 
 template <typename T, bool kBiasFp32, bool kFp8Kv>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams<T> p) {
-  l2_prefetch_by_first_thread(p.l2_prefetch);
+  l2_prefetch_by_each_cta(p.l2_prefetch);
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int t = blockIdx.x;
   const int seq_idx = p.token_seq[t];

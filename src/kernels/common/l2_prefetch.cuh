@@ -3,10 +3,10 @@
 // kernel goes on. The range is trimmed to whole 16-byte units (the instruction's alignment), so any pointer
 // and length are safe.
 //
-// One thread issues them all. The instruction takes its address and size in uniform registers (SASS
-// UBLKPF), so lanes of a warp with different ranges are issued one after another anyway (a loop over the
-// distinct values, ~10 instructions each); and the size field holds 16-byte units in 16 bits, so a piece is
-// at most 1 MB less 16 bytes. 512 KB pieces: ~60 instructions for a 29.5 MB QKV projection.
+// One thread of a CTA issues its pieces. The instruction takes its address and size in uniform registers
+// (SASS UBLKPF), so lanes of a warp with different ranges are issued one after another anyway (a loop over
+// the distinct values, ~10 instructions each); and the size field holds 16-byte units in 16 bits, so a
+// piece is at most 1 MB less 16 bytes.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +28,20 @@ __device__ __forceinline__ void l2_prefetch(const L2Prefetch& p) {
 #endif
 }
 
-// What a kernel carrying an L2Prefetch calls at its start: the grid's first thread issues the whole range
-// (weights are never written by the step, so before its griddepcontrol.wait).
-__device__ __forceinline__ void l2_prefetch_by_first_thread(const L2Prefetch& p) {
-  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 && threadIdx.y == 0)
-    l2_prefetch(p);
+// What a kernel carrying an L2Prefetch calls at its start (weights are never written by the step, so before
+// its griddepcontrol.wait): thread 0 of each CTA issues its CTA's slice of the range. One SM's bulk-copy unit
+// walking the whole range (~30 MB) kept the next kernel's CTA on that SM waiting behind it: issued from
+// the grid's first thread alone, the prefetch made a one-token decode step 2.6x slower (RESULTS
+// 2026-12-05, fourth run). A kernel of one or a few CTAs still puts it all on one or a few SMs.
+__device__ __forceinline__ void l2_prefetch_by_each_cta(const L2Prefetch& p) {
+  if (threadIdx.x != 0 || threadIdx.y != 0 || p.ptr == nullptr) return;
+  const uint64_t parts = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
+  const uint64_t part = blockIdx.x + uint64_t(gridDim.x) * (blockIdx.y + uint64_t(gridDim.y) * blockIdx.z);
+  const uint64_t slice = ((p.bytes + parts - 1) / parts + 15) & ~uint64_t(15);
+  const uint64_t begin = part * slice;
+  if (begin >= p.bytes) return;
+  const uint64_t bytes = p.bytes - begin < slice ? p.bytes - begin : slice;
+  l2_prefetch({static_cast<const uint8_t*>(p.ptr) + begin, size_t(bytes)});
 }
 
 }  // namespace orchid::kernels

@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kCombineThreads)
                    const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
                    const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
                    float* __restrict__ x, L2Prefetch prefetch) {
-  l2_prefetch_by_first_thread(prefetch);
+  l2_prefetch_by_each_cta(prefetch);
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int v = blockIdx.y * kCombineThreads + threadIdx.x;
   if (v >= hidden / 8) return;
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kCombineNormMaxThreads)
                         const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x,
                         const float* __restrict__ gamma, float eps, __nv_bfloat16* __restrict__ out,
                         L2Prefetch prefetch) {
-  l2_prefetch_by_first_thread(prefetch);
+  l2_prefetch_by_each_cta(prefetch);
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   float v[1][8];
   if (int(threadIdx.x) < (hidden >> 3))

@@ -63,7 +63,7 @@ __host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, i
 // kWarps warps of 16 rows per CTA, each with a ring of kStages chunks in flight.
 template <int kNT, int kWarps, int kStages, bool kTiledOrder>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
-  l2_prefetch_by_first_thread(p.l2_prefetch);
+  l2_prefetch_by_each_cta(p.l2_prefetch);
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.y;
