@@ -8,7 +8,9 @@
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/norm_route.h"
 #include "kernels/moe/weight_convert.h"
+#include "kernels/norm/rmsnorm.h"
 
 namespace orchid::kernels {
 namespace {
@@ -151,7 +153,8 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
 
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input,
-                 MoeOutput output, const MoeNextNorm* next_norm, const MoePrefetch& prefetch) {
+                 MoeOutput output, const MoeNextNorm* next_norm, const MoePrefetch& prefetch,
+                 const MoeInputNorm* in_norm) {
   ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
                         "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
@@ -178,13 +181,48 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   if (prefetch.experts && mxfp4_stream &&
       double(M) * double(gate_up_bytes + gate_up_scale_bytes) <= 0.75 * double(device_info().l2_bytes))
     experts = {w.w1, gate_up_bytes, w.w1_scale, gate_up_scale_bytes};
-  if (split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves and the bias
+  bool routed = false;
+  if (in_norm != nullptr) {
+    ORCHID_KERNEL_REQUIRE(in_norm->out == h && in_norm->residual && in_norm->delta && in_norm->gamma,
+                          "moe_forward: in_norm writes h from a residual, a delta and a gamma");
+    auto* out = static_cast<__nv_bfloat16*>(in_norm->out);
+    const auto* delta = static_cast<const __nv_bfloat16*>(in_norm->delta);
+    if (norm_route_fits(T, H, c.experts, K)) {
+      NormRouteArgs n;
+      n.residual = in_norm->residual;
+      n.delta = delta;
+      n.gamma = in_norm->gamma;
+      n.eps = in_norm->eps;
+      n.out = out;
+      n.router_w = static_cast<const __nv_bfloat16*>(w.router_w);
+      n.router_b = w.router_b;
+      n.precise = split_input;
+      n.logits = b.logits;
+      n.topk_idx = b.topk_idx;
+      n.topk_w = b.topk_w;
+      n.routing = b.routing;
+      n.range = c.local;
+      n.num_tokens = T;
+      n.hidden = H;
+      n.num_experts = c.experts;
+      n.top_k = K;
+      moe_norm_route(n, stream);
+      routed = true;
+    } else if (split_input) {
+      norm::rmsnorm_residual_split(in_norm->residual, delta, in_norm->gamma, out, out + size_t(T) * H, T, H,
+                                   in_norm->eps, stream);
+    } else {
+      norm::rmsnorm_residual(in_norm->residual, delta, in_norm->gamma, out, T, H, in_norm->eps, stream);
+    }
+  }
+  if (!routed &&
+      split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves, the bias
     r.m = 2 * T;
     r.bias = nullptr;
     router_gemm.run(r, stream);
     moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
               b.logits + size_t(T) * c.experts, w.router_b, c.local, experts);
-  } else {
+  } else if (!routed) {
     router_gemm.run(r, stream);
     moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream, nullptr,
               nullptr, c.local, experts);

@@ -126,9 +126,23 @@ struct MoePrefetch {  // l2_prefetch.h; hints: the outputs do not change
   // they fit in 3/4 of the L2 (MXFP4, a decode token: 4 experts, 35 MB at gpt-oss's shapes).
   bool experts = false;
 };
+// The post-attention residual add and RMSNorm, done by the block before it routes (moe_forward's in_norm):
+// residual += delta, then out = RMSNorm(residual) * gamma as norm::rmsnorm_residual writes it (hi then lo
+// rows with split_input, as rmsnorm_residual_split). out is moe_forward's h. Up to kNormRouteMaxTokens tokens
+// (norm_route.h) the norm, the router and the routing are one launch, whose router reads the fp32 norm
+// output (split_input) or its bf16 rounding and which writes no lo rows; above, the norm kernel, then the
+// router GEMM and the routing as without in_norm.
+struct MoeInputNorm {
+  float* residual = nullptr;    // fp32 [T, H]
+  const void* delta = nullptr;  // bf16 [T, H]
+  const float* gamma = nullptr;
+  float eps = 0.0f;
+  void* out = nullptr;  // == h
+};
+
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
                  MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr,
-                 const MoePrefetch& prefetch = {});
+                 const MoePrefetch& prefetch = {}, const MoeInputNorm* in_norm = nullptr);
 
 }  // namespace orchid::kernels

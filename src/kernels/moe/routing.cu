@@ -11,92 +11,14 @@
 #include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/routing.h"
+#include "kernels/moe/routing_device.cuh"
 
 namespace orchid::kernels {
 namespace {
 
+using namespace routing_detail;
+
 constexpr int kPermuteChunk = 1024;  // items per counting block (one per thread)
-
-// Strict order on (logit, expert): larger logit first, ties to the lower expert; `eb == INT_MAX` is "none".
-__device__ __forceinline__ bool better(float va, int ea, float vb, int eb) {
-  return ea != INT_MAX && (eb == INT_MAX || va > vb || (va == vb && ea < eb));
-}
-
-// Expert parallelism: the permutation groups the rows of the local experts [begin, begin + count) by local
-// id; every other expert maps to one key after them (`count`), whose rows no GEMM reads. Without a range
-// (count == num_experts) keys are the expert ids.
-struct KeyMap {
-  int begin, count;
-  __device__ __forceinline__ int key(int e) const {
-    const int k = e - begin;
-    return k >= 0 && k < count ? k : count;
-  }
-};
-
-// One warp computes one token's top-k; lane l holds experts l, l+32, ... in registers; k rounds of warp
-// arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
-// The logits of one token: row[e], or with the split router (row_lo given) (row[e] + row_lo[e]) + bias[e].
-template <int kPerLane>
-__device__ __forceinline__ void topk_one_token(const float* __restrict__ row,
-                                               const float* __restrict__ row_lo,
-                                               const float* __restrict__ bias, int num_experts, int top_k,
-                                               int lane, int* __restrict__ out_idx, float* __restrict__ out_w,
-                                               int* smem_idx) {
-  float v[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    v[i] = e < num_experts ? row[e] : 0.0f;
-    if (row_lo != nullptr && e < num_experts) v[i] = (v[i] + row_lo[e]) + bias[e];
-  }
-  unsigned taken = 0;
-  float sel_v[kMoeMaxTopK];
-  int sel_e[kMoeMaxTopK];
-#pragma unroll
-  for (int j = 0; j < kMoeMaxTopK; ++j) {
-    if (j >= top_k) break;
-    float bv = 0.0f;
-    int be = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (e < num_experts && !((taken >> i) & 1u) && better(v[i], e, bv, be)) {
-        bv = v[i];
-        be = e;
-      }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-      if (better(ov, oe, bv, be)) {
-        bv = ov;
-        be = oe;
-      }
-    }
-    if (be % 32 == lane) taken |= 1u << (be / 32);
-    sel_v[j] = bv;
-    sel_e[j] = be;
-  }
-  // Softmax over the selected logits; sel_v[0] is their maximum.
-  float ex[kMoeMaxTopK];
-  float sum = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kMoeMaxTopK; ++j) {
-    if (j >= top_k) break;
-    ex[j] = expf(sel_v[j] - sel_v[0]);
-    sum += ex[j];
-  }
-#pragma unroll
-  for (int j = 0; j < kMoeMaxTopK; ++j) {
-    if (j >= top_k) break;
-    if (lane == j) {
-      out_idx[j] = sel_e[j];
-      out_w[j] = ex[j] / sum;
-      if (smem_idx) smem_idx[j] = sel_e[j];
-    }
-  }
-}
 
 template <int kPerLane>
 __global__ void topk_softmax_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
@@ -209,12 +131,10 @@ __global__ void __launch_bounds__(kPermuteChunk)
                        int num_keys, int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out,
                        ExpertPrefetch prefetch) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  __shared__ int cnt[kPermuteChunk / 32][kMoeMaxExperts];
+  __shared__ PermuteSmem<kPermuteChunk / 32> psm;
   __shared__ int s_idx[kPermuteChunk];
-  __shared__ int s_tot[kMoeMaxExperts], s_act[kMoeMaxExperts], s_own[kMoeMaxExperts];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int items = num_tokens * top_k;
-  for (int x = tid; x < (kPermuteChunk / 32) * kMoeMaxExperts; x += kPermuteChunk) (&cnt[0][0])[x] = 0;
   for (int t = warp; t < num_tokens; t += kPermuteChunk / 32)
     topk_one_token<kPerLane>(logits + int64_t(t) * num_experts,
                              logits_lo ? logits_lo + int64_t(t) * num_experts : nullptr, bias, num_experts,
@@ -232,54 +152,7 @@ __global__ void __launch_bounds__(kPermuteChunk)
                    prefetch.expert_scale_bytes});
     }
   }
-  const int e = tid < items ? km.key(s_idx[tid]) : -1;
-  const unsigned peers = __match_any_sync(0xffffffffu, e);
-  const int rank = __popc(peers & ((1u << lane) - 1u));
-  if (e >= 0 && rank == 0) cnt[warp][e] = __popc(peers);
-  __syncthreads();
-  if (tid < kMoeMaxExperts) {
-    int run = 0;
-    if (tid < num_keys) {
-      for (int w = 0; w < kPermuteChunk / 32; ++w) {
-        const int c = cnt[w][tid];
-        cnt[w][tid] = run;
-        run += c;
-      }
-    }
-    s_own[tid] = run;
-    s_tot[tid] = run;
-    s_act[tid] = run > 0 && tid < km.count ? 1 : 0;
-  }
-  __syncthreads();
-  for (int d = 1; d < kMoeMaxExperts; d <<= 1) {
-    int a = 0, b = 0;
-    if (tid < kMoeMaxExperts && tid >= d) {
-      a = s_tot[tid - d];
-      b = s_act[tid - d];
-    }
-    __syncthreads();
-    if (tid < kMoeMaxExperts) {
-      s_tot[tid] += a;
-      s_act[tid] += b;
-    }
-    __syncthreads();
-  }
-  if (tid < num_keys) {
-    out.offsets[tid] = s_tot[tid] - s_own[tid];
-    if (tid == num_keys - 1) {
-      out.offsets[num_keys] = s_tot[tid];
-      *out.num_active = s_act[tid];
-    }
-    if (s_own[tid] > 0 && tid < km.count) out.active[s_act[tid] - 1] = tid;
-  }
-  if (tid < num_experts && tid >= s_act[num_keys - 1]) out.active[tid] = -1;
-  if (e >= 0) {
-    const int row = s_tot[e] - s_own[e] + cnt[warp][e] + rank;
-    const bool local = e < km.count;
-    out.row_token[row] = tid / top_k;
-    out.row_expert[row] = local ? e : 0;
-    out.slot_row[tid] = local ? row : -1;
-  }
+  permute_small<kPermuteChunk / 32>(s_idx, items, top_k, num_experts, km, num_keys, out, psm);
 }
 
 size_t align16(size_t x) {

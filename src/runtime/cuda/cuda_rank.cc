@@ -675,6 +675,17 @@ int64_t l2_prefetch_max_tokens() {
   }();
   return n;
 }
+
+// The post-attention norm done by the MoE block (moe_forward's in_norm: one launch with the router and the
+// routing up to kNormRouteMaxTokens tokens, norm_route.h); ORCHID_NORM_ROUTE=0: the norm kernel here, then
+// the block, as before (for comparison).
+bool norm_in_moe() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_NORM_ROUTE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
 }  // namespace
 
 bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed, const float* next_norm) {
@@ -739,6 +750,15 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
     g.bias = L.o_b;
     g.y = o_;
     gemm_->run(g, stream_);
+    if (norm_in_moe()) {  // the MoE block adds o_ and norms (with the router and routing at a few tokens)
+      kernels::MoeInputNorm in;
+      in.residual = x_;
+      in.delta = o_;
+      in.gamma = L.post_norm;
+      in.eps = eps;
+      in.out = h_;
+      return moe(l, T, opts_.precise_routing, next_norm, &in);
+    }
     if (opts_.precise_routing) {  // the router reads the norm output at fp32 accuracy (hi rows, then lo rows)
       kernels::norm::rmsnorm_residual_split(x_, o_, L.post_norm, h_, h_ + T * H, T, H, eps, stream_);
     } else {
@@ -761,7 +781,8 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
 
 // The MoE block: into the residual stream directly, or (expert parallelism) this rank's part, summed over
 // the EP group, then added.
-bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_norm) {
+bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_norm,
+                   const kernels::MoeInputNorm* in_norm) {
   const DeviceLayer& L = weights_.layers[size_t(l)];
   if (ep_->size() == 1) {
     kernels::MoeNextNorm nn;
@@ -777,11 +798,12 @@ bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_nor
             size_t(local_.q_dim() + 2 * local_.kv_dim()) * size_t(local_.hidden_size) * 2};
     }
     kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, prefetch);
+                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, prefetch,
+                         in_norm);
     return next_norm != nullptr;
   }
   kernels::moe_forward(moe_cfg_, L.moe, h_, moe_part_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                       kernels::MoeOutput::kStorePart);
+                       kernels::MoeOutput::kStorePart, nullptr, {}, in_norm);
   ep_->all_reduce_sum(moe_part_, size_t(T * config_.hidden_size), stream_);
   kernels::ops::add_f32(x_, moe_part_, T * config_.hidden_size, stream_);
   return false;

@@ -154,7 +154,8 @@ class CudaRank {
   bool layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed = false,
              const float* next_norm = nullptr);
   void precise_layer(int64_t l, const StepMeta& m, int64_t T);
-  bool moe(int64_t l, int64_t T, bool split_input, const float* next_norm = nullptr);
+  bool moe(int64_t l, int64_t T, bool split_input, const float* next_norm = nullptr,
+           const kernels::MoeInputNorm* in_norm = nullptr);
   void compute_logits(const int32_t* d_rows, int64_t rows);
   // Decode of T token rows (one or 1 + k per sequence, every one sampled): embedding, every layer, logits,
   // then (rank 0) the arg-max or the GPU sampler over the uploaded parameters; what a graph captures.
