@@ -23,8 +23,10 @@
 #include "kernels/moe/moe_layer.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/norm_route.h"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/weight_convert.h"
+#include "kernels/norm/rmsnorm.h"
 
 namespace {
 
@@ -687,6 +689,85 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
   }
 }
 
+// ---------------------------------------------------------------- post-attention norm + router + routing
+// A decode step's chain from the O projection to the experts: the norm kernel, the router GEMM over the hi
+// and lo rows and the routing, against moe_norm_route's one launch. Each is captured 32 times back to back in
+// one CUDA graph, as a step runs them; the time is a graph launch's over 32 (latency of the chain, launches
+// in).
+void bench_norm_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
+  constexpr int kReps = 32;
+  for (int E : {32, 128}) {
+    for (int T : {1, 2, 4, 8}) {
+      const std::string base = "norm route E" + std::to_string(E) + " T" + std::to_string(T);
+      if (!want(o, base + " kernels") && !want(o, base + " fused")) continue;
+      const int H = 2880, K = 4;
+      Buf x(size_t(T) * H * 4, Fill::kScale, 1), delta(size_t(T) * H * 2, Fill::kBf16, 2),
+          gamma(size_t(H) * 4, Fill::kScale, 3), h(size_t(2) * T * H * 2, Fill::kBf16, 4),
+          rw(size_t(E) * H * 2, Fill::kBf16, 5), rb(size_t(E) * 4, Fill::kScale, 6),
+          logits(size_t(2) * T * E * 4, Fill::kBytes, 0), idx(size_t(T) * K * 4, Fill::kBytes, 0),
+          w(size_t(T) * K * 4, Fill::kBytes, 0), off(size_t(E + 2) * 4, Fill::kBytes, 0),
+          rt(size_t(T) * K * 4, Fill::kBytes, 0), re(size_t(T) * K * 4, Fill::kBytes, 0),
+          sr(size_t(T) * K * 4, Fill::kBytes, 0), act(size_t(E) * 4, Fill::kBytes, 0),
+          nact(4, Fill::kBytes, 0), scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0);
+      const MoeRouting routing{off.as<int>(), rt.as<int>(),  re.as<int>(),
+                               sr.as<int>(),  act.as<int>(), nact.as<int>()};
+      auto* hb = h.as<__nv_bfloat16>();
+      auto kernels = [&] {
+        norm::rmsnorm_residual_split(x.as<float>(), delta.as<__nv_bfloat16>(), gamma.as<float>(), hb,
+                                     hb + size_t(T) * H, T, H, 1e-5f, s);
+        DenseGemmArgs r;
+        r.m = 2 * T;
+        r.n = E;
+        r.k = H;
+        r.x = hb;
+        r.w = rw.p;
+        r.y = logits.p;
+        r.out = GemmOut::kF32;
+        gemm.run(r, s);
+        moe_route(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), routing, scratch.p, s,
+                  logits.as<float>() + size_t(T) * E, rb.as<float>());
+      };
+      auto fused = [&] {
+        NormRouteArgs a;
+        a.residual = x.as<float>();
+        a.delta = delta.as<__nv_bfloat16>();
+        a.gamma = gamma.as<float>();
+        a.eps = 1e-5f;
+        a.out = hb;
+        a.router_w = rw.as<__nv_bfloat16>();
+        a.router_b = rb.as<float>();
+        a.logits = logits.as<float>();
+        a.topk_idx = idx.as<int>();
+        a.topk_w = w.as<float>();
+        a.routing = routing;
+        a.num_tokens = T;
+        a.hidden = H;
+        a.num_experts = E;
+        a.top_k = K;
+        moe_norm_route(a, s);
+      };
+      for (int variant = 0; variant < 2; ++variant) {
+        const std::string name = base + (variant == 0 ? " kernels" : " fused");
+        if (!want(o, name)) continue;
+        const std::function<void()> chain = variant == 0 ? std::function<void()>(kernels) : fused;
+        chain();  // first-use choices and attributes outside the capture
+        ORCHID_CUDA_CHECK(cudaStreamSynchronize(s));
+        cudaGraph_t g;
+        cudaGraphExec_t exec;
+        ORCHID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < kReps; ++i) chain();
+        ORCHID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        cudaGraphDestroy(g);
+        const double us =
+            median_us(s, 3, o.quick ? 10 : 30, [&](int) { ORCHID_CUDA_CHECK(cudaGraphLaunch(exec, s)); }) /
+            kReps;
+        cudaGraphExecDestroy(exec);
+        report(name, "H2880 top4 (a chain of 32)", us, 0, double(E) * H * 2 + double(T) * H * 10, 0);
+      }
+    }
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -720,6 +801,7 @@ int main(int argc, char** argv) {
     bench_convert(o, s);
     bench_overlap(o, s);
     bench_layer(o, s, gemm);
+    bench_norm_route(o, s, gemm);
     std::printf(
         "\n==== moe_bench summary (median; %% of 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM) ====\n");
     std::printf("%-34s %-30s %10s %10s %8s\n", "case", "shape", "time_us", "achieved", "%ceil");

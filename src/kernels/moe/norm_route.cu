@@ -19,7 +19,9 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <cstdlib>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/quant.cuh"
@@ -55,21 +57,13 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-// v = residual + delta for chunk idx (8 columns) of token t, as the norm kernel adds them.
-__device__ __forceinline__ void residual_sum8(const NormRouteArgs& a, int t, int idx, float (&v)[8]) {
-  const size_t row = size_t(t) * size_t(a.hidden);
-  const float4 x0 = reinterpret_cast<const float4*>(a.residual + row)[2 * idx];
-  const float4 x1 = reinterpret_cast<const float4*>(a.residual + row)[2 * idx + 1];
-  float d[8];
-  bf16x8_to_float(reinterpret_cast<const uint4*>(a.delta + row)[idx], d);
-  const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(x[e], d[e]);
-}
-
 template <int kPerLane>
 __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
-  extern __shared__ __align__(16) float n[];  // [T][H]: v, then y
+  extern __shared__ __align__(128) float smem[];
+  float* v = smem;  // [T][H]: the residual, then residual + delta
+  float* y =
+      smem + size_t(p.a.num_tokens) * p.a.hidden;  // [T][H]: the delta rows (bf16), then the norm output
+  __shared__ uint64_t s_bar;
   __shared__ float s_logits[kNormRouteMaxTokens * kMaxExperts];
   __shared__ float s_wsum[kNormRouteMaxTokens][kMaxRowWarps];
   __shared__ float s_r[kNormRouteMaxTokens];
@@ -92,17 +86,32 @@ __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
                                   : make_uint4(0, 0, 0, 0);
   }
   const float bias = scorer ? a.router_b[expert] : 0.0f;
+  if (tid == 0) {
+    mbar_init(&s_bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
   cluster_arrive_relaxed();  // every block has started before block 0's shared memory is written (phase 4)
   pdl_wait();
 
-  // 2. v, then each row's sum of squares as the norm kernel's thread vt and warp q form it.
+  // 2. The residual and delta rows by two bulk copies (every byte in flight at once), v = residual + delta in
+  //    place, then each row's sum of squares as the norm kernel's thread vt and warp q form it.
+  const uint32_t x_bytes = uint32_t(T) * uint32_t(H) * 4, d_bytes = uint32_t(T) * uint32_t(H) * 2;
+  if (tid == 0) {
+    mbar_arrive_expect_tx(&s_bar, x_bytes + d_bytes);
+    bulk_copy_g2s(v, a.residual, x_bytes, &s_bar);
+    bulk_copy_g2s(y, a.delta, d_bytes, &s_bar);
+  }
+  mbar_wait(&s_bar, 0);
   for (int i = tid; i < T * chunks; i += int(blockDim.x)) {
-    const int t = i / chunks, idx = i % chunks;
-    float v[8];
-    residual_sum8(a, t, idx, v);
-    float4* dst = reinterpret_cast<float4*>(n + size_t(t) * H) + 2 * idx;
-    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+    float d[8];
+    bf16x8_to_float(reinterpret_cast<const uint4*>(y)[i], d);
+    float4* dst = reinterpret_cast<float4*>(v) + 2 * i;
+    const float4 x0 = dst[0], x1 = dst[1];
+    dst[0] = make_float4(__fadd_rn(x0.x, d[0]), __fadd_rn(x0.y, d[1]), __fadd_rn(x0.z, d[2]),
+                         __fadd_rn(x0.w, d[3]));
+    dst[1] = make_float4(__fadd_rn(x1.x, d[4]), __fadd_rn(x1.y, d[5]), __fadd_rn(x1.z, d[6]),
+                         __fadd_rn(x1.w, d[7]));
   }
   __syncthreads();
   const int row_warps = p.row_threads / 32;
@@ -113,9 +122,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
     for (int c = 0; c < norm::detail::kMaxChunks; ++c) {
       const int idx = vt + c * p.row_threads;
       if (idx < chunks) {
-        const float* src = n + size_t(t) * H + 8 * idx;
+        const float4 s0 = reinterpret_cast<const float4*>(v + size_t(t) * H)[2 * idx];
+        const float4 s1 = reinterpret_cast<const float4*>(v + size_t(t) * H)[2 * idx + 1];
+        const float sv[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) ss = fmaf(src[e], src[e], ss);
+        for (int e = 0; e < 8; ++e) ss = fmaf(sv[e], sv[e], ss);
       }
     }
 #pragma unroll
@@ -131,22 +142,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
   }
   __syncthreads();
 
-  // 3. y = (v * r) * gamma, what the router reads.
+  // 3. y = (v * r) * gamma, what the router reads (over the delta rows, all read by now).
   for (int i = tid; i < T * chunks; i += int(blockDim.x)) {
     const int t = i / chunks, idx = i % chunks;
-    float4* v = reinterpret_cast<float4*>(n + size_t(t) * H) + 2 * idx;
+    const float4 v0 = reinterpret_cast<const float4*>(v)[2 * i],
+                 v1 = reinterpret_cast<const float4*>(v)[2 * i + 1];
     const float4 g0 = reinterpret_cast<const float4*>(a.gamma)[2 * idx];
     const float4 g1 = reinterpret_cast<const float4*>(a.gamma)[2 * idx + 1];
-    const float4 v0 = v[0], v1 = v[1];
     const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-    float y[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    float out[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      y[e] = __fmul_rn(__fmul_rn(y[e], s_r[t]), g[e]);
-      if (!a.precise) y[e] = bf16_bits_to_float(float_to_bf16_bits(y[e]));
+      out[e] = __fmul_rn(__fmul_rn(out[e], s_r[t]), g[e]);
+      if (!a.precise) out[e] = bf16_bits_to_float(float_to_bf16_bits(out[e]));
     }
-    v[0] = make_float4(y[0], y[1], y[2], y[3]);
-    v[1] = make_float4(y[4], y[5], y[6], y[7]);
+    reinterpret_cast<float4*>(y)[2 * i] = make_float4(out[0], out[1], out[2], out[3]);
+    reinterpret_cast<float4*>(y)[2 * i + 1] = make_float4(out[4], out[5], out[6], out[7]);
   }
   __syncthreads();
 
@@ -164,11 +175,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
 #pragma unroll
         for (int t = 0; t < kNormRouteMaxTokens; ++t) {
           if (t < T) {
-            const float4 y0 = reinterpret_cast<const float4*>(n + size_t(t) * H)[2 * idx];
-            const float4 y1 = reinterpret_cast<const float4*>(n + size_t(t) * H)[2 * idx + 1];
-            const float y[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+            const float4 y0 = reinterpret_cast<const float4*>(y + size_t(t) * H)[2 * idx];
+            const float4 y1 = reinterpret_cast<const float4*>(y + size_t(t) * H)[2 * idx + 1];
+            const float yv[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], y[e], acc[t]);
+            for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], yv[e], acc[t]);
           }
         }
       }
@@ -192,21 +203,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
 
   // 5. The residual and the experts' input (block 0 alone), the logits, top-k, the permutation.
   for (int i = tid; i < T * chunks; i += int(blockDim.x)) {
-    const int t = i / chunks, idx = i % chunks;
-    float v[8];
-    residual_sum8(a, t, idx, v);
-    const size_t row = size_t(t) * size_t(H);
-    float4* res = reinterpret_cast<float4*>(a.residual + row) + 2 * idx;
-    res[0] = make_float4(v[0], v[1], v[2], v[3]);
-    res[1] = make_float4(v[4], v[5], v[6], v[7]);
-    const float4 g0 = reinterpret_cast<const float4*>(a.gamma)[2 * idx];
-    const float4 g1 = reinterpret_cast<const float4*>(a.gamma)[2 * idx + 1];
-    const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-    float y[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(__fmul_rn(v[e], s_r[t]), g[e]);
-    reinterpret_cast<uint4*>(a.out + row)[idx] = make_uint4(pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]),
-                                                            pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7]));
+    reinterpret_cast<float4*>(a.residual)[2 * i] = reinterpret_cast<const float4*>(v)[2 * i];
+    reinterpret_cast<float4*>(a.residual)[2 * i + 1] = reinterpret_cast<const float4*>(v)[2 * i + 1];
+    const float4 y0 = reinterpret_cast<const float4*>(y)[2 * i],
+                 y1 = reinterpret_cast<const float4*>(y)[2 * i + 1];
+    reinterpret_cast<uint4*>(a.out)[i] = make_uint4(pack_bf16x2(y0.x, y0.y), pack_bf16x2(y0.z, y0.w),
+                                                    pack_bf16x2(y1.x, y1.y), pack_bf16x2(y1.z, y1.w));
   }
   for (int i = tid; i < T * E; i += int(blockDim.x)) a.logits[i] = s_logits[i];
   for (int t = warp; t < T; t += warps)
@@ -221,12 +223,12 @@ struct NormRouteTag {};  // one shared-memory attribute flag per instantiation
 
 template <int kPerLane>
 void launch(const Params& p, int cluster, int warps, cudaStream_t stream) {
-  constexpr int kMaxDynamic = kNormRouteMaxTokens * kMaxHidden * 4;
+  constexpr int kMaxDynamic = 2 * kNormRouteMaxTokens * kMaxHidden * 4;
   ensure_dynamic_smem<NormRouteTag<kPerLane>>(norm_route_kernel<kPerLane>, kMaxDynamic);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(cluster));
   cfg.blockDim = dim3(unsigned(warps * 32));
-  cfg.dynamicSmemBytes = size_t(p.a.num_tokens) * size_t(p.a.hidden) * 4;
+  cfg.dynamicSmemBytes = 2 * size_t(p.a.num_tokens) * size_t(p.a.hidden) * 4;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -268,7 +270,14 @@ void moe_norm_route(const NormRouteArgs& a, cudaStream_t stream) {
   p.km = KeyMap{a.range.begin, count};
   p.num_keys = count + (count < a.num_experts ? 1 : 0);
   p.row_threads = norm::detail::row_threads(a.hidden);
-  const int cluster = std::min(kMaxCluster, (a.num_experts + 7) / 8);
+  // Blocks: one warp an expert, 8 experts a block (ORCHID_NORM_ROUTE_CLUSTER=2/4/8 asks for that many, as
+  // far as at most 16 warps a block and 8 blocks allow; for measurement).
+  static const int asked = [] {
+    const char* v = std::getenv("ORCHID_NORM_ROUTE_CLUSTER");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  int cluster = asked > 0 ? asked : (a.num_experts + 7) / 8;
+  cluster = std::min(kMaxCluster, std::max(cluster, (a.num_experts + kMaxWarps - 1) / kMaxWarps));
   p.per_block = (a.num_experts + cluster - 1) / cluster;
   // At least 8 warps: the permutation needs a thread per key (kMoeMaxExperts).
   const int warps = std::max(kMoeMaxExperts / 32, p.per_block);
