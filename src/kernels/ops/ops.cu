@@ -1,7 +1,10 @@
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cfloat>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 
@@ -52,67 +55,89 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16*
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-// One CTA per row: max (lowest index on ties) in one pass, then the sum of exp(x - max) in a second pass over
-// the row (a 201088-entry row is 800 KB and stays in L2 between the passes).
+// Per row a cluster of 1-8 blocks, each one pass over its slice of the row keeping (max, sum of exp(x - max),
+// arg-max) online; the blocks' states meet in block 0 through distributed shared memory. At one row the
+// 201088 logits (800 KB) are read by 8 SMs instead of one, and once instead of twice (the first version took
+// 24 us a decode step at batch 1 on an H100, 147 at batch 256).
 constexpr int kPickThreads = 1024;
+constexpr int kPickMaxCluster = 8;
+
+struct PickState {
+  float max, sum;
+  int64_t arg;  // == vocab: empty
+};
+
+// The merge of two states; on equal maxima the lower id wins.
+__device__ __forceinline__ PickState merge_pick(PickState a, PickState b, int64_t vocab) {
+  if (b.arg == vocab) return a;
+  if (a.arg == vocab) return b;
+  const float m = fmaxf(a.max, b.max);
+  PickState r;
+  r.max = m;
+  r.sum = a.sum * __expf(a.max - m) + b.sum * __expf(b.max - m);
+  r.arg = b.max > a.max || (b.max == a.max && b.arg < a.arg) ? b.arg : a.arg;
+  return r;
+}
+
+__device__ __forceinline__ void pick_add(PickState& st, float v, int64_t i, int64_t vocab) {
+  if (st.arg == vocab) {
+    st = {v, 1.0f, i};
+  } else if (v > st.max) {  // ascending i: ties keep the lower id
+    st.sum = st.sum * __expf(st.max - v) + 1.0f;
+    st.max = v;
+    st.arg = i;
+  } else {
+    st.sum += __expf(v - st.max);
+  }
+}
+
 __global__ void __launch_bounds__(kPickThreads)
     greedy_pick_kernel(const float* __restrict__ logits, int64_t vocab, int32_t* ids, float* logprobs) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  const float* row = logits + int64_t(blockIdx.x) * vocab;
-  float best = -FLT_MAX;
-  int64_t best_i = vocab;
-  for (int64_t i = threadIdx.x; i < vocab; i += kPickThreads) {
-    const float v = row[i];
-    if (v > best || best_i == vocab) {  // ascending i: ties keep the lower index
-      best = v;
-      best_i = i;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int n = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t r = blockIdx.x / n;
+  const float* row = logits + r * vocab;
+  // This block's slice, in whole float4s where the rows allow it.
+  const bool vec = vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
+  const int64_t per = vec ? (vocab / 4 + n - 1) / n * 4 : (vocab + n - 1) / n;
+  const int64_t lo = std::min<int64_t>(vocab, rank * per), hi = std::min<int64_t>(vocab, lo + per);
+  PickState st{-FLT_MAX, 0.0f, vocab};
+  if (vec) {
+    for (int64_t i = lo + 4 * int64_t(threadIdx.x); i < hi; i += 4 * kPickThreads) {
+      const float4 q = *reinterpret_cast<const float4*>(row + i);
+      pick_add(st, q.x, i, vocab);
+      pick_add(st, q.y, i + 1, vocab);
+      pick_add(st, q.z, i + 2, vocab);
+      pick_add(st, q.w, i + 3, vocab);
     }
+  } else {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kPickThreads) pick_add(st, row[i], i, vocab);
   }
-  __shared__ float s_val[32];
-  __shared__ int64_t s_idx[32];
-  __shared__ float s_sum[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-    if (ov > best || (ov == best && oi < best_i)) {
-      best = ov;
-      best_i = oi;
-    }
+    PickState o;
+    o.max = __shfl_xor_sync(0xffffffffu, st.max, off);
+    o.sum = __shfl_xor_sync(0xffffffffu, st.sum, off);
+    o.arg = __shfl_xor_sync(0xffffffffu, st.arg, off);
+    st = merge_pick(st, o, vocab);
   }
-  if (lane == 0) {
-    s_val[warp] = best;
-    s_idx[warp] = best_i;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    best = s_val[lane];
-    best_i = s_idx[lane];
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-      const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-      if (ov > best || (ov == best && oi < best_i)) {
-        best = ov;
-        best_i = oi;
-      }
-    }
-    if (lane == 0) {
-      s_val[0] = best;
-      s_idx[0] = best_i;
-    }
-  }
-  __syncthreads();
-  const float mx = s_val[0];
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += kPickThreads) sum += __expf(row[i] - mx);
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) s_sum[warp] = sum;
+  __shared__ PickState s_warp[kPickThreads / 32];
+  __shared__ PickState s_block[kPickMaxCluster];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) s_warp[warp] = st;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < kPickThreads / 32; ++w) total += s_sum[w];
-    ids[blockIdx.x] = int32_t(s_idx[0] < vocab ? s_idx[0] : 0);
-    logprobs[blockIdx.x] = -logf(total);
+    PickState b = s_warp[0];
+    for (int w = 1; w < kPickThreads / 32; ++w) b = merge_pick(b, s_warp[w], vocab);
+    cluster.map_shared_rank(s_block, 0)[rank] = b;
+  }
+  cluster.sync();
+  if (rank == 0 && threadIdx.x == 0) {
+    PickState b = s_block[0];
+    for (int k = 1; k < n; ++k) b = merge_pick(b, s_block[k], vocab);
+    ids[r] = int32_t(b.arg < vocab ? b.arg : 0);
+    logprobs[r] = -logf(b.sum);  // log-softmax of the maximum: -log(sum of exp(x - max))
   }
 }
 
@@ -186,8 +211,23 @@ void f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t s
 void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs,
                  cudaStream_t stream) {
   if (rows == 0) return;
-  launch_pdl(greedy_pick_kernel, dim3(unsigned(rows)), dim3(kPickThreads), 0, stream, logits, vocab, ids,
-             logprobs);
+  // Blocks per row: as many as keep the SMs busy, up to a portable cluster of 8.
+  int cluster = 1;
+  while (cluster < kPickMaxCluster && rows * cluster * 2 <= device_info().sm_count) cluster *= 2;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(rows * cluster));
+  cfg.blockDim = dim3(kPickThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  ORCHID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, greedy_pick_kernel, logits, vocab, ids, logprobs));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -171,32 +171,36 @@ TEST_F(Ops, SumInRankOrderAndAdd) {
   }
 }
 
+// Rows 1 and 5 (one row spread over a cluster of 8 blocks), 70 (a block a row); gpt-oss's vocabulary (whole
+// float4 slices) and an odd draft-sized one (scalar slices).
 TEST_F(Ops, GreedyPickWithTiesAndLogprob) {
-  const int64_t rows = 5, V = 201088;
-  std::vector<float> logits(size_t(rows * V));
-  std::normal_distribution<float> nd(0, 3);
-  for (auto& v : logits) v = nd(rng);
-  logits[size_t(1 * V + 7)] = 50.0f;  // a tie: the lower id must win
-  logits[size_t(1 * V + 90000)] = 50.0f;
-  logits[size_t(2 * V + V - 1)] = 60.0f;  // the last id
-  Dev<float> dl(logits);
-  Dev<int32_t> di(static_cast<size_t>(rows));
-  Dev<float> dp(static_cast<size_t>(rows));
-  greedy_pick(dl.p, rows, V, di.p, dp.p, nullptr);
-  auto ids = di.get(size_t(rows));
-  auto lp = dp.get(size_t(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits.data() + r * V;
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (row[i] > row[best]) best = i;
-    double sum = 0;
-    for (int64_t i = 0; i < V; ++i) sum += std::exp(double(row[i]) - row[best]);
-    EXPECT_EQ(ids[size_t(r)], best) << r;
-    EXPECT_NEAR(lp[size_t(r)], -std::log(sum), 1e-4) << r;
+  for (const auto& [rows, V] :
+       {std::pair<int64_t, int64_t>{5, 201088}, {1, 201088}, {70, 201088}, {3, 32003}}) {
+    std::vector<float> logits(size_t(rows * V));
+    std::normal_distribution<float> nd(0, 3);
+    for (auto& v : logits) v = nd(rng);
+    logits[size_t(0 * V + 7)] = 50.0f;  // a tie: the lower id must win
+    logits[size_t(0 * V + V / 2 + 3)] = 50.0f;
+    if (rows > 2) logits[size_t(2 * V + V - 1)] = 60.0f;  // the last id
+    Dev<float> dl(logits);
+    Dev<int32_t> di(static_cast<size_t>(rows));
+    Dev<float> dp(static_cast<size_t>(rows));
+    greedy_pick(dl.p, rows, V, di.p, dp.p, nullptr);
+    auto ids = di.get(size_t(rows));
+    auto lp = dp.get(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits.data() + r * V;
+      int64_t best = 0;
+      for (int64_t i = 1; i < V; ++i)
+        if (row[i] > row[best]) best = i;
+      double sum = 0;
+      for (int64_t i = 0; i < V; ++i) sum += std::exp(double(row[i]) - row[best]);
+      EXPECT_EQ(ids[size_t(r)], best) << rows << " rows of " << V << ", row " << r;
+      EXPECT_NEAR(lp[size_t(r)], -std::log(sum), 1e-4) << rows << " rows of " << V << ", row " << r;
+    }
+    EXPECT_EQ(ids[0], 7);
+    if (rows > 2) EXPECT_EQ(ids[2], V - 1);
   }
-  EXPECT_EQ(ids[1], 7);
-  EXPECT_EQ(ids[2], V - 1);
 }
 
 }  // namespace
