@@ -120,6 +120,16 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
 
 }  // namespace
 
+// Measured (bench/RESULTS.md, 2026-12-05 fifth run, H100): the fused launch's chain takes 9.6 / 10.9 / 14.3
+// / 21.5 us at 1 / 2 / 4 / 8 tokens against the three kernels' 10.2-11.2 (every warp reads all the tokens'
+// norm outputs from shared memory for its expert's dot products, so it grows with the tokens), and a decode
+// step at batch 1 / 2 / 4 / 8 changes by -2.9% / -0.7% / +0.5% / +3.7%.
+constexpr int kNormRouteTokens = 2;
+
+bool moe_norm_route_taken(const MoeConfig& c, int num_tokens) {
+  return num_tokens <= kNormRouteTokens && norm_route_fits(num_tokens, c.hidden, c.experts, c.top_k);
+}
+
 Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
   Mxfp4Path p;
   if (num_tokens <= stream_max(c)) return p;
@@ -187,7 +197,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
                           "moe_forward: in_norm writes h from a residual, a delta and a gamma");
     auto* out = static_cast<__nv_bfloat16*>(in_norm->out);
     const auto* delta = static_cast<const __nv_bfloat16*>(in_norm->delta);
-    if (norm_route_fits(T, H, c.experts, K)) {
+    if (moe_norm_route_taken(c, T)) {
       NormRouteArgs n;
       n.residual = in_norm->residual;
       n.delta = delta;

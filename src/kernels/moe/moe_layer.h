@@ -128,9 +128,9 @@ struct MoePrefetch {  // l2_prefetch.h; hints: the outputs do not change
 };
 // The post-attention residual add and RMSNorm, done by the block before it routes (moe_forward's in_norm):
 // residual += delta, then out = RMSNorm(residual) * gamma as norm::rmsnorm_residual writes it (hi then lo
-// rows with split_input, as rmsnorm_residual_split). out is moe_forward's h. Up to kNormRouteMaxTokens tokens
-// (norm_route.h) the norm, the router and the routing are one launch, whose router reads the fp32 norm
-// output (split_input) or its bf16 rounding and which writes no lo rows; above, the norm kernel, then the
+// rows with split_input, as rmsnorm_residual_split). out is moe_forward's h. Where moe_norm_route_taken (1-2
+// tokens) the norm, the router and the routing are one launch (norm_route.h), whose router reads the fp32
+// norm output (split_input) or its bf16 rounding and which writes no lo rows; else the norm kernel, then the
 // router GEMM and the routing as without in_norm.
 struct MoeInputNorm {
   float* residual = nullptr;    // fp32 [T, H]
@@ -139,6 +139,8 @@ struct MoeInputNorm {
   float eps = 0.0f;
   void* out = nullptr;  // == h
 };
+
+bool moe_norm_route_taken(const MoeConfig& cfg, int num_tokens);
 
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,

@@ -162,13 +162,13 @@ TEST(NormRoute, RefusesWhatItDoesNotFit) {
 }
 
 // moe_forward with in_norm against the norm kernel and then moe_forward (BF16 experts, the split router of
-// precise routing): at 1 and 5 tokens the fused kernel routes on the fp32 norm output where the other path
-// routes on hi + lo, so they agree on every decided token and their outputs on tokens routed alike differ
-// by the routing weights' last bits; at 12 tokens (above the fused kernel) in_norm runs the same kernels,
-// so the bits are equal.
+// precise routing): where the fused kernel is taken (1-2 tokens) it routes on the fp32 norm output where the
+// other path routes on hi + lo, so they agree on every decided token and their outputs on tokens routed alike
+// differ by the routing weights' last bits; above (5, 12 tokens) in_norm runs the same kernels, so the bits
+// are equal.
 TEST(NormRoute, MoeForwardWithItsInputNorm) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  for (int T : {1, 5, 12}) {
+  for (int T : {1, 2, 5, 12}) {
     MoeConfig cfg;
     cfg.experts = 32;
     cfg.hidden = 256;
@@ -245,7 +245,7 @@ TEST(NormRoute, MoeForwardWithItsInputNorm) {
     const auto h_a_rows = d_h_a.download(), h_b_rows = d_h_b.download();
     EXPECT_TRUE(std::equal(h_a_rows.begin(), h_a_rows.begin() + ptrdiff_t(T) * H, h_b_rows.begin()))
         << "T=" << T << ": the experts' input differs from the norm kernel's";
-    if (!norm_route_fits(T, H, E, K)) {
+    if (!moe_norm_route_taken(cfg, T)) {
       EXPECT_TRUE(orchid::testing::check_exact(
           ("in_norm above the fused kernel, T=" + std::to_string(T)).c_str(), x_b, x_a));
       continue;
