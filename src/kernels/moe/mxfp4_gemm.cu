@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   const __nv_bfloat16* xg = static_cast<const __nv_bfloat16*>(p.x);
   __nv_bfloat16* yg = static_cast<__nv_bfloat16*>(p.y);
   bool scales_loaded = false;
+  int bias = 0;  // bf16 path (kTiledOrder): the weights carry 2^-bias (mxfp4_tiled_gemm.cu's rule)
 
   // A pass takes the tile's rows of tokens (its MMA columns beyond them are computed and never stored).
   for (int tok0 = 0; tok0 < m; tok0 += tile_rows) {
@@ -130,13 +131,24 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       const int i = idx / groups8, grp = idx % groups8;
       const int64_t r = row0 + tok0 + i;
       const int64_t src = p.x_rows ? p.x_rows[r] : r;
+      const uint4 v = *reinterpret_cast<const uint4*>(xg + src * k + grp * 8);
       *reinterpret_cast<uint4*>(xs + i * xstride + grp * 16) =
-          bf16x8_to_f16_mx_order(*reinterpret_cast<const uint4*>(xg + src * k + grp * 8));
+          kTiledOrder ? bf16x8_mx_order(v) : bf16x8_to_f16_mx_order(v);
     }
     // The scales (the oldest commit group) have landed for every warp before anyone reads them.
     if (first_pass && warp_active) cp_async_wait<kStages - 1>();
     __syncthreads();
     if (!warp_active) continue;
+    if constexpr (kTiledOrder) {
+      if (first_pass) {  // the group's largest scale sets the bias (the same in every warp of the group)
+        const uint32_t* sw = reinterpret_cast<const uint32_t*>(ss);
+        uint32_t mx4 = 0;
+        for (int i = lane; i < kRowsPerWarp * kmx / 4; i += 32) mx4 = __vmaxu4(mx4, sw[i]);
+        const uint32_t smax = max(max(mx4 & 0xffu, (mx4 >> 8) & 0xffu), max((mx4 >> 16) & 0xffu, mx4 >> 24));
+        bias = max(0, int(__reduce_max_sync(0xffffffffu, smax)) - 128);
+      }
+    }
+    const uint32_t scale_base = uint32_t(126 - bias) * 0x00800080u;
 
     float acc[kNT][4];
 #pragma unroll
@@ -154,24 +166,44 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
         const uint32_t wa = *reinterpret_cast<const uint32_t*>(st + g * kStageRowBytes + j * 16 + 4 * t);
         const uint32_t wb =
             *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
-        const float sa = mx_scale(ss[g * kmx + mx]);
-        const float sb = mx_scale(ss[(g + 8) * kmx + mx]);
-        const uint32_t a0 = pair_f16x2<kTiledOrder, 0>(wa), a1 = pair_f16x2<kTiledOrder, 1>(wa);
-        const uint32_t a2 = pair_f16x2<kTiledOrder, 2>(wa), a3 = pair_f16x2<kTiledOrder, 3>(wa);
-        const uint32_t b0 = pair_f16x2<kTiledOrder, 0>(wb), b1 = pair_f16x2<kTiledOrder, 1>(wb);
-        const uint32_t b2 = pair_f16x2<kTiledOrder, 2>(wb), b3 = pair_f16x2<kTiledOrder, 3>(wb);
+        if constexpr (kTiledOrder) {  // bf16: the scale in the weights, the MMAs accumulate in place
+          const uint32_t sa = mx_scale_bf16x2(ss[g * kmx + mx], scale_base);
+          const uint32_t sb = mx_scale_bf16x2(ss[(g + 8) * kmx + mx], scale_base);
+          const uint32_t a0 = mul_bf16x2(pair_bf16x2<true, 0>(wa), sa),
+                         a1 = mul_bf16x2(pair_bf16x2<true, 1>(wa), sa);
+          const uint32_t a2 = mul_bf16x2(pair_bf16x2<true, 2>(wa), sa),
+                         a3 = mul_bf16x2(pair_bf16x2<true, 3>(wa), sa);
+          const uint32_t b0 = mul_bf16x2(pair_bf16x2<true, 0>(wb), sb),
+                         b1 = mul_bf16x2(pair_bf16x2<true, 1>(wb), sb);
+          const uint32_t b2 = mul_bf16x2(pair_bf16x2<true, 2>(wb), sb),
+                         b3 = mul_bf16x2(pair_bf16x2<true, 3>(wb), sb);
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const int xr = min(nt * 8 + g, tile_rows - 1);
-          const uint4 xb = *reinterpret_cast<const uint4*>(xs + xr * xstride + mx * 64 + t * 16);
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_m16n8k16_f16(part, a0, b0, a1, b1, xb.x,
-                           xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
-          mma_m16n8k16_f16(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
-          acc[nt][0] += part[0] * sa;
-          acc[nt][1] += part[1] * sa;
-          acc[nt][2] += part[2] * sb;
-          acc[nt][3] += part[3] * sb;
+          for (int nt = 0; nt < kNT; ++nt) {
+            const int xr = min(nt * 8 + g, tile_rows - 1);
+            const uint4 xb = *reinterpret_cast<const uint4*>(xs + xr * xstride + mx * 64 + t * 16);
+            mma_m16n8k16_bf16(acc[nt], a0, b0, a1, b1, xb.x, xb.y);
+            mma_m16n8k16_bf16(acc[nt], a2, b2, a3, b3, xb.z, xb.w);
+          }
+        } else {  // f16: the checkpoint's order, the scale on each block's fp32 partial sums
+          const float sa = mx_scale(ss[g * kmx + mx]);
+          const float sb = mx_scale(ss[(g + 8) * kmx + mx]);
+          const uint32_t a0 = pair_f16x2<false, 0>(wa), a1 = pair_f16x2<false, 1>(wa);
+          const uint32_t a2 = pair_f16x2<false, 2>(wa), a3 = pair_f16x2<false, 3>(wa);
+          const uint32_t b0 = pair_f16x2<false, 0>(wb), b1 = pair_f16x2<false, 1>(wb);
+          const uint32_t b2 = pair_f16x2<false, 2>(wb), b3 = pair_f16x2<false, 3>(wb);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const int xr = min(nt * 8 + g, tile_rows - 1);
+            const uint4 xb = *reinterpret_cast<const uint4*>(xs + xr * xstride + mx * 64 + t * 16);
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_m16n8k16_f16(part, a0, b0, a1, b1, xb.x,
+                             xb.y);  // k16 step 0: elements {0,4},{1,5} of each 8-group
+            mma_m16n8k16_f16(part, a2, b2, a3, b3, xb.z, xb.w);  // k16 step 1: elements {2,6},{3,7}
+            acc[nt][0] += part[0] * sa;
+            acc[nt][1] += part[1] * sa;
+            acc[nt][2] += part[2] * sb;
+            acc[nt][3] += part[3] * sb;
+          }
         }
       }
       __syncwarp();  // the stage is free for the copy issued at the next iteration
@@ -197,7 +229,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
         }
     }
     cp_async_wait<0>();
-    pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
+    pdl_launch_dependents();      // only the epilogue is left (kernels/common/pdl.cuh)
+    if constexpr (kTiledOrder) {  // undo the bias the weights were scaled down by (exact: a power of two)
+      const float unbias = __uint_as_float(uint32_t(127 + bias) << 23);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[nt][q] *= unbias;
+    }
 
     if (p.swiglu_bias == nullptr) {
 #pragma unroll

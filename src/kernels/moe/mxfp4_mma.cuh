@@ -82,6 +82,19 @@ __device__ __forceinline__ float mx_scale(uint32_t s) {
   return __uint_as_float(min(s + 14u, 255u) << 23);
 }
 
+// The factor that turns the bf16 placement (e2m1 * 2^-126) into e2m1 * 2^(s-127-bias): 2^(s-1-bias) in both
+// halves of a bf16x2, exponent field s + 126 - bias (in 0..254 for s <= 254, bias = max(0, smax - 128)).
+__device__ __forceinline__ uint32_t mx_scale_bf16x2(uint32_t s, uint32_t base) {
+  return s * 0x00800080u + base;  // base = (126 - bias) * 0x00800080
+}
+
+// Eight bf16 values (one 16-byte load) in MX order, as they are (the bf16 MMAs of the tiled word order):
+// word q holds elements q and q + 4, the pair the weights' placement puts in one register.
+__device__ __forceinline__ uint4 bf16x8_mx_order(const uint4& v) {
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
+                    __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
+}
+
 // Eight bf16 values (one 16-byte load) -> f16 in MX order; values beyond the f16 range saturate to +-65504.
 __device__ __forceinline__ uint4 bf16x8_to_f16_mx_order(const uint4& v) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};

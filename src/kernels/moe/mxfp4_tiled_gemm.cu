@@ -120,12 +120,6 @@ __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// The factor that turns the bf16 placement (e2m1 * 2^-126) into e2m1 * 2^(s-127-bias): 2^(s-1-bias) in both
-// halves of a bf16x2, exponent field s + 126 - bias (in 0..254 for s <= 254, bias = max(0, smax - 128)).
-__device__ __forceinline__ uint32_t mx_scale_bf16x2(uint32_t s, uint32_t base) {
-  return s * 0x00800080u + base;  // base = (126 - bias) * 0x00800080
-}
-
 // Calls run(std::integral_constant<int, V>{}) with V = v rounded up to a multiple of kStep (clamped to
 // kStep..kMax): the main loop is compiled for the token n-tiles in use, with no per-n-tile branch. Tiles of
 // up to 64 tokens take every count (kStep 1); the 128-token tiles of prefill-sized steps 64 or 128 tokens
