@@ -329,7 +329,7 @@ struct Routed {
 bool mxfp4_tiled_order() {
   static const bool tiled = [] {
     const char* v = std::getenv("ORCHID_MXFP4_WORD_ORDER");
-    return v != nullptr && std::strcmp(v, "tiled") == 0;
+    return v == nullptr || std::strcmp(v, "checkpoint") != 0;  // the runtime's default: tiled
   }();
   return tiled;
 }

@@ -189,12 +189,13 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   const auto t0 = std::chrono::steady_clock::now();
   DeviceWeights w;
   w.format = format;
-  if (const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER")) {
-    const std::string v(order);
-    if (v != "tiled" && v != "checkpoint")
-      fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
-    w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && v == "tiled";
-  }
+  // The expert blocks' words in mxfp4_word_order.h's order unless ORCHID_MXFP4_WORD_ORDER=checkpoint (H200,
+  // 2026-12-05: decode steps 0.7% faster at one token, 4-6% at 16-256, golden unchanged).
+  const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER");
+  const std::string v = order != nullptr ? order : "tiled";
+  if (v != "tiled" && v != "checkpoint")
+    fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
+  w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && v == "tiled";
   const size_t need = bytes_needed(c, format, shard);
   w.arena = DeviceArena(need, "weights");
   TensorSource src(ref, c, shard, stream);

@@ -41,7 +41,8 @@ struct DeviceWeights {
   DeviceArena arena;
   kernels::MoeWeights format = kernels::MoeWeights::kMxfp4;
   // MXFP4: the expert blocks' words were put in mxfp4_word_order.h's order at load
-  // (ORCHID_MXFP4_WORD_ORDER=tiled; the default keeps the checkpoint's), which the MoE kernels must be told.
+  // (the default; ORCHID_MXFP4_WORD_ORDER=checkpoint keeps the checkpoint's), which the MoE kernels must be
+  // told.
   bool mxfp4_tiled_order = false;
 
   // Bytes the arena needs for a rank's shard in a format (checked before anything is loaded).

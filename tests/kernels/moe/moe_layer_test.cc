@@ -381,9 +381,10 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     EXPECT_TRUE(orchid::testing::check_exact("with an L2 prefetch bitwise", bits(d_x.download()), bits(x1)));
 
     if (c.weights == MoeWeights::kMxfp4) {
-      // The expert blocks in the tiled word order (mxfp4_word_order.h, as loaded with
-      // ORCHID_MXFP4_WORD_ORDER=tiled): every MXFP4 path decodes them to the same registers, so the same
-      // bits.
+      // The expert blocks in the tiled word order (mxfp4_word_order.h, as loaded by default): the tiled
+      // GEMM and the FP8 conversion decode them to the same registers, so the same bits; the streaming
+      // GEMM computes on bf16 MMAs with the MX scale in the weights instead of f16 MMAs with the scale on
+      // each block's partial sums, so the same result up to fp32 accumulation order.
       mxfp4_to_tiled_order(d_w1b.get(), w1b.size(), stream);
       mxfp4_to_tiled_order(d_w2b.get(), w2b.size(), stream);
       MoeConfig reordered = cfg;
@@ -391,7 +392,22 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       d_x.upload(x0);
       moe_forward(reordered, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream);
       ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
-      EXPECT_TRUE(orchid::testing::check_exact("tiled word order bitwise", bits(d_x.download()), bits(x1)));
+      if (mxfp4_path(cfg, T).kind == Mxfp4Path::kStream) {  // the MoE deltas, each within ~2.5e-3 of fp64
+        const auto x2 = d_x.download();
+        std::vector<float> got(x2.size());
+        std::vector<double> want(x2.size());
+        double rms = 0;
+        for (size_t i = 0; i < x2.size(); ++i) {
+          got[i] = x2[i] - x0[i];
+          want[i] = double(x1[i]) - double(x0[i]);
+          rms += want[i] * want[i];
+        }
+        rms = std::sqrt(rms / double(std::max<size_t>(1, want.size())));
+        EXPECT_TRUE(orchid::testing::check_close("tiled word order (streaming, bf16 MMAs) moe delta", got,
+                                                 want, 5e-3 * rms, 3e-2, 6e-3));
+      } else {
+        EXPECT_TRUE(orchid::testing::check_exact("tiled word order bitwise", bits(d_x.download()), bits(x1)));
+      }
     }
   }
   cudaStreamDestroy(stream);
