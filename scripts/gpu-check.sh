@@ -75,9 +75,11 @@ bench sampling-bench "$build"/bench/cuda/sampling/sampling_bench $quick
 check golden-tiny python3 tools/gpu/check_golden.py --orchid "$bin"
 # The FP8 (e4m3) KV cache: its accuracy against the same references, reported.
 check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-cache-dtype fp8
-# The expert blocks in the tiled word order (ORCHID_MXFP4_WORD_ORDER=tiled, reordered at load): the same
-# logits as the checkpoint's order.
-check golden-tiny-tiled-order env ORCHID_MXFP4_WORD_ORDER=tiled python3 tools/gpu/check_golden.py --orchid "$bin"
+# The expert blocks in the checkpoint's word order (the default reorders them at load, mxfp4_word_order.h):
+# the golden bounds hold either way.
+check golden-tiny-checkpoint-order env ORCHID_MXFP4_WORD_ORDER=checkpoint python3 tools/gpu/check_golden.py --orchid "$bin"
+# The post-attention norm, router and routing as three kernels (the default fuses them at 1-2 tokens).
+check golden-tiny-norm-route-off env ORCHID_NORM_ROUTE=0 python3 tools/gpu/check_golden.py --orchid "$bin"
 # The O and next-layer QKV weights prefetched into L2 in every step (ORCHID_L2_PREFETCH=N tokens): a hint,
 # the same logits.
 check golden-tiny-l2-prefetch env ORCHID_L2_PREFETCH=4096 python3 tools/gpu/check_golden.py --orchid "$bin"
@@ -157,6 +159,13 @@ for order in checkpoint tiled; do
     --quick --filter mxfp4
   bench "bench-decode-20b-word-order-$order" env ORCHID_MXFP4_WORD_ORDER=$order "$bin" bench decode \
     synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
+done
+# The post-attention norm, router and routing: the chain's latency as three kernels and as one launch, and
+# decode steps with the fused launch (the default at 1-2 tokens) and without (ORCHID_NORM_ROUTE=0).
+bench moe-bench-norm-route "$build"/bench/cuda/moe/moe_bench --filter "norm route"
+for nr in 1 0; do
+  bench "bench-decode-20b-norm-route-$nr" env ORCHID_NORM_ROUTE=$nr "$bin" bench decode synthetic:20b \
+    --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2,4,8 --steps 32
 done
 # The BF16 decode kernel's ring: by the grid (the default: 3 stages when the grid is more than one wave of
 # 4-stage CTAs), and 4 or 3 forced (ORCHID_DECODE_STAGES).
