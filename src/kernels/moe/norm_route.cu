@@ -225,21 +225,8 @@ template <int kPerLane>
 void launch(const Params& p, int cluster, int warps, cudaStream_t stream) {
   constexpr int kMaxDynamic = 2 * kNormRouteMaxTokens * kMaxHidden * 4;
   ensure_dynamic_smem<NormRouteTag<kPerLane>>(norm_route_kernel<kPerLane>, kMaxDynamic);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(cluster));
-  cfg.blockDim = dim3(unsigned(warps * 32));
-  cfg.dynamicSmemBytes = 2 * size_t(p.a.num_tokens) * size_t(p.a.hidden) * 4;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  ORCHID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, norm_route_kernel<kPerLane>, p));
+  launch_pdl_cluster(norm_route_kernel<kPerLane>, dim3(unsigned(cluster)), dim3(unsigned(warps * 32)),
+                     2 * size_t(p.a.num_tokens) * size_t(p.a.hidden) * 4, unsigned(cluster), stream, p);
 }
 
 }  // namespace

@@ -214,20 +214,8 @@ void greedy_pick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
   // Blocks per row: as many as keep the SMs busy, up to a portable cluster of 8.
   int cluster = 1;
   while (cluster < kPickMaxCluster && rows * cluster * 2 <= device_info().sm_count) cluster *= 2;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(rows * cluster));
-  cfg.blockDim = dim3(kPickThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  ORCHID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, greedy_pick_kernel, logits, vocab, ids, logprobs));
+  launch_pdl_cluster(greedy_pick_kernel, dim3(unsigned(rows * cluster)), dim3(kPickThreads), 0,
+                     unsigned(cluster), stream, logits, vocab, ids, logprobs);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
