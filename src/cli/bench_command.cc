@@ -38,9 +38,13 @@ struct BenchArgs {
   std::string draft_tokens = "0";
 };
 
+// The middle value, or the mean of the two middle ones for an even count (two repeats: their mean, not the
+// slower one, which is the first run at a new length with its one-time costs).
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
 std::vector<int64_t> positive_list(const std::string& text, const char* what) {
