@@ -1,8 +1,10 @@
 // MXFP4 streaming expert GEMM vs an fp64 reference on the exactly dequantized weights: gpt-oss shapes
 // (gate_up 5760x2880, down 2880x2880 with a partial 128-row CTA tile), 0/1/odd/9..64 rows per expert (one
 // and two MMA n-tiles, several token passes), a k that is not a multiple of 128, gathered input rows, and k
-// split over 2/4/8 warps (with slices left empty). The default shape (mxfp4_stream_shape) takes 4-warp CTAs
-// on these small grids, with k split in two where they are fewest.
+// split over 2/4/8 warps (with slices left empty), MX scales from 2^-107 to 2^109; every case in the
+// checkpoint's word order (f16 MMAs) and the tiled one (bf16 MMAs, the scale in the weights). The default
+// shape (mxfp4_stream_shape) takes 4-warp CTAs on these small grids, with k split in two where they are
+// fewest.
 #include "kernels/moe/mxfp4_gemm.h"
 
 #include <gtest/gtest.h>
@@ -22,10 +24,11 @@ using orchid::testing::DeviceBuffer;
 struct Case {
   const char* name;
   int n, k;
-  std::vector<int> sizes;  // rows per expert
-  bool gather;             // read x through a row map
-  bool swiglu = false;     // fused bias + SwiGLU epilogue (output n/2 columns)
-  int k_split = 0;         // warps sharing 16 rows, each a slice of k (0: the kernel's choice)
+  std::vector<int> sizes;              // rows per expert
+  bool gather;                         // read x through a row map
+  bool swiglu = false;                 // fused bias + SwiGLU epilogue (output n/2 columns)
+  int k_split = 0;                     // warps sharing 16 rows, each a slice of k (0: the kernel's choice)
+  int scale_lo = 118, scale_hi = 124;  // e8m0 range of the weights' MX scales
 };
 
 class Mxfp4GemmTest : public ::testing::TestWithParam<Case> {};
@@ -34,7 +37,8 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
-  const auto p = orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu);
+  const auto p =
+      orchid::testing::make_mxfp4_problem(rng, c.n, c.k, c.sizes, c.gather, c.swiglu, c.scale_lo, c.scale_hi);
   const int E = p.experts, M = p.rows;
   std::vector<int> active;
   for (int e = 0; e < E; ++e)
@@ -109,7 +113,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"swiglu_fused_ks4", 5760, 2880, {2, 0, 1, 0, 3, 0, 0, 1}, true, true, 4},
         Case{"swiglu_two_ntiles_ks2", 512, 2880, {12, 0, 1, 20}, false, true, 2},
         Case{"k96_ks2", 64, 96, {2, 0, 11}, true, false, 2},
-        Case{"k96_ks8_empty_slices", 64, 96, {2, 0, 11}, true, false, 8}),
+        Case{"k96_ks8_empty_slices", 64, 96, {2, 0, 11}, true, false, 8},
+        // MX scales far from 2^0: the tiled order's bf16 path carries 2^-bias in its weights when the
+        // largest scale of a 16-row block passes 2^1 (bias = smax - 128), the f16 path saturates above
+        // 2^113 (so the huge case stops at 2^109).
+        Case{"huge_scales", 256, 2880, {3, 0, 5}, true, false, 0, 228, 236},
+        Case{"tiny_scales", 256, 2880, {1, 2}, false, false, 0, 20, 28},
+        Case{"mixed_scales_ks2", 512, 2880, {2, 7}, true, false, 2, 100, 140}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace
