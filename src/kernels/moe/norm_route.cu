@@ -6,14 +6,16 @@
 // kernel loads its router rows before it waits for the O projection and keeps every phase on chip.
 //
 // Phases (block r of a cluster of C; W warps of which the first per_block score one expert each):
-//   1. router rows into registers; pdl_wait
-//   2. v = residual + delta for every token into shared memory; each row's sum of squares in
-//      rmsnorm_row.cuh's order (virtual threads of the norm kernel's block size), so r = rsqrt(...) has its
-//      bits
-//   3. y = (v * r) * gamma in place (bf16-rounded unless precise)
+//   1. router rows into registers (constants: read before the dependency wait); pdl_wait
+//   2. the residual and delta rows into shared memory by two bulk copies, v = residual + delta; each row's
+//      sum of squares in rmsnorm_row.cuh's order (virtual threads of the norm kernel's block size), so
+//      r = rsqrt(...) has its bits
+//   3. y = (v * r) * gamma over the delta rows (bf16-rounded unless precise)
 //   4. logits of the block's experts -> block 0's shared memory (distributed shared memory); cluster barrier
-//   5. block 0: residual and out written, then top-k and the permutation (routing_device.cuh)
+//   5. block 0: residual (v) and out (bf16 y) written, then top-k and the permutation (routing_device.cuh)
 // Every block reads the residual in phase 2 and only block 0 writes it, after the cluster barrier.
+// Shared memory: 2 * T * H * 4 bytes (196 KB at 8 tokens of 3072) beside ~26 KB of fixed arrays. Every warp
+// reads all T rows of y for its expert, so the kernel grows with T (moe_layer.cu takes it at 1-2 tokens).
 #include "kernels/moe/norm_route.h"
 
 #include <cooperative_groups.h>
