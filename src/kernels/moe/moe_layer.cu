@@ -161,6 +161,49 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
   return carve(cfg, static_cast<uint8_t*>(workspace), &total);
 }
 
+namespace {
+
+// The block's input norm (moe_forward's in_norm): with the router and the routing in one launch where
+// moe_norm_route_taken (returns true: routed), else the norm kernel alone.
+bool input_norm(const MoeConfig& c, const MoeLayerWeights& w, const MoeInputNorm& in, const void* h, int T,
+                bool split_input, const MoeBuffers& b, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(in.out == h && in.residual && in.delta && in.gamma,
+                        "moe_forward: in_norm writes h from a residual, a delta and a gamma");
+  auto* out = static_cast<__nv_bfloat16*>(in.out);
+  const auto* delta = static_cast<const __nv_bfloat16*>(in.delta);
+  const int H = c.hidden;
+  if (!moe_norm_route_taken(c, T)) {
+    if (split_input)
+      norm::rmsnorm_residual_split(in.residual, delta, in.gamma, out, out + size_t(T) * H, T, H, in.eps,
+                                   stream);
+    else
+      norm::rmsnorm_residual(in.residual, delta, in.gamma, out, T, H, in.eps, stream);
+    return false;
+  }
+  NormRouteArgs n;
+  n.residual = in.residual;
+  n.delta = delta;
+  n.gamma = in.gamma;
+  n.eps = in.eps;
+  n.out = out;
+  n.router_w = static_cast<const __nv_bfloat16*>(w.router_w);
+  n.router_b = w.router_b;
+  n.precise = split_input;
+  n.logits = b.logits;
+  n.topk_idx = b.topk_idx;
+  n.topk_w = b.topk_w;
+  n.routing = b.routing;
+  n.range = c.local;
+  n.num_tokens = T;
+  n.hidden = H;
+  n.num_experts = c.experts;
+  n.top_k = c.top_k;
+  moe_norm_route(n, stream);
+  return true;
+}
+
+}  // namespace
+
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input,
                  MoeOutput output, const MoeNextNorm* next_norm, const MoePrefetch& prefetch,
@@ -191,51 +234,19 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   if (prefetch.experts && mxfp4_stream &&
       double(M) * double(gate_up_bytes + gate_up_scale_bytes) <= 0.75 * double(device_info().l2_bytes))
     experts = {w.w1, gate_up_bytes, w.w1_scale, gate_up_scale_bytes};
-  bool routed = false;
-  if (in_norm != nullptr) {
-    ORCHID_KERNEL_REQUIRE(in_norm->out == h && in_norm->residual && in_norm->delta && in_norm->gamma,
-                          "moe_forward: in_norm writes h from a residual, a delta and a gamma");
-    auto* out = static_cast<__nv_bfloat16*>(in_norm->out);
-    const auto* delta = static_cast<const __nv_bfloat16*>(in_norm->delta);
-    if (moe_norm_route_taken(c, T)) {
-      NormRouteArgs n;
-      n.residual = in_norm->residual;
-      n.delta = delta;
-      n.gamma = in_norm->gamma;
-      n.eps = in_norm->eps;
-      n.out = out;
-      n.router_w = static_cast<const __nv_bfloat16*>(w.router_w);
-      n.router_b = w.router_b;
-      n.precise = split_input;
-      n.logits = b.logits;
-      n.topk_idx = b.topk_idx;
-      n.topk_w = b.topk_w;
-      n.routing = b.routing;
-      n.range = c.local;
-      n.num_tokens = T;
-      n.hidden = H;
-      n.num_experts = c.experts;
-      n.top_k = K;
-      moe_norm_route(n, stream);
-      routed = true;
-    } else if (split_input) {
-      norm::rmsnorm_residual_split(in_norm->residual, delta, in_norm->gamma, out, out + size_t(T) * H, T, H,
-                                   in_norm->eps, stream);
+  const bool routed = in_norm != nullptr && input_norm(c, w, *in_norm, h, T, split_input, b, stream);
+  if (!routed) {
+    if (split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves and the bias
+      r.m = 2 * T;
+      r.bias = nullptr;
+      router_gemm.run(r, stream);
+      moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
+                b.logits + size_t(T) * c.experts, w.router_b, c.local, experts);
     } else {
-      norm::rmsnorm_residual(in_norm->residual, delta, in_norm->gamma, out, T, H, in_norm->eps, stream);
+      router_gemm.run(r, stream);
+      moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
+                nullptr, nullptr, c.local, experts);
     }
-  }
-  if (!routed &&
-      split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves, the bias
-    r.m = 2 * T;
-    r.bias = nullptr;
-    router_gemm.run(r, stream);
-    moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
-              b.logits + size_t(T) * c.experts, w.router_b, c.local, experts);
-  } else if (!routed) {
-    router_gemm.run(r, stream);
-    moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream, nullptr,
-              nullptr, c.local, experts);
   }
 
   if (c.weights == MoeWeights::kBf16) {
