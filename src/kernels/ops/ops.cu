@@ -74,7 +74,8 @@ __device__ __forceinline__ PickState merge_pick(PickState a, PickState b, int64_
   const float m = fmaxf(a.max, b.max);
   PickState r;
   r.max = m;
-  r.sum = a.sum * __expf(a.max - m) + b.sum * __expf(b.max - m);
+  // A side at the maximum weighs exactly 1 (also when both are infinite, where the difference is NaN).
+  r.sum = a.sum * (a.max == m ? 1.0f : __expf(a.max - m)) + b.sum * (b.max == m ? 1.0f : __expf(b.max - m));
   r.arg = b.max > a.max || (b.max == a.max && b.arg < a.arg) ? b.arg : a.arg;
   return r;
 }
@@ -87,7 +88,7 @@ __device__ __forceinline__ void pick_add(PickState& st, float v, int64_t i, int6
     st.max = v;
     st.arg = i;
   } else {
-    st.sum += __expf(v - st.max);
+    st.sum += v == st.max ? 1.0f : __expf(v - st.max);  // equal infinities count 1, not exp(NaN)
   }
 }
 
