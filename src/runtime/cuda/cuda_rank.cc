@@ -677,8 +677,8 @@ int64_t l2_prefetch_max_tokens() {
 }
 
 // The post-attention norm done by the MoE block (moe_forward's in_norm: one launch with the router and the
-// routing up to kNormRouteMaxTokens tokens, norm_route.h); ORCHID_NORM_ROUTE=0: the norm kernel here, then
-// the block, as before (for comparison).
+// routing at 1-2 tokens, norm_route.h); ORCHID_NORM_ROUTE=0: the norm kernel here, then the block, as before
+// (for comparison).
 bool norm_in_moe() {
   static const bool on = [] {
     const char* v = std::getenv("ORCHID_NORM_ROUTE");
@@ -750,7 +750,7 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
     g.bias = L.o_b;
     g.y = o_;
     gemm_->run(g, stream_);
-    if (norm_in_moe()) {  // the MoE block adds o_ and norms (with the router and routing at a few tokens)
+    if (norm_in_moe()) {  // the MoE block adds o_ and norms (with the router and routing at 1-2 tokens)
       kernels::MoeInputNorm in;
       in.residual = x_;
       in.delta = o_;
