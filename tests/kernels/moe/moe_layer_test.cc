@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include "bf16_moe_layer.h"
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
 #include "kernels/moe/moe_activation.h"
@@ -443,21 +444,12 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MoeLayerSplitRouter, RoutesTheFp32Input) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   for (int T : {5, 37, 300}) {
-    MoeConfig cfg;
-    cfg.experts = 32;
-    cfg.hidden = 256;
-    cfg.inter = 128;
-    cfg.weights = MoeWeights::kBf16;
-    cfg.max_tokens = T;
-    const int E = cfg.experts, K = cfg.top_k, H = cfg.hidden, I = cfg.inter;
     std::mt19937_64 rng(orchid::testing::named_seed("split_router") + uint64_t(T));
-    auto wr = orchid::testing::random_bf16(rng, size_t(E) * H, 0.2f);
-    auto br16 = orchid::testing::random_bf16(rng, size_t(E), 0.5f);
-    std::vector<float> br = orchid::testing::bf16_to_floats(br16);
-    auto w1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I * H, 0.05f);
-    auto w2 = orchid::testing::random_bf16(rng, size_t(E) * H * I, 0.05f);
-    auto b1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I, 0.5f);
-    auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.1f);
+    const Bf16MoeLayer layer(T, rng);
+    const MoeConfig& cfg = layer.cfg;
+    const int E = cfg.experts, K = cfg.top_k, H = cfg.hidden;
+    const std::vector<uint16_t>& wr = layer.router_w;
+    const std::vector<float>& br = layer.router_b;
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> h32(size_t(T) * H), x0(size_t(T) * H);
     for (auto& v : h32) v = nd(rng);
@@ -467,35 +459,21 @@ TEST(MoeLayerSplitRouter, RoutesTheFp32Input) {
       h2[i] = float_to_bf16(h32[i]);
       h2[h32.size() + i] = float_to_bf16(h32[i] - bf16_to_float(h2[i]));
     }
-    DeviceBuffer<uint16_t> d_wr, d_w1, d_w2, d_b1, d_b2, d_h2;
-    DeviceBuffer<float> d_br, d_x_split, d_x_plain;
-    d_wr.upload(wr);
-    d_w1.upload(w1);
-    d_w2.upload(w2);
-    d_b1.upload(b1);
-    d_b2.upload(b2);
+    DeviceBuffer<uint16_t> d_h2;
+    DeviceBuffer<float> d_x_split, d_x_plain;
     d_h2.upload(h2);
-    d_br.upload(br);
     d_x_split.upload(x0);
     d_x_plain.upload(x0);
-    MoeLayerWeights lw;
-    lw.router_w = d_wr.get();
-    lw.router_b = d_br.get();
-    lw.w1 = d_w1.get();
-    lw.w2 = d_w2.get();
-    lw.b1 = d_b1.get();
-    lw.b2 = d_b2.get();
-    DeviceBuffer<uint8_t> gemm_ws(DenseGemm::kRecommendedWorkspace);
-    DenseGemm router(gemm_ws.get(), gemm_ws.size());
-    DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
-    orchid::testing::poison(ws);
-    const MoeBuffers b = moe_buffers(cfg, ws.get());
-    moe_forward(cfg, lw, d_h2.get(), d_x_split.get(), T, router, ws.get(), nullptr, true);
+    const MoeLayerWeights lw = layer.weights();
+    DenseGemm& router = *layer.router;
+    void* ws = layer.ws.get();
+    const MoeBuffers b = layer.buffers();
+    moe_forward(cfg, lw, d_h2.get(), d_x_split.get(), T, router, ws, nullptr, true);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     const auto logits = fetch<float>(b.logits, size_t(2) * T * E);
     const auto idx = fetch<int>(b.topk_idx, size_t(T) * K);
     const auto x_split = d_x_split.download();
-    moe_forward(cfg, lw, d_h2.get(), d_x_plain.get(), T, router, ws.get(), nullptr);  // hi rows only
+    moe_forward(cfg, lw, d_h2.get(), d_x_plain.get(), T, router, ws, nullptr);  // hi rows only
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     const auto idx_plain = fetch<int>(b.topk_idx, size_t(T) * K);
     const auto x_plain = d_x_plain.download();

@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 
+#include "bf16_moe_layer.h"
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
 #include "kernels/moe/moe_layer.h"
@@ -169,51 +170,26 @@ TEST(NormRoute, RefusesWhatItDoesNotFit) {
 TEST(NormRoute, MoeForwardWithItsInputNorm) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   for (int T : {1, 2, 5, 12}) {
-    MoeConfig cfg;
-    cfg.experts = 32;
-    cfg.hidden = 256;
-    cfg.inter = 128;
-    cfg.weights = MoeWeights::kBf16;
-    cfg.max_tokens = T;
-    const int E = cfg.experts, K = cfg.top_k, H = cfg.hidden, I = cfg.inter;
     std::mt19937_64 rng(orchid::testing::named_seed("moe_in_norm") + uint64_t(T));
-    auto wr = orchid::testing::random_bf16(rng, size_t(E) * H, 0.2f);
-    std::vector<float> br =
-        orchid::testing::bf16_to_floats(orchid::testing::random_bf16(rng, size_t(E), 0.5f));
-    auto w1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I * H, 0.05f);
-    auto w2 = orchid::testing::random_bf16(rng, size_t(E) * H * I, 0.05f);
-    auto b1 = orchid::testing::random_bf16(rng, size_t(E) * 2 * I, 0.5f);
-    auto b2 = orchid::testing::random_bf16(rng, size_t(E) * H, 0.1f);
+    const Bf16MoeLayer layer(T, rng);
+    const MoeConfig& cfg = layer.cfg;
+    const int E = cfg.experts, K = cfg.top_k, H = cfg.hidden;
+    const std::vector<float>& br = layer.router_b;
     auto delta = orchid::testing::random_bf16(rng, size_t(T) * H, 1.0f);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x0(size_t(T) * H), gamma(static_cast<size_t>(H));
     for (auto& v : x0) v = nd(rng);
     for (auto& v : gamma) v = 1.0f + 0.1f * nd(rng);
-    DeviceBuffer<uint16_t> d_wr, d_w1, d_w2, d_b1, d_b2, d_delta, d_h_a(size_t(2) * T * H),
-        d_h_b(size_t(2) * T * H);
-    DeviceBuffer<float> d_br, d_gamma, d_x_a, d_x_b;
-    d_wr.upload(wr);
-    d_w1.upload(w1);
-    d_w2.upload(w2);
-    d_b1.upload(b1);
-    d_b2.upload(b2);
+    DeviceBuffer<uint16_t> d_delta, d_h_a(size_t(2) * T * H), d_h_b(size_t(2) * T * H);
+    DeviceBuffer<float> d_gamma, d_x_a, d_x_b;
     d_delta.upload(delta);
-    d_br.upload(br);
     d_gamma.upload(gamma);
     d_x_a.upload(x0);
     d_x_b.upload(x0);
-    MoeLayerWeights lw;
-    lw.router_w = d_wr.get();
-    lw.router_b = d_br.get();
-    lw.w1 = d_w1.get();
-    lw.w2 = d_w2.get();
-    lw.b1 = d_b1.get();
-    lw.b2 = d_b2.get();
-    DeviceBuffer<uint8_t> gemm_ws(DenseGemm::kRecommendedWorkspace);
-    DenseGemm router(gemm_ws.get(), gemm_ws.size());
-    DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
-    orchid::testing::poison(ws);
-    const MoeBuffers b = moe_buffers(cfg, ws.get());
+    const MoeLayerWeights lw = layer.weights();
+    DenseGemm& router = *layer.router;
+    void* ws = layer.ws.get();
+    const MoeBuffers b = layer.buffers();
     const float eps = 1e-5f;
     auto* delta_p = reinterpret_cast<const __nv_bfloat16*>(d_delta.get());
 
@@ -221,7 +197,7 @@ TEST(NormRoute, MoeForwardWithItsInputNorm) {
     auto* h_a = reinterpret_cast<__nv_bfloat16*>(d_h_a.get());
     norm::rmsnorm_residual_split(d_x_a.get(), delta_p, d_gamma.get(), h_a, h_a + size_t(T) * H, T, H, eps,
                                  nullptr);
-    moe_forward(cfg, lw, h_a, d_x_a.get(), T, router, ws.get(), nullptr, true);
+    moe_forward(cfg, lw, h_a, d_x_a.get(), T, router, ws, nullptr, true);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     const auto x_a = d_x_a.download();  // after the block
     std::vector<int> topk_a(size_t(T) * K);
@@ -236,8 +212,8 @@ TEST(NormRoute, MoeForwardWithItsInputNorm) {
     in.gamma = d_gamma.get();
     in.eps = eps;
     in.out = d_h_b.get();
-    moe_forward(cfg, lw, d_h_b.get(), d_x_b.get(), T, router, ws.get(), nullptr, true,
-                MoeOutput::kAddToResidual, nullptr, {}, &in);
+    moe_forward(cfg, lw, d_h_b.get(), d_x_b.get(), T, router, ws, nullptr, true, MoeOutput::kAddToResidual,
+                nullptr, {}, &in);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     const auto x_b = d_x_b.download();
     std::vector<int> topk_b(size_t(T) * K);
