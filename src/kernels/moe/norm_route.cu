@@ -251,13 +251,9 @@ void moe_norm_route(const NormRouteArgs& a, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(
       aligned(a.residual) && aligned(a.delta) && aligned(a.gamma) && aligned(a.out) && aligned(a.router_w),
       "moe_norm_route: pointers must be 16-byte aligned");
-  const int count = a.range.count > 0 ? a.range.count : a.num_experts;
-  ORCHID_KERNEL_REQUIRE(a.range.begin >= 0 && a.range.begin + count <= a.num_experts,
-                        "moe_norm_route: expert range outside the experts");
   Params p;
   p.a = a;
-  p.km = KeyMap{a.range.begin, count};
-  p.num_keys = count + (count < a.num_experts ? 1 : 0);
+  p.km = key_map(a.num_experts, a.range, &p.num_keys);
   p.row_threads = norm::detail::row_threads(a.hidden);
   // Blocks: one warp an expert, 8 experts a block (ORCHID_NORM_ROUTE_CLUSTER=2/4/8 asks for that many, as
   // far as at most 16 warps a block and 8 blocks allow; for measurement).

@@ -194,17 +194,6 @@ size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k) {
   return align16(size_t(chunks) * num_experts * sizeof(int)) + align16(size_t(items) * sizeof(int));
 }
 
-namespace {
-// The keys of an expert range (see KeyMap); checks it.
-KeyMap key_map(int num_experts, MoeExpertRange range, int* num_keys) {
-  const int count = range.count > 0 ? range.count : num_experts;
-  ORCHID_KERNEL_REQUIRE(range.begin >= 0 && range.begin + count <= num_experts,
-                        "moe routing: expert range outside the experts");
-  *num_keys = count + (count < num_experts ? 1 : 0);
-  return KeyMap{range.begin, count};
-}
-}  // namespace
-
 void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
                  void* scratch, cudaStream_t stream, MoeExpertRange range) {
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_permute: bad expert count");

@@ -7,6 +7,7 @@
 
 #include <climits>
 
+#include "kernels/common/cuda_check.h"
 #include "kernels/moe/routing.h"
 
 namespace orchid::kernels::routing_detail {
@@ -26,6 +27,15 @@ struct KeyMap {
     return k >= 0 && k < count ? k : count;
   }
 };
+
+// The keys of an expert range (host side, for a launch); checks the range.
+inline KeyMap key_map(int num_experts, MoeExpertRange range, int* num_keys) {
+  const int count = range.count > 0 ? range.count : num_experts;
+  ORCHID_KERNEL_REQUIRE(range.begin >= 0 && range.begin + count <= num_experts,
+                        "moe routing: expert range outside the experts");
+  *num_keys = count + (count < num_experts ? 1 : 0);
+  return KeyMap{range.begin, count};
+}
 
 // One warp computes one token's top-k; lane l holds experts l, l+32, ... in registers; k rounds of warp
 // arg-max. Lane j < k writes slot j (and, when given, mirrors the expert id into shared memory).
