@@ -32,6 +32,7 @@ struct ServeArgs {
   BackendOptions backend;  // --max-model-len, --max-num-seqs, --max-num-batched-tokens, --block-size, ...
   bool no_prefix_caching = false;
   bool no_warmup = false;
+  int32_t warmup_max_batch = 0;  // 0: every decode graph batch size
   int64_t seed = -1;
   double shutdown_timeout_s = 30;
   std::vector<std::string> prefill_urls;  // --role decode
@@ -114,8 +115,15 @@ void serve(const ServeArgs& a) {
       if (backend_name == "cuda" && !a.no_warmup) {
         for (const auto& backend : backends) {
           try {
-            spdlog::info("orchid serve: warm-up (kernels, GEMM choices, batch-1 graphs) in {:.2f} s",
-                         runtime::warm_up(*backend));
+            const int32_t max_batch = a.warmup_max_batch > 0 ? a.warmup_max_batch : (1 << 30);
+            const double seconds = runtime::warm_up(*backend, max_batch);
+            const auto batches = backend->decode_graph_batches();
+            int32_t captured = 1;
+            for (int32_t B : batches)
+              if (B <= max_batch) captured = std::max(captured, B);
+            spdlog::info(
+                "orchid serve: warm-up (kernels, GEMM choices, decode graphs of 1 to {} sequences) in {:.2f} s",
+                captured, seconds);
           } catch (const std::exception& e) {  // e.g. a KV cache too small for the warm-up's prompt
             spdlog::warn("orchid serve: warm-up skipped: {}", e.what());
           }
@@ -274,6 +282,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-warmup", a->no_warmup,
                 "skip the start-up warm-up on the GPU (the first request then pays kernel loading and graph "
                 "capture)");
+  cmd->add_option("--warmup-max-batch", a->warmup_max_batch,
+                  "capture the decode graphs of at most this many sequences at start-up (0: every batch size "
+                  "up to --max-num-seqs; larger batches capture theirs on first use, in a request's time)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed for requests that bring none (default: random)")
       ->check(CLI::Range(int64_t(0), INT64_MAX));
   // Tests only: replay scripted Harmony output instead of running the model.

@@ -7,14 +7,46 @@
 #include "runtime/sequence_runner.h"
 
 namespace orchid::runtime {
+namespace {
 
-double warm_up(Backend& backend) {
+// Ordinary token ids (the step shapes matter, not the values).
+int32_t warm_up_token(size_t i, int32_t vocab) {
+  return int32_t((i * 7919 + 13) % size_t(std::min(vocab, 200000)));
+}
+
+// Three decode steps of B one-token sequences at position 0, sequence s on page s of each pool: the first
+// runs eagerly and times the GEMMs, the second is captured, the third replays (CudaRank::forward_graph).
+void decode_steps(Backend& backend, int32_t B, const SamplingParams& params) {
+  const KvCacheSpec spec = backend.kv_spec();
+  StepBatch b;
+  b.params.push_back(params);
+  for (int32_t s = 0; s < B; ++s) {
+    StepSequence q;
+    q.seq_id = s;
+    q.token_begin = s;
+    q.num_tokens = 1;
+    q.start_pos = 0;
+    q.sample = true;
+    q.full_table_begin = q.sliding_table_begin = s;
+    q.num_full_pages = q.num_sliding_pages = 1;
+    b.full_page_table.push_back(s);
+    b.sliding_page_table.push_back(spec.num_sliding_pages > 0 ? s : kNoPage);
+    b.tokens.push_back(warm_up_token(size_t(s), backend.model_config().vocab_size));
+    b.seqs.push_back(q);
+  }
+  for (int step = 0; step < 3; ++step) backend.forward(b);
+}
+
+}  // namespace
+
+double warm_up(Backend& backend, int32_t max_batch) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t vocab = backend.model_config().vocab_size;
-  // A prompt of ordinary token ids (the step shapes matter, not the values), short enough for any cache.
+  // A prompt short enough for any cache.
   const int32_t prompt = std::min<int32_t>(128, backend.max_step_tokens());
   std::vector<int32_t> ids(size_t(prompt), 0);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % size_t(std::min(vocab, 200000)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = warm_up_token(i, vocab);
+  const KvCacheSpec spec = backend.kv_spec();
   for (const float temperature : {0.0f, 1.0f}) {  // arg-max and the GPU sampler: separate graphs
     SamplingParams params;
     params.temperature = temperature;
@@ -24,6 +56,11 @@ double warm_up(Backend& backend) {
     // The first decode step of a batch size runs eagerly, the second is captured, the third replays.
     for (int step = 0; step < 3 && !out.samples.empty(); ++step)
       out = runner.feed({out.samples[0].token}, true);
+    // The larger batches' graphs, as far as the pools give every sequence a page of its own.
+    for (const int32_t B : backend.decode_graph_batches())
+      if (B > 1 && B <= max_batch && B <= spec.num_full_pages &&
+          (spec.num_sliding_pages == 0 || B <= spec.num_sliding_pages))
+        decode_steps(backend, B, params);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

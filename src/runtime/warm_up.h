@@ -1,16 +1,18 @@
-// Start-up warm-up of a serving backend: runs once what a first request would run (a prefill, then decode
-// steps greedy and sampled) so that requests do not pay the one-time costs: loading the kernels' modules,
-// choosing and timing the GEMM algorithms per shape, capturing the batch-1 CUDA graphs (on an H200 the first
-// request after start-up, a 128-token prompt, took 246 ms to its first token, where a whole 8192-token
-// prefill takes 92 ms: bench/RESULTS.md, 2026-12-04).
+// Start-up warm-up of a serving backend: runs once what the first requests would run (a prefill, then decode
+// steps greedy and sampled at every graph batch size) so that requests do not pay the one-time costs:
+// loading the kernels' modules, choosing and timing the GEMM algorithms per shape, capturing the decode CUDA
+// graphs (on an H200 the first request after start-up, a 128-token prompt, took 246 ms to its first token,
+// where a whole 8192-token prefill takes 92 ms: bench/RESULTS.md, 2026-12-04; a first wave of 64 users paid
+// the batch-64 graph's capture the same way).
 #pragma once
 
 #include "runtime/backend.h"
 
 namespace orchid::runtime {
 
-// Returns the seconds it took. Uses the first KV pages of each pool and leaves nothing allocated: call it
-// before an engine owns the backend.
-double warm_up(Backend& backend);
+// Returns the seconds it took. Decode graphs of up to max_batch sequences (Backend::decode_graph_batches).
+// Uses the first KV pages of each pool and leaves nothing allocated: call it before an engine owns the
+// backend.
+double warm_up(Backend& backend, int32_t max_batch = 1 << 30);
 
 }  // namespace orchid::runtime

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/token_constraint.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/warm_up.h"
 
 namespace orchid::runtime::cuda {
 namespace {
@@ -74,7 +75,7 @@ std::vector<engine::RequestSpec> requests(int32_t vocab) {
   return out;
 }
 
-Outcome run(bool async, bool graphs, int tp = 1) {
+Outcome run(bool async, bool graphs, int tp = 1, bool warm = false) {
   CudaBackendOptions o;
   if (tp > 1) {  // ranks sharing this GPU, collectives in-process
     o.parallel = {tp, 1, tp};
@@ -87,6 +88,11 @@ Outcome run(bool async, bool graphs, int tp = 1) {
   o.gpu_memory_utilization = 0.3;
   o.cuda_graphs = graphs;
   auto backend = std::make_shared<CudaBackend>("synthetic:tiny", o);
+  if (warm) {
+    const std::vector<int32_t> batches = backend->decode_graph_batches();
+    EXPECT_EQ(batches, (graphs ? std::vector<int32_t>{1, 2, 4, 8, 16, 32} : std::vector<int32_t>{}));
+    EXPECT_GE(warm_up(*backend), 0.0);
+  }
   engine::EngineConfig c;
   c.async_scheduling = async;
   c.max_num_seqs = 32;
@@ -152,6 +158,20 @@ TEST(CudaAsyncSteps, PipelinedStepsDrawWhatStepsOneAtATimeDraw) {
 TEST(CudaAsyncSteps, PipelinedStepsOverTwoRanksDrawWhatStepsOneAtATimeDraw) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   expect_pipelined_draws_equal(2);
+}
+
+// The start-up warm-up runs (and captures) the decode steps of every graph batch size on the first pages of
+// the pools: the requests served after it draw exactly what they draw on a backend that was not warmed up.
+TEST(CudaAsyncSteps, WarmUpOfEveryGraphBatchSizeChangesNoDraw) {
+  ORCHID_REQUIRE_GPU_OR_SKIP();
+  const Outcome cold = run(true, true), warm = run(true, true, 1, true);
+  ASSERT_EQ(cold.events.size(), warm.events.size());
+  for (size_t i = 0; i < cold.events.size(); ++i) {
+    EXPECT_EQ(cold.events[i].token_ids, warm.events[i].token_ids) << "request " << i;
+    ASSERT_EQ(cold.events[i].logprobs.size(), warm.events[i].logprobs.size()) << "request " << i;
+    for (size_t k = 0; k < cold.events[i].logprobs.size(); ++k)
+      EXPECT_EQ(cold.events[i].logprobs[k].logprob, warm.events[i].logprobs[k].logprob) << "request " << i;
+  }
 }
 
 }  // namespace

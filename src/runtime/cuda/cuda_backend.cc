@@ -277,6 +277,11 @@ void CudaBackend::open_kv_share(const KvShare& share) {
     for (int s : r->share_senders(int(share.ranks.size()))) r->open_peer(share.ranks[size_t(s)].region);
 }
 
+std::vector<int32_t> CudaBackend::decode_graph_batches() const {
+  // Every rank runs the same step and captures the same buckets.
+  return ranks_[0]->decode_graph_batches();
+}
+
 StepOutput CudaBackend::forward(const StepBatch& b) {
   validate(b);
   StepOutput out;

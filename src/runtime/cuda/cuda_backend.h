@@ -37,6 +37,7 @@ class CudaBackend final : public Backend {
   int32_t max_step_tokens() const override { return opts_.max_step_tokens; }
   int32_t max_step_seqs() const override { return opts_.max_step_seqs; }
   int32_t max_draft_tokens() const override { return opts_.max_draft_tokens; }
+  std::vector<int32_t> decode_graph_batches() const override;
   int32_t max_proposals() const override;
   // The GPU sampler applies StepBatch::token_masks (structured outputs), waiting for them only when it runs.
   bool applies_token_masks() const override { return true; }

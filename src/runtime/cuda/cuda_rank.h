@@ -117,6 +117,8 @@ class CudaRank {
   std::vector<float> run_layer(int64_t layer, const std::vector<float>& x, int64_t n,
                                std::vector<int32_t>* topk);
   int device() const { return device_; }
+  // The batch buckets of decode graphs (Backend::decode_graph_batches): empty when steps run eagerly.
+  std::vector<int32_t> decode_graph_batches() const;
   // Tokens the EAGLE-3 head proposes a sequence and step (0: no head on this rank).
   int32_t max_proposals() const { return head_ ? opts_.max_draft_tokens : 0; }
   // Prefill attention through the Hopper kernel (its tensor maps need pages of >= 8 tokens).
