@@ -4,7 +4,8 @@
 // L2 three times, random (never zero) data; achieved TFLOP/s (prefill: useful causal FLOPs) or GB/s (each
 // input read once, each output written once) against the measured H200 ceilings (742 TFLOP/s dense BF16,
 // 4.17 TB/s HBM). Ends with the projections that the model-level targets need.
-//   attention_bench [--quick] [--prefill]   (--quick: fewer and smaller shapes; --prefill: prefill rows only)
+//   attention_bench [--quick] [--prefill | --decode]   (--quick: fewer and smaller shapes; --prefill: prefill
+//   rows only; --decode: the split-KV decode rows only, BF16 and FP8 KV)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -436,7 +437,18 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   return us;
 }
 
-int run(bool quick, bool prefill_only) {
+// The decode rows at the shapes of serving: one sequence to 128k, 8 and 64 sequences, 128-key windows; the
+// same with an e4m3 cache, which reads half the K/V bytes.
+void decode_rows(bool fp8) {
+  bench_decode(1, 32768, 0, 16, 1, false, fp8);
+  bench_decode(1, 131072, 0, 64, 1, false, fp8);
+  bench_decode(8, 8192, 0, 16, 1, false, fp8);
+  bench_decode(64, 4096, 0, 16, 1, false, fp8);
+  bench_decode(64, 32768, 0, 16, 1, false, fp8);
+  bench_decode(64, 4096, 128, 16, 1, false, fp8);
+}
+
+int run(bool quick, bool prefill_only, bool decode_only) {
   const DeviceInfo& dev = device_info();
   cudaDeviceProp prop{};
   ORCHID_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev.device));
@@ -444,6 +456,14 @@ int run(bool quick, bool prefill_only) {
               dev.sm_count, dev.l2_bytes >> 20, kPeakTflops, kPeakTBs);
   std::printf("%-18s %-44s %11s  %-16s  %s\n", "kernel", "shape", "median_us", "achieved",
               "fraction of ceiling");
+  if (decode_only) {
+    for (bool fp8 : {false, true}) {
+      bench_decode(1, 4096, 0, 16, 1, false, fp8);
+      decode_rows(fp8);
+    }
+    bench_decode(32, 8192, 0, 16, 5, false, true);
+    return 0;
+  }
 
   if (!prefill_only) {
     for (int64_t t : {int64_t(1), int64_t(8192), int64_t(32768)}) bench_rmsnorm(t);
@@ -488,12 +508,7 @@ int run(bool quick, bool prefill_only) {
   // The FP8 KV cache: decode reads half the bytes (the same shapes), prefill pays the widening.
   bench_decode(1, 4096, 0, 16, 1, false, true);
   if (!quick) {
-    bench_decode(1, 32768, 0, 16, 1, false, true);
-    bench_decode(1, 131072, 0, 64, 1, false, true);
-    bench_decode(8, 8192, 0, 16, 1, false, true);
-    bench_decode(64, 4096, 0, 16, 1, false, true);
-    bench_decode(64, 32768, 0, 16, 1, false, true);
-    bench_decode(64, 4096, 128, 16, 1, false, true);
+    decode_rows(true);
     bench_decode(32, 8192, 0, 16, 5, false, true);
     bench_prefill(8192, 0, 0, 16, "20b", PrefillVariant::kMmaSync, kPrefillBlockM, true);
     bench_prefill(32768, 0, 0, 16, "20b", PrefillVariant::kMmaSync, kPrefillBlockM, true);
@@ -526,19 +541,21 @@ int run(bool quick, bool prefill_only) {
 }  // namespace orchid::kernels::attention
 
 int main(int argc, char** argv) {
-  bool quick = false, prefill_only = false;
+  bool quick = false, prefill_only = false, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--prefill") == 0) {
       prefill_only = true;
+    } else if (std::strcmp(argv[i], "--decode") == 0) {
+      decode_only = true;
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--quick] [--prefill]\n");
+      std::fprintf(stderr, "usage: attention_bench [--quick] [--prefill | --decode]\n");
       return 2;
     }
   }
   try {
-    return orchid::kernels::attention::run(quick, prefill_only);
+    return orchid::kernels::attention::run(quick, prefill_only, decode_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -57,18 +57,22 @@ constexpr float kLog2e = 1.4426950408889634f;
 // their fragments straight from them, so the ring and Q's tile are all the shared memory there is). The
 // launcher takes the shallower BF16 ring when the grid is more than one wave of the deeper one's CTAs
 // (decode_stages).
-template <bool kFp8, int kStagesT>
+// A stage holds kSub consecutive 64-key tiles of K (and of V), which one iteration of the loop takes: each
+// warp then computes 16 keys of each, two independent chains of MMAs and loads to interleave where one
+// alone leaves the warp waiting on latencies (e4m3 tiles: half the bytes of a BF16 tile for the same work).
+template <bool kFp8, int kStagesT, int kSub = 1>
 struct DecodeRing {
   static constexpr int kStages = kStagesT;
-  static constexpr int kTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);
+  static constexpr int kSubTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);  // one 64-key tile
+  static constexpr int kTileBytes = kSub * kSubTileBytes;
   static constexpr int kBytes = 2 * kStages * kTileBytes;
 };
 
-template <int kMTiles, bool kFp8, int kStages>
+template <int kMTiles, bool kFp8, int kStages, int kSub>
 struct DecodeSmem {
   static constexpr int kRows = 16 * kMTiles;
   static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kRingBytes = DecodeRing<kFp8, kStages>::kBytes;
+  static constexpr int kRingBytes = DecodeRing<kFp8, kStages, kSub>::kBytes;
   static constexpr int kComboBytes = kWarps * kRows * (kComboStride + 2) * 4;
   static constexpr int kBytes = kQBytes + (kRingBytes > kComboBytes ? kRingBytes : kComboBytes);
 };
@@ -160,12 +164,13 @@ __device__ __noinline__ void merge_in_last_split(const DecodeParams& p, int slot
   }
 }
 
-template <int kMTiles, bool kFp8, int kStages>
+template <int kMTiles, bool kFp8, int kStages, int kSub>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
+  static_assert(kFp8 || kSub == 1, "BF16 tiles are taken one an iteration");
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  using Smem = DecodeSmem<kMTiles, kFp8, kStages>;
-  using Ring = DecodeRing<kFp8, kStages>;
-  constexpr int kTileBytes = Ring::kTileBytes;
+  using Smem = DecodeSmem<kMTiles, kFp8, kStages, kSub>;
+  using Ring = DecodeRing<kFp8, kStages, kSub>;
+  constexpr int kTileBytes = Ring::kTileBytes, kSubTileBytes = Ring::kSubTileBytes;
   constexpr int kRows = Smem::kRows;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_addr(smem);
@@ -203,6 +208,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     return;
   }
   const int n_tiles = my_te - my_tb;
+  const int n_iters = (n_tiles + kSub - 1) / kSub;  // the last one's sub-tiles past my_te: zeros, masked
   const PagedKv kv = PagedKv::of(p.seqs, seq_idx, p.page_table, p.table_kind, p.page_size_log2, hkv, kvh);
   // K's scale multiplies every score of the CTA's KV head, V's its output (FP8 pools; 1 otherwise).
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
@@ -223,13 +229,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       row_lo[mi][h] = p.window > 0 ? max(0, first + t - p.window + 1) : 0;
     }
 
-  auto load_kv = [&](int j, int stage) {
-    load_kv_tile<kElemBytes, kThreads>(sK + stage * kTileBytes, sV + stage * kTileBytes, p.k_pool, p.v_pool,
-                                       kv, j, kv_begin, kv_end, tid);
+  auto load_kv = [&](int i, int stage) {
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      const int j = my_tb + i * kSub + u;
+      const bool mine = kSub == 1 || j < my_te;  // else zero-filled (an empty key range)
+      load_kv_tile<kElemBytes, kThreads>(sK + stage * kTileBytes + u * kSubTileBytes,
+                                         sV + stage * kTileBytes + u * kSubTileBytes, p.k_pool, p.v_pool, kv,
+                                         mine ? j : 0, mine ? kv_begin : 0, mine ? kv_end : 0, tid);
+    }
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_kv(my_tb + s, s);
+    if (s < n_iters) load_kv(s, s);
     cp_async_commit();
   }
   if constexpr (kFp8) {
@@ -263,86 +275,99 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
       for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.0f;
   }
 
-  for (int it = 0; it < n_tiles; ++it) {
+  for (int it = 0; it < n_iters; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
     {
       const int nx = it + kStages - 1;
-      if (nx < n_tiles) load_kv(my_tb + nx, nx % kStages);
+      if (nx < n_iters) load_kv(nx, nx % kStages);
       cp_async_commit();
     }
-    const int j = my_tb + it;
     const uint32_t kb = sK + (it % kStages) * kTileBytes;
     const uint32_t vb = sV + (it % kStages) * kTileBytes;
 
-    // S = Q K^T for this warp's 16 keys.
-    float s[kMTiles][2][4];
+    // S = Q K^T for this warp's 16 keys of each sub-tile u (n8 tiles 2u and 2u + 1).
+    float s[kMTiles][2 * kSub][4];
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2 * kSub; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mi][nt][e] = 0.0f;
-    uint32_t vf[2][8];  // kFp8: V's fragments, read early to overlap S
-    if constexpr (kFp8) {
-      const uint8_t* ktile = smem + (kb - sQ);
-      const uint8_t* vtile = smem + (vb - sQ);
-      uint32_t kf[2][4][2];
-      k_frags_e4m3(ktile, warp * 16 + (lane >> 2), lane, kf[0]);
-      k_frags_e4m3(ktile, warp * 16 + 8 + (lane >> 2), lane, kf[1]);
-      v_frags_e4m3(vtile, warp * 16, lane, vf[0]);
-      v_frags_e4m3(vtile, warp * 16 + 8, lane, vf[1]);
+    uint32_t vf[kSub][2][8];  // kFp8: V's fragments, read early to overlap S
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-        uint32_t qm[4][4];
-        if constexpr (kMTiles == 1) {
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) qm[ks][i] = qa[ks][i];
-        } else {
-          q_frag_permuted(smem, mi * 16, lane, qm);
-        }
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          mma_f16(s[mi][0], qm[ks], kf[0][ks][0], kf[0][ks][1]);
-          mma_f16(s[mi][1], qm[ks], kf[1][ks][0], kf[1][ks][1]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        uint32_t b[4];
-        ldmatrix_x4(kb + swz(warp * 16 + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)), b);
+    for (int u = 0; u < kSub; ++u) {
+      if constexpr (kFp8) {
+        const uint8_t* ktile = smem + (kb - sQ) + u * kSubTileBytes;
+        const uint8_t* vtile = smem + (vb - sQ) + u * kSubTileBytes;
+        uint32_t kf[2][4][2];
+        k_frags_e4m3(ktile, warp * 16 + (lane >> 2), lane, kf[0]);
+        k_frags_e4m3(ktile, warp * 16 + 8 + (lane >> 2), lane, kf[1]);
+        v_frags_e4m3(vtile, warp * 16, lane, vf[u][0]);
+        v_frags_e4m3(vtile, warp * 16 + 8, lane, vf[u][1]);
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi) {
-          // Q fragments are re-read from shared memory (cheap here) to keep registers for kMTiles > 1.
-          uint32_t qf[4];
-          ldmatrix_x4(sQ + swz(mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 2 + (lane >> 4)), qf);
-          mma_bf16(s[mi][0], qf, b[0], b[1]);
-          mma_bf16(s[mi][1], qf, b[2], b[3]);
+          uint32_t qm[4][4];
+          if constexpr (kMTiles == 1) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) qm[ks][i] = qa[ks][i];
+          } else {
+            q_frag_permuted(smem, mi * 16, lane, qm);
+          }
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {
+            mma_f16(s[mi][2 * u], qm[ks], kf[0][ks][0], kf[0][ks][1]);
+            mma_f16(s[mi][2 * u + 1], qm[ks], kf[1][ks][0], kf[1][ks][1]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          uint32_t b[4];
+          ldmatrix_x4(kb + u * kSubTileBytes +
+                          swz(warp * 16 + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)),
+                      b);
+#pragma unroll
+          for (int mi = 0; mi < kMTiles; ++mi) {
+            // Q fragments are re-read from shared memory (cheap here) to keep registers for kMTiles > 1.
+            uint32_t qf[4];
+            ldmatrix_x4(sQ + swz(mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 2 + (lane >> 4)), qf);
+            mma_bf16(s[mi][2 * u], qf, b[0], b[1]);
+            mma_bf16(s[mi][2 * u + 1], qf, b[2], b[3]);
+          }
         }
       }
-    }
-    const int k0 = j * kBlockN;
-    if (k0 < all_begin || k0 + kBlockN > all_end) {
+      const int j = my_tb + it * kSub + u;
+      const int k0 = j * kBlockN;
+      if (kSub > 1 && j >= my_te) {  // past the split's keys (the zero-filled part of its last iteration)
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi)
+        for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+          for (int nt = 2 * u; nt < 2 * u + 2; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int t = k0 + warp * 16 + nt * 8 + 2 * (lane & 3) + (e & 1);
-            if (t < row_lo[mi][e >> 1] || t >= row_hi[mi][e >> 1]) s[mi][nt][e] = -INFINITY;
-          }
+            for (int e = 0; e < 4; ++e) s[mi][nt][e] = -INFINITY;
+      } else if (k0 < all_begin || k0 + kBlockN > all_end) {
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+          for (int nt = 2 * u; nt < 2 * u + 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int t = k0 + warp * 16 + (nt - 2 * u) * 8 + 2 * (lane & 3) + (e & 1);
+              if (t < row_lo[mi][e >> 1] || t >= row_hi[mi][e >> 1]) s[mi][nt][e] = -INFINITY;
+            }
+      }
     }
 
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx =
-            fmaxf(fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]), fmaxf(s[mi][1][2 * h], s[mi][1][2 * h + 1]));
+        float mx = fmaxf(fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]), fmaxf(s[mi][1][2 * h], s[mi][1][2 * h + 1]));
+#pragma unroll
+        for (int nt = 2; nt < 2 * kSub; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m_run[mi][h], mx * scale_log2);
@@ -351,7 +376,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
         m_run[mi][h] = m_new;
         float rs = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int nt = 0; nt < 2 * kSub; ++nt) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
             const float pv = fast_exp2(fmaf(s[mi][nt][e], scale_log2, -m_use));
@@ -370,22 +395,26 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
 
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
-      uint32_t pa[4];
-      pa[0] = pack_16<kFp8>(s[mi][0][0], s[mi][0][1]);
-      pa[1] = pack_16<kFp8>(s[mi][0][2], s[mi][0][3]);
-      pa[2] = pack_16<kFp8>(s[mi][1][0], s[mi][1][1]);
-      pa[3] = pack_16<kFp8>(s[mi][1][2], s[mi][1][3]);
-      if constexpr (kFp8) {  // output dims permuted (v_frags_e4m3)
 #pragma unroll
-        for (int dt = 0; dt < 8; ++dt) mma_f16(o[mi][dt], pa, vf[0][dt], vf[1][dt]);
-      } else {
+      for (int u = 0; u < kSub; ++u) {
+        uint32_t pa[4];
+        pa[0] = pack_16<kFp8>(s[mi][2 * u][0], s[mi][2 * u][1]);
+        pa[1] = pack_16<kFp8>(s[mi][2 * u][2], s[mi][2 * u][3]);
+        pa[2] = pack_16<kFp8>(s[mi][2 * u + 1][0], s[mi][2 * u + 1][1]);
+        pa[3] = pack_16<kFp8>(s[mi][2 * u + 1][2], s[mi][2 * u + 1][3]);
+        if constexpr (kFp8) {  // output dims permuted (v_frags_e4m3)
 #pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(vb + swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)),
-                            b);
-          mma_bf16(o[mi][2 * dp], pa, b[0], b[1]);
-          mma_bf16(o[mi][2 * dp + 1], pa, b[2], b[3]);
+          for (int dt = 0; dt < 8; ++dt) mma_f16(o[mi][dt], pa, vf[u][0][dt], vf[u][1][dt]);
+        } else {
+#pragma unroll
+          for (int dp = 0; dp < 4; ++dp) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(vb + u * kSubTileBytes +
+                                  swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)),
+                              b);
+            mma_bf16(o[mi][2 * dp], pa, b[0], b[1]);
+            mma_bf16(o[mi][2 * dp + 1], pa, b[2], b[3]);
+          }
         }
       }
     }
@@ -498,12 +527,13 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
                                2 * lane) = pack_bf16(o[0], o[1]);
 }
 
-template <int kMTiles, bool kFp8, int kStages>
+template <int kMTiles, bool kFp8, int kStages, int kSub = 1>
 void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
-  using Smem = DecodeSmem<kMTiles, kFp8, kStages>;
-  ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages>, Smem::kBytes);
+  using Smem = DecodeSmem<kMTiles, kFp8, kStages, kSub>;
+  ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages, kSub>, Smem::kBytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
-  launch_pdl(decode_kernel<kMTiles, kFp8, kStages>, dim3(grid), dim3(kThreads), Smem::kBytes, stream, p);
+  launch_pdl(decode_kernel<kMTiles, kFp8, kStages, kSub>, dim3(grid), dim3(kThreads), Smem::kBytes, stream,
+             p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -511,11 +541,11 @@ void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
 template <int kMTiles, bool kFp8, int kStages>
 int resident_ctas() {
   static const int n = [] {
-    using Smem = DecodeSmem<kMTiles, kFp8, kStages>;
-    ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages>, Smem::kBytes);
+    using Smem = DecodeSmem<kMTiles, kFp8, kStages, 1>;
+    ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages, 1>, Smem::kBytes);
     int blocks = 0;
     ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, decode_kernel<kMTiles, kFp8, kStages>, kThreads, Smem::kBytes));
+        &blocks, decode_kernel<kMTiles, kFp8, kStages, 1>, kThreads, Smem::kBytes));
     return blocks;
   }();
   return n;
@@ -535,10 +565,24 @@ int decode_stages(long long ctas) {
   return ctas > (long long)deep * device_info().sm_count && shallow > deep ? 3 : 4;
 }
 
+// e4m3 tiles a loop iteration of a plain decode (one m16 tile of query rows): 2 (two 64-key tiles a stage,
+// 3 stages) or 1 (6 stages of one); the same 48 KB ring. ORCHID_DECODE_FP8_SUB=1|2 fixes it for a whole
+// process (the A/B). Verify steps' larger row tiles take one (two would spill or halve the CTAs an SM).
+int fp8_sub_tiles() {
+  static const int n = [] {
+    const char* v = std::getenv("ORCHID_DECODE_FP8_SUB");
+    return v != nullptr && std::strcmp(v, "1") == 0 ? 1 : 2;
+  }();
+  return n;
+}
+
 template <int kMTiles, bool kFp8>
 void launch_decode_depth(const DecodeParams& p, int bucket, int stages, cudaStream_t stream) {
   if constexpr (kFp8) {
-    launch_decode<kMTiles, true, 6>(p, bucket, stream);
+    if (kMTiles == 1 && fp8_sub_tiles() == 2)
+      launch_decode<1, true, 3, 2>(p, bucket, stream);
+    else
+      launch_decode<kMTiles, true, 6, 1>(p, bucket, stream);
   } else {
     const long long ctas = (long long)p.splits * p.num_kv_heads * bucket;
     if ((stages != 0 ? stages : decode_stages<kMTiles>(ctas)) == 3)
