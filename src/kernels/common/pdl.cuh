@@ -5,7 +5,9 @@
 // The contract, for every kernel launched with launch_pdl:
 //   - pdl_wait() returns once the previous kernel has completed and its writes are visible: call it before
 //     reading or writing anything an earlier kernel of the stream touches, and on every path before the
-//     kernel returns (so that "this kernel is complete" keeps implying "every earlier kernel is complete");
+//     kernel returns (so that "this kernel is complete" keeps implying "every earlier kernel is complete").
+//     What a kernel before the previous one wrote may be read before it: the previous kernel triggered only
+//     after its own wait, so that one had completed before this kernel started (the down GEMM's experts);
 //   - pdl_launch_dependents() lets the next kernel be scheduled before this one's CTAs exit (they count as
 //     triggered when they exit). It changes no visibility, but the next kernel's CTAs then sit on the SMs
 //     waiting, so it belongs after a kernel's main loop, not at its start: triggered at the start of every

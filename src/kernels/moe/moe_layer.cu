@@ -1,6 +1,8 @@
 #include "kernels/moe/moe_layer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
@@ -163,6 +165,16 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
 
 namespace {
 
+// The down GEMM requests its first weights before its dependency wait (Mxfp4GemmArgs::early_weights);
+// ORCHID_MOE_EARLY_WEIGHTS=0 makes it wait first, as gate_up does (the A/B).
+bool moe_early_weights() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_MOE_EARLY_WEIGHTS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // The block's input norm (moe_forward's in_norm): with the router and the routing in one launch where
 // moe_norm_route_taken (returns true: routed), else the norm kernel alone.
 bool input_norm(const MoeConfig& c, const MoeLayerWeights& w, const MoeInputNorm& in, const void* h, int T,
@@ -300,6 +312,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.scales = static_cast<const uint8_t*>(w.w2_scale);
     g.x = b.z_bf16;
     g.y = b.y;
+    g.early_weights = moe_early_weights();
     mxfp4_tiled_gemm(g, stream);
   } else if (mxfp4_stream) {
     Mxfp4GemmArgs g;
@@ -329,6 +342,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.x_rows = nullptr;
     g.y = b.y;
     g.l2_prefetch = prefetch.next_weights;
+    g.early_weights = moe_early_weights();
     mxfp4_moe_gemm(g, stream);
   } else {
     ORCHID_KERNEL_REQUIRE(b.a_q != nullptr, "moe_forward: workspace sized for fewer tokens (max_tokens)");

@@ -64,10 +64,14 @@ __host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, i
 template <int kNT, int kWarps, int kStages, bool kTiledOrder>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
   l2_prefetch_by_each_cta(p.l2_prefetch);
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  // Programmatic dependent launch (kernels/common/pdl.cuh); with early_weights only the activations wait.
+  if (!p.early_weights) pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.y;
-  if (slot >= *p.num_active) return;
+  if (slot >= *p.num_active) {
+    if (p.early_weights) pdl_wait();
+    return;
+  }
   const int e = p.active[slot];
   const int row0 = p.offsets[e];
   const int m = p.offsets[e + 1] - row0;
@@ -122,6 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
     }
     scales_loaded = true;
+    if (p.early_weights && first_pass) pdl_wait();  // x is the previous kernel's output
     // Activation tile: tokens tok0.. as fp16 in MX order (saturated). Rows past the expert's tokens are left
     // as they are: each token is its own MMA column, and those columns are never stored.
     __syncthreads();
@@ -269,6 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       }
     }
   }
+  if (p.early_weights && !scales_loaded) pdl_wait();  // no pass ran (an expert without rows)
 }
 
 template <int kNT, int kWarps, int kStages, bool kTiledOrder>

@@ -41,6 +41,9 @@ struct Mxfp4GemmArgs {
   // stages (moe_bench times the combinations).
   int cta_warps = 0, stages = 0, k_split = 0;
   bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
+  // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
+  // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
+  bool early_weights = false;
   // A later kernel's weights (the next layer's QKV projection's), fetched into L2 by the first CTA while
   // this GEMM streams its experts (l2_prefetch.h; a hint).
   L2Prefetch l2_prefetch;

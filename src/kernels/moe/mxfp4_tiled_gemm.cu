@@ -141,7 +141,10 @@ template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
                        const __grid_constant__ CUtensorMap xmap) {
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  // Programmatic dependent launch (kernels/common/pdl.cuh). With early_weights the producer requests the
+  // first stages' weights first and waits before the token rows; the consumers wait after their main loop
+  // (the tokens they read came after the producer's wait), before the stores.
+  if (!p.early_weights) pdl_wait();
   constexpr int kMTiles = Sh::kMTiles, kChunkMx = Sh::kChunkMx, kStages = Sh::stages(kNT);
   constexpr int kRowsPerWarp = Sh::kRowsPerWarp, kRowsPerCta = Sh::kRowsPerCta;
   constexpr int kWRowBytes = Sh::kWRowBytes, kWStageBytes = Sh::kWStageBytes;
@@ -152,7 +155,10 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
 
   const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.x];
   const int e = tile.x;
-  if (e < 0) return;
+  if (e < 0) {
+    if (p.early_weights) pdl_wait();
+    return;
+  }
   const int rbase = p.offsets[e] + tile.y;  // first permuted row of this tile
   const int m = min(p.offsets[e + 1] - rbase, kTokens);
   const int n = p.n, k = p.k, kmx = k / 32;
@@ -186,13 +192,23 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       mbar_arrive_expect_tx(&scales_ready, bytes);
       bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
       const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
+      // Stages [0, early): their weights requested before the wait, their token rows after it.
+      const int early = p.early_weights ? min(kStages, nchunks) : 0;
+      for (int c = 0; c < early; ++c) {
+        const int blocks = c < nfull ? kChunkMx : tail;
+        mbar_arrive_expect_tx(&full[c], kWStageBytes + blocks * kTokBlockBytes);
+        tensor_copy_2d(smem + c * kStageBytes, &wmap, c * kChunkMx * 16, wrow0, &full[c]);
+      }
+      if (p.early_weights) pdl_wait();  // the token rows are the previous kernel's output
       for (int c = 0; c < nchunks; ++c) {
         const int st = c % kStages;
-        if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
         const int blocks = c < nfull ? kChunkMx : tail;
         uint8_t* stage = smem + st * kStageBytes;
-        mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
-        tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
+        if (c >= early) {
+          if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
+          mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
+          tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
+        }
         for (int j = 0; j < blocks; ++j)
           tensor_copy_2d(stage + kWStageBytes + j * kTokBlockBytes, &xmap, (c * kChunkMx + j) * 64, rbase,
                          &full[st]);
@@ -200,7 +216,10 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     }
     return;  // an exited thread counts as having let the next kernel start (pdl.cuh)
   }
-  if (warp >= busy_warps) return;
+  if (warp >= busy_warps) {
+    if (p.early_weights) pdl_wait();
+    return;
+  }
   // Rows of this warp inside the CTA (whole m16 tiles; <= 0 for a warp past the CTA's rows, whose results
   // are dropped).
   const int warp_rows = min(kRowsPerWarp, cta_rows - warp * kRowsPerWarp);
@@ -347,7 +366,8 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   };
   const int valid_nt = (m + 7) / 8;  // n-tiles that hold a token row (1..kNT)
   with_used_tiles<kNT, (kNT > 8 ? 8 : 1)>(valid_nt, run);
-  pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
+  if (p.early_weights) pdl_wait();  // complete long since (the tokens came after it): the contract's wait
+  pdl_launch_dependents();          // only the epilogue is left (kernels/common/pdl.cuh)
 
   const float unbias = __uint_as_float(uint32_t(127 + bias) << 23);  // 2^bias
   const int valid_mt = warp_rows / 16;

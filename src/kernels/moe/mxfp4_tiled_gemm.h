@@ -85,6 +85,9 @@ struct Mxfp4TiledArgs {
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
   bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
+  // The work list and offsets were written before the previous kernel (the down GEMM after gate_up): the
+  // first stages' weights are requested before the dependency wait, only the token rows wait (pdl.cuh).
+  bool early_weights = false;
 };
 
 void mxfp4_tiled_gemm(const Mxfp4TiledArgs& args, cudaStream_t stream);
