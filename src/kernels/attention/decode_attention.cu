@@ -164,9 +164,16 @@ __device__ __noinline__ void merge_in_last_split(const DecodeParams& p, int slot
   }
 }
 
-template <int kMTiles, bool kFp8, int kStages, int kSub>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
+// kLowRows: every query row of the CTA is among the first 8 of its one m16 tile (a plain decode with 8 query
+// heads a KV head, gpt-oss's GQA): the MMAs compute the other 8 rows anyway, but their softmax (maxima,
+// shuffles, exponentials, the output's rescale) is skipped and their probabilities are zero.
+// One m16 tile on e4m3 tiles: registers for four CTAs an SM (the ring allows four; left alone, the
+// compiler's schedule for two tiles an iteration took 148 registers, three CTAs).
+template <int kMTiles, bool kFp8, int kStages, int kSub, bool kLowRows>
+__global__ void __launch_bounds__(kThreads, kFp8&& kMTiles == 1 ? 4 : 1)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kFp8 || kSub == 1, "BF16 tiles are taken one an iteration");
+  static_assert(!kLowRows || kMTiles == 1, "the low rows of one m16 tile");
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   using Smem = DecodeSmem<kMTiles, kFp8, kStages, kSub>;
   using Ring = DecodeRing<kFp8, kStages, kSub>;
@@ -365,6 +372,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if (kLowRows && h == 1) {  // rows g + 8: padding, weight zero
+#pragma unroll
+          for (int nt = 0; nt < 2 * kSub; ++nt) s[mi][nt][2] = s[mi][nt][3] = 0.0f;
+          continue;
+        }
         float mx =
             fmaxf(fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]), fmaxf(s[mi][1][2 * h], s[mi][1][2 * h + 1]));
 #pragma unroll
@@ -528,13 +540,13 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
                                2 * lane) = pack_bf16(o[0], o[1]);
 }
 
-template <int kMTiles, bool kFp8, int kStages, int kSub = 1>
+template <int kMTiles, bool kFp8, int kStages, int kSub, bool kLowRows>
 void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
   using Smem = DecodeSmem<kMTiles, kFp8, kStages, kSub>;
-  ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages, kSub>, Smem::kBytes);
+  auto kernel = decode_kernel<kMTiles, kFp8, kStages, kSub, kLowRows>;
+  ensure_dynamic_smem<Smem>(kernel, Smem::kBytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
-  launch_pdl(decode_kernel<kMTiles, kFp8, kStages, kSub>, dim3(grid), dim3(kThreads), Smem::kBytes, stream,
-             p);
+  launch_pdl(kernel, dim3(grid), dim3(kThreads), Smem::kBytes, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -543,10 +555,10 @@ template <int kMTiles, bool kFp8, int kStages>
 int resident_ctas() {
   static const int n = [] {
     using Smem = DecodeSmem<kMTiles, kFp8, kStages, 1>;
-    ensure_dynamic_smem<Smem>(decode_kernel<kMTiles, kFp8, kStages, 1>, Smem::kBytes);
+    auto kernel = decode_kernel<kMTiles, kFp8, kStages, 1, false>;
+    ensure_dynamic_smem<Smem>(kernel, Smem::kBytes);
     int blocks = 0;
-    ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, decode_kernel<kMTiles, kFp8, kStages, 1>, kThreads, Smem::kBytes));
+    ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, Smem::kBytes));
     return blocks;
   }();
   return n;
@@ -577,25 +589,37 @@ int fp8_sub_tiles() {
   return n;
 }
 
-template <int kMTiles, bool kFp8>
+template <int kMTiles, bool kFp8, bool kLowRows = false>
 void launch_decode_depth(const DecodeParams& p, int bucket, int stages, cudaStream_t stream) {
   if constexpr (kFp8) {
     if (kMTiles == 1 && fp8_sub_tiles() == 2)
-      launch_decode<1, true, 3, 2>(p, bucket, stream);
+      launch_decode<1, true, 3, 2, kLowRows>(p, bucket, stream);
     else
-      launch_decode<kMTiles, true, 6, 1>(p, bucket, stream);
+      launch_decode<kMTiles, true, 6, 1, kLowRows>(p, bucket, stream);
   } else {
     const long long ctas = (long long)p.splits * p.num_kv_heads * bucket;
     if ((stages != 0 ? stages : decode_stages<kMTiles>(ctas)) == 3)
-      launch_decode<kMTiles, false, 3>(p, bucket, stream);
+      launch_decode<kMTiles, false, 3, 1, kLowRows>(p, bucket, stream);
     else
-      launch_decode<kMTiles, false, 4>(p, bucket, stream);
+      launch_decode<kMTiles, false, 4, 1, kLowRows>(p, bucket, stream);
   }
+}
+
+// Whether CTAs of at most 8 query rows skip the padding rows' softmax (kLowRows): on unless
+// ORCHID_DECODE_LOW_ROWS=0 (the A/B).
+bool low_rows_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_DECODE_LOW_ROWS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 template <bool kFp8>
 void launch_decode_rows(const DecodeParams& p, int rows, int bucket, int stages, cudaStream_t stream) {
-  if (rows <= 16)
+  if (rows <= 8 && low_rows_enabled())
+    launch_decode_depth<1, kFp8, true>(p, bucket, stages, stream);
+  else if (rows <= 16)
     launch_decode_depth<1, kFp8>(p, bucket, stages, stream);
   else if (rows <= 32)
     launch_decode_depth<2, kFp8>(p, bucket, stages, stream);
