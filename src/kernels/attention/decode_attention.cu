@@ -20,8 +20,9 @@
 // 16 us at 4.17 TB/s; FLOPs (2 x 2 x 64 x 64 heads x 32768 = 0.5 GFLOP) are irrelevant. Splits are chosen so
 // that about two CTAs per SM stream K/V (plan: splits = 2 * SMs / (bucket * Hkv), >= 2 tiles per split).
 //
-// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8) in 6 stages (48 KB, 50 KB a CTA with
-// the Q tile: four CTAs an SM with one m16 tile), and each warp reads its MMA fragments straight from them
+// FP8 KV cache (kFp8): the ring holds e4m3 tiles (64-byte rows, swz8), for a plain decode two 64-key tiles
+// a stage in 3 stages (kSub; else one in 6: 48 KB either way, 50 KB a CTA with the Q tile, four CTAs an SM
+// with one m16 tile), and each warp reads its MMA fragments straight from them
 // (warp_mma.cuh's k_frags_e4m3 / v_frags_e4m3: 16-byte reads of K rows and 8-byte reads of V rows, widened to
 // f16 in registers; head dims permuted alike in Q and K, output dims permuted in V and undone in the
 // combine), the queries rounded to f16 once, in shared memory. Half the bytes a key: the point at long
