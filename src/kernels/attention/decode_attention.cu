@@ -541,11 +541,15 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_con
                                2 * lane) = pack_bf16(o[0], o[1]);
 }
 
+// One flag of ensure_dynamic_smem per kernel instantiation (kernels of one shared-memory layout differ).
+template <int kMTiles, bool kFp8, int kStages, int kSub, bool kLowRows>
+struct DecodeKernelTag {};
+
 template <int kMTiles, bool kFp8, int kStages, int kSub, bool kLowRows>
 void launch_decode(const DecodeParams& p, int bucket, cudaStream_t stream) {
   using Smem = DecodeSmem<kMTiles, kFp8, kStages, kSub>;
   auto kernel = decode_kernel<kMTiles, kFp8, kStages, kSub, kLowRows>;
-  ensure_dynamic_smem<Smem>(kernel, Smem::kBytes);
+  ensure_dynamic_smem<DecodeKernelTag<kMTiles, kFp8, kStages, kSub, kLowRows>>(kernel, Smem::kBytes);
   const dim3 grid(unsigned(p.splits), unsigned(p.num_kv_heads), unsigned(bucket));
   launch_pdl(kernel, dim3(grid), dim3(kThreads), Smem::kBytes, stream, p);
   ORCHID_CUDA_CHECK_LAUNCH();
@@ -557,7 +561,7 @@ int resident_ctas() {
   static const int n = [] {
     using Smem = DecodeSmem<kMTiles, kFp8, kStages, 1>;
     auto kernel = decode_kernel<kMTiles, kFp8, kStages, 1, false>;
-    ensure_dynamic_smem<Smem>(kernel, Smem::kBytes);
+    ensure_dynamic_smem<DecodeKernelTag<kMTiles, kFp8, kStages, 1, false>>(kernel, Smem::kBytes);
     int blocks = 0;
     ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, Smem::kBytes));
     return blocks;
