@@ -22,6 +22,7 @@
 #include "kernels/eagle3/eagle3_ops.h"
 #include "kernels/norm/rmsnorm.h"
 #include "kernels/ops/ops.h"
+#include "runtime/graph_buckets.h"
 #include "runtime/kv_memory_plan.h"
 #include "runtime/kv_reshard.h"
 #include "runtime/sampler.h"
@@ -912,19 +913,6 @@ void CudaRank::decode_body(const StepMeta& m, int64_t T, DecodePick pick) {
 }
 
 namespace {
-constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-
-// A step's bucket: the first that holds its B sequences of q tokens, no more than a step may carry.
-int graph_bucket(int64_t B, int32_t q, const CudaBackendOptions& o) {
-  int bucket = 0;
-  for (int x : kGraphBuckets)
-    if (x >= B) {
-      bucket = x;
-      break;
-    }
-  return int(std::min<int64_t>({bucket, o.max_step_seqs, o.max_step_tokens / q}));
-}
-
 // A drafted step drew every position of its sampled sequences (1 + num_draft rows each, in order): keep each
 // sequence's run up to its first draw that differs from the draft.
 void keep_accepted(const StepBatch& b, StepOutput& out) {
@@ -959,7 +947,7 @@ bool plain_greedy(const StepBatch& b) {
 bool CudaRank::graphable(const StepBatch& b) const {
   if (!graphs_ok_ || b.logits != LogitsMode::kNone || b.seqs.empty()) return false;
   const int64_t B = int64_t(b.seqs.size());
-  if (B > kGraphBuckets[std::size(kGraphBuckets) - 1] || B > opts_.max_step_seqs) return false;
+  if (B > kMaxDecodeGraphBatch || B > opts_.max_step_seqs) return false;
   const int32_t q = b.seqs[0].num_tokens;
   if (q < 1 || q > 1 + opts_.max_draft_tokens || B * q > opts_.max_step_tokens) return false;
   if (q * (local_.num_heads / local_.num_kv_heads) > attn::kMaxDecodeRows) return false;  // not a decode
@@ -971,17 +959,8 @@ bool CudaRank::graphable(const StepBatch& b) const {
 }
 
 std::vector<int32_t> CudaRank::decode_graph_batches() const {
-  std::vector<int32_t> out;
-  if (!graphs_ok_) return out;
-  for (int x : kGraphBuckets) {
-    if (x > opts_.max_step_seqs) break;
-    const int32_t bucket = graph_bucket(x, 1, opts_);
-    if (bucket >= 1 && (out.empty() || out.back() != bucket)) out.push_back(bucket);
-  }
-  // The largest step, when --max-num-seqs lies between two buckets, replays a graph of its own size.
-  const int32_t last = graph_bucket(kGraphBuckets[std::size(kGraphBuckets) - 1], 1, opts_);
-  if (last >= 1 && (out.empty() || out.back() < last)) out.push_back(last);
-  return out;
+  if (!graphs_ok_) return {};
+  return runtime::decode_graph_batches(opts_.max_step_seqs, opts_.max_step_tokens);
 }
 
 // A decode or verify step replays the graph captured for its batch bucket, its tokens a sequence (q) and
@@ -1007,7 +986,7 @@ void wait_for_event(cudaEvent_t event, StepOutput& out) {
 StepOutput CudaRank::forward_graph(const StepBatch& b, bool launch) {
   const int64_t B = int64_t(b.seqs.size());
   const int32_t q = b.seqs[0].num_tokens;
-  const int bucket = graph_bucket(B, q, opts_);
+  const int bucket = decode_graph_bucket(B, q, opts_.max_step_seqs, opts_.max_step_tokens);
   const int64_t T = int64_t(bucket) * q;  // token rows, every one sampled
   // The pick and the wait for masks are decided alike on every rank; rank 0 alone samples.
   const bool wants_sampler = !plain_greedy(b), sampler = samples_ && wants_sampler;
