@@ -14,9 +14,10 @@ int32_t warm_up_token(size_t i, int32_t vocab) {
   return int32_t((i * 7919 + 13) % size_t(std::min(vocab, 200000)));
 }
 
-// Three decode steps of B one-token sequences at position 0, sequence s on page s of each pool: the first
-// runs eagerly and times the GEMMs, the second is captured, the third replays (CudaRank::forward_graph).
-void decode_steps(Backend& backend, int32_t B, const SamplingParams& params) {
+// One decode step of B one-token sequences at position 0, sequence s on page s of each pool: a graphed
+// backend's first step of a batch bucket runs its layers eagerly (timing the GEMMs' choices), captures
+// them and replays the graph (CudaRank::forward_graph), which is all the warming a bucket needs.
+void decode_step(Backend& backend, int32_t B, const SamplingParams& params) {
   const KvCacheSpec spec = backend.kv_spec();
   StepBatch b;
   b.params.push_back(params);
@@ -34,7 +35,7 @@ void decode_steps(Backend& backend, int32_t B, const SamplingParams& params) {
     b.tokens.push_back(warm_up_token(size_t(s), backend.model_config().vocab_size));
     b.seqs.push_back(q);
   }
-  for (int step = 0; step < 3; ++step) backend.forward(b);
+  backend.forward(b);
 }
 
 }  // namespace
@@ -53,14 +54,14 @@ double warm_up(Backend& backend, int32_t max_batch) {
     params.seed = 1;
     SequenceRunner runner(backend, params);
     StepOutput out = runner.feed(ids, true);
-    // The first decode step of a batch size runs eagerly, the second is captured, the third replays.
+    // Decode steps of one sequence: batch 1's graph, and the host path of steps that follow a prefill.
     for (int step = 0; step < 3 && !out.samples.empty(); ++step)
       out = runner.feed({out.samples[0].token}, true);
     // The larger batches' graphs, as far as the pools give every sequence a page of its own.
     for (const int32_t B : backend.decode_graph_batches())
       if (B > 1 && B <= max_batch && B <= spec.num_full_pages &&
           (spec.num_sliding_pages == 0 || B <= spec.num_sliding_pages))
-        decode_steps(backend, B, params);
+        decode_step(backend, B, params);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
