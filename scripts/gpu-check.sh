@@ -80,6 +80,13 @@ check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-c
 check golden-tiny-checkpoint-order env ORCHID_MXFP4_WORD_ORDER=checkpoint python3 tools/gpu/check_golden.py --orchid "$bin"
 # The post-attention norm, router and routing as three kernels (the default fuses them at 1-2 tokens).
 check golden-tiny-norm-route-off env ORCHID_NORM_ROUTE=0 python3 tools/gpu/check_golden.py --orchid "$bin"
+# The tiled MXFP4 GEMM's straight-line stages (ORCHID_MXFP4_STRAIGHT=1, opt-in until measured): its tests
+# and the golden bounds; the decode kernels' older variants (one e4m3 tile an iteration, every row's softmax).
+check moe-tiled-straight env ORCHID_MXFP4_STRAIGHT=1 "$build"/tests/kernels/moe/kernels_moe_test \
+  --gtest_filter='Shapes/Mxfp4TiledGemmTest.*:Formats/MoeLayerTest.*mxfp4*tiled*'
+check golden-tiny-mxfp4-straight env ORCHID_MXFP4_STRAIGHT=1 python3 tools/gpu/check_golden.py --orchid "$bin"
+check attention-decode-variants env ORCHID_DECODE_FP8_SUB=1 ORCHID_DECODE_LOW_ROWS=0 \
+  "$build"/tests/kernels/attention/attention_kernels_test --gtest_filter='*Decode*:*Mixed*:*GraphReplay*'
 # The O and next-layer QKV weights prefetched into L2 in every step (ORCHID_L2_PREFETCH=N tokens): a hint,
 # the same logits.
 check golden-tiny-l2-prefetch env ORCHID_L2_PREFETCH=4096 python3 tools/gpu/check_golden.py --orchid "$bin"
@@ -180,6 +187,16 @@ for st in 4 8; do
     synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2 --steps 32
   bench "bench-decode-120b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
     synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
+done
+# This run's switches, each against its default: the tiled GEMM's straight-line stages, the down GEMM's
+# weights before its wait, the decode kernels' low rows and two e4m3 tiles an iteration.
+for v in ORCHID_MXFP4_STRAIGHT=1 ORCHID_MOE_EARLY_WEIGHTS=0 ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 \
+    ORCHID_DEFAULTS=1; do
+  bench "bench-decode-20b-${v%%=*}-${v#*=}" env "$v" "$bin" bench decode synthetic:20b --weights mxfp4 \
+    --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
+done
+for v in ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
+  bench "attention-decode-${v%%=*}-${v#*=}" env "$v" "$build"/bench/cuda/attention/attention_bench --decode
 done
 # The O projection's and the next layer's QKV weights prefetched into L2 while HBM is idle
 # (ORCHID_L2_PREFETCH=N: steps of at most N tokens; 0, the default until measured: none).

@@ -13,11 +13,27 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common/mma_sync.cuh"
 #include "kernels/moe/mxfp4_word_order.h"
 
 namespace orchid::kernels::mxfp4_detail {
+
+// Whether the tiled MXFP4 GEMM's mma.sync loop (token tiles of up to 16 rows: decode at up to ~64 sequences)
+// runs a ring stage whose MX blocks all lie within k as straight-line code, without the per-block guard the
+// stage holding the end of k needs. In the SASS of the guarded loop each block's shared loads wait for the
+// branch after the previous block's MMAs (one chain of load, dequantize and MMA a block: ncu at 64 tokens on
+// an H100, 0.86 eligible warps of 4.15 a scheduler); straight, the compiler interleaves them.
+// ORCHID_MXFP4_STRAIGHT=1 turns it on for the A/B; off until measured on a GPU (read once, host).
+inline bool mxfp4_straight_chunks() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_STRAIGHT");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
 
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));

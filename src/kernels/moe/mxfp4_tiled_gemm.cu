@@ -137,7 +137,9 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
 }
 
 // kNT: n8 tiles of token rows per CTA tile (tile_tokens / 8).
-template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
+// kStraight: whole stages run as straight-line code (mxfp4_straight_chunks); a template parameter, so that
+// the default kernels keep their registers and schedule.
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
                        const __grid_constant__ CUtensorMap xmap) {
@@ -298,22 +300,28 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         mbar_wait(&full[st], (c / kStages) & 1);
         const uint8_t* wst = smem + st * kStageBytes + w_lane;
         const uint32_t tokens = smem_addr(smem + st * kStageBytes + kWStageBytes) + b_lane;
+        auto blocks_of_chunk = [&](auto whole) {
 #pragma unroll
-        for (int j = 0; j < kChunkMx; ++j) {
-          if (j < blocks) {  // CTA-uniform
-            dequant(f, wst, j, kChunkMx * c + j);
+          for (int j = 0; j < kChunkMx; ++j) {
+            if (decltype(whole)::value || j < blocks) {  // CTA-uniform
+              dequant(f, wst, j, kChunkMx * c + j);
 #pragma unroll
-            for (int nt = 0; nt < kV; ++nt) {
-              uint32_t b[4];
-              ldmatrix_x4(tokens + j * kTokBlockBytes + nt * 512, b);
+              for (int nt = 0; nt < kV; ++nt) {
+                uint32_t b[4];
+                ldmatrix_x4(tokens + j * kTokBlockBytes + nt * 512, b);
 #pragma unroll
-              for (int mt = 0; mt < kMTiles; ++mt) {
-                mma_m16n8k16_bf16(&acc[mt][4 * nt], f[mt][0], f[mt][1], f[mt][2], f[mt][3], b[0], b[1]);
-                mma_m16n8k16_bf16(&acc[mt][4 * nt], f[mt][4], f[mt][5], f[mt][6], f[mt][7], b[2], b[3]);
+                for (int mt = 0; mt < kMTiles; ++mt) {
+                  mma_m16n8k16_bf16(&acc[mt][4 * nt], f[mt][0], f[mt][1], f[mt][2], f[mt][3], b[0], b[1]);
+                  mma_m16n8k16_bf16(&acc[mt][4 * nt], f[mt][4], f[mt][5], f[mt][6], f[mt][7], b[2], b[3]);
+                }
               }
             }
           }
-        }
+        };
+        if (kStraight && c < nfull)
+          blocks_of_chunk(std::true_type{});
+        else
+          blocks_of_chunk(std::false_type{});
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[st]);
       }
@@ -345,6 +353,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         mbar_wait(&full[st], (c / kStages) & 1);
         const uint8_t* wst = smem + st * kStageBytes + w_lane;
         const uint64_t desc = wgmma_desc_advance(desc0, uint32_t(st * kStageBytes));
+        // (No straight variant here: ptxas serializes the wgmmas of straight-line stages, C7513.)
 #pragma unroll
         for (int j = 0; j < kChunkMx; ++j) {
           if (j < blocks) {  // CTA-uniform
@@ -522,7 +531,7 @@ __global__ void __launch_bounds__(kActivationThreads)
                           int64_t(gridDim.x - 1) * blockDim.x);
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight>
 struct TiledKernelTag {};
 
 // A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
@@ -536,15 +545,18 @@ CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes,
                            CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight = false>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
+  if constexpr (kTiledOrder && !kStraight) {  // the straight variant: the default (tiled) order only
+    if (mxfp4_straight_chunks()) return launch<Sh, kNT, kSwiglu, true, true>(p, stream);
+  }
   const int bytes = Sh::smem_bytes(kNT, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_tiled_gemm: k too large for the shared scale tile");
-  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTiledOrder>;
+  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTiledOrder, kStraight>;
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTiledOrder>>(kernel,
-                                                                     device_info().max_smem_per_block_optin);
+  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTiledOrder, kStraight>>(
+      kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
   // The expert blocks as [E * n rows][k / 32 * 16 bytes]: one box = one stage's weights (4 MX blocks of
   // each of the CTA's rows); the tokens as [x_row_count][2 k bytes], one box = one MX block of the tile.
