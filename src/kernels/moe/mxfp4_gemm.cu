@@ -61,7 +61,11 @@ __host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, i
 }
 
 // kWarps warps of 16 rows per CTA, each with a ring of kStages chunks in flight.
-template <int kNT, int kWarps, int kStages, bool kTiledOrder>
+// kStraight (tiled word order): a chunk whose 4 MX blocks all lie in the warp's k range runs them as
+// straight-line code, without the per-block exit the chunk holding the range's end needs; the compiler then
+// issues the next block's shared loads under this block's MMAs (mxfp4_straight_chunks). A template
+// parameter, so that the default kernels keep their registers and schedule.
+template <int kNT, int kWarps, int kStages, bool kTiledOrder, bool kStraight = false>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
   l2_prefetch_by_each_cta(p.l2_prefetch);
   // Programmatic dependent launch (kernels/common/pdl.cuh); with early_weights only the activations wait.
@@ -164,6 +168,36 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       cp_async_wait<kStages - 1>();  // this lane's copies of chunk c have landed
       __syncwarp();                  // ... and every other lane's
       const uint8_t* st = ws + (c % kStages) * kStageBytes;
+      if constexpr (kStraight && kTiledOrder) {
+        if (mx_begin + 4 * c + 4 <= mx_end) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int mx = mx_begin + 4 * c + j;
+            const uint32_t wa = *reinterpret_cast<const uint32_t*>(st + g * kStageRowBytes + j * 16 + 4 * t);
+            const uint32_t wb =
+                *reinterpret_cast<const uint32_t*>(st + (g + 8) * kStageRowBytes + j * 16 + 4 * t);
+            const uint32_t sa = mx_scale_bf16x2(ss[g * kmx + mx], scale_base);
+            const uint32_t sb = mx_scale_bf16x2(ss[(g + 8) * kmx + mx], scale_base);
+            const uint32_t a0 = mul_bf16x2(pair_bf16x2<true, 0>(wa), sa),
+                           a1 = mul_bf16x2(pair_bf16x2<true, 1>(wa), sa);
+            const uint32_t a2 = mul_bf16x2(pair_bf16x2<true, 2>(wa), sa),
+                           a3 = mul_bf16x2(pair_bf16x2<true, 3>(wa), sa);
+            const uint32_t b0 = mul_bf16x2(pair_bf16x2<true, 0>(wb), sb),
+                           b1 = mul_bf16x2(pair_bf16x2<true, 1>(wb), sb);
+            const uint32_t b2 = mul_bf16x2(pair_bf16x2<true, 2>(wb), sb),
+                           b3 = mul_bf16x2(pair_bf16x2<true, 3>(wb), sb);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+              const int xr = min(nt * 8 + g, tile_rows - 1);
+              const uint4 xb = *reinterpret_cast<const uint4*>(xs + xr * xstride + mx * 64 + t * 16);
+              mma_m16n8k16_bf16(acc[nt], a0, b0, a1, b1, xb.x, xb.y);
+              mma_m16n8k16_bf16(acc[nt], a2, b2, a3, b3, xb.z, xb.w);
+            }
+          }
+          __syncwarp();  // the stage is free for the copy issued at the next iteration
+          continue;
+        }
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int mx = mx_begin + 4 * c + j;
@@ -277,17 +311,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   if (p.early_weights && !scales_loaded) pdl_wait();  // no pass ran (an expert without rows)
 }
 
-template <int kNT, int kWarps, int kStages, bool kTiledOrder>
+template <int kNT, int kWarps, int kStages, bool kTiledOrder, bool kStraight>
 struct StreamingKernelTag {};
 
-template <int kNT, int kWarps, int kStages, bool kTiledOrder>
+template <int kNT, int kWarps, int kStages, bool kTiledOrder, bool kStraight = false>
 void launch_order(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   const int bytes = smem_bytes(kNT, x_tile_rows(kNT, p.max_rows_per_expert), kWarps, kStages, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_moe_gemm: k too large for the shared tile");
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  auto kernel = mxfp4_moe_gemm_kernel<kNT, kWarps, kStages, kTiledOrder>;
-  ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages, kTiledOrder>>(
+  auto kernel = mxfp4_moe_gemm_kernel<kNT, kWarps, kStages, kTiledOrder, kStraight>;
+  ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages, kTiledOrder, kStraight>>(
       kernel, device_info().max_smem_per_block_optin);
   Mxfp4GemmArgs q = p;
   q.k_split = p.k_split ? p.k_split : (p.cta_warps ? 1 : mxfp4_stream_shape(p.n, p.max_active).k_split);
@@ -301,7 +335,9 @@ void launch_order(const Mxfp4GemmArgs& p, cudaStream_t stream) {
 
 template <int kNT, int kWarps, int kStages>
 void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
-  if (p.tiled_order)
+  if (p.tiled_order && mxfp4_straight_chunks())  // the straight variant: the default (tiled) order only
+    launch_order<kNT, kWarps, kStages, true, true>(p, stream);
+  else if (p.tiled_order)
     launch_order<kNT, kWarps, kStages, true>(p, stream);
   else
     launch_order<kNT, kWarps, kStages, false>(p, stream);

@@ -21,9 +21,9 @@
 
 namespace orchid::kernels::mxfp4_detail {
 
-// Whether the tiled MXFP4 GEMM's mma.sync loop (token tiles of up to 16 rows: decode at up to ~64 sequences)
-// runs a ring stage whose MX blocks all lie within k as straight-line code, without the per-block guard the
-// stage holding the end of k needs. In the SASS of the guarded loop each block's shared loads wait for the
+// Whether the MXFP4 GEMMs (the streaming kernel, and the tiled kernel's mma.sync loop for token tiles of up to
+// 16 rows: decode at up to ~64 sequences) run a ring stage whose MX blocks all lie within k as straight-line
+// code, without the per-block guard the stage holding the end of k needs. In the SASS of the guarded loop each block's shared loads wait for the
 // branch after the previous block's MMAs (one chain of load, dequantize and MMA a block: ncu at 64 tokens on
 // an H100, 0.86 eligible warps of 4.15 a scheduler); straight, the compiler interleaves them.
 // ORCHID_MXFP4_STRAIGHT=1 turns it on for the A/B; off until measured on a GPU (read once, host).
