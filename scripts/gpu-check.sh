@@ -80,10 +80,10 @@ check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-c
 check golden-tiny-checkpoint-order env ORCHID_MXFP4_WORD_ORDER=checkpoint python3 tools/gpu/check_golden.py --orchid "$bin"
 # The post-attention norm, router and routing as three kernels (the default fuses them at 1-2 tokens).
 check golden-tiny-norm-route-off env ORCHID_NORM_ROUTE=0 python3 tools/gpu/check_golden.py --orchid "$bin"
-# The tiled MXFP4 GEMM's straight-line stages (ORCHID_MXFP4_STRAIGHT=1, opt-in until measured): its tests
-# and the golden bounds; the decode kernels' older variants (one e4m3 tile an iteration, every row's softmax).
-check moe-tiled-straight env ORCHID_MXFP4_STRAIGHT=1 "$build"/tests/kernels/moe/kernels_moe_test \
-  --gtest_filter='Shapes/Mxfp4TiledGemmTest.*:Formats/MoeLayerTest.*mxfp4*tiled*'
+# The MXFP4 GEMMs' straight-line stages (ORCHID_MXFP4_STRAIGHT=1, opt-in until measured): their tests and
+# the golden bounds; the decode kernels' older variants (one e4m3 tile an iteration, every row's softmax).
+check moe-mxfp4-straight env ORCHID_MXFP4_STRAIGHT=1 "$build"/tests/kernels/moe/kernels_moe_test \
+  --gtest_filter='Shapes/Mxfp4TiledGemmTest.*:Shapes/Mxfp4GemmTest.*:Formats/MoeLayerTest.*mxfp4*'
 check golden-tiny-mxfp4-straight env ORCHID_MXFP4_STRAIGHT=1 python3 tools/gpu/check_golden.py --orchid "$bin"
 check attention-decode-variants env ORCHID_DECODE_FP8_SUB=1 ORCHID_DECODE_LOW_ROWS=0 \
   "$build"/tests/kernels/attention/attention_kernels_test --gtest_filter='*Decode*:*Mixed*:*GraphReplay*'
