@@ -173,8 +173,8 @@ class Backend {
   // (StepSequence::num_propose); 0: it has none.
   virtual int32_t max_proposals() const { return 0; }
   // Batch sizes whose plain decode steps the backend runs as captured graphs, smallest first (a step of B
-  // sequences takes the first that holds B). Each is captured on its first steps, which run eagerly and
-  // time the GEMMs' choices: runtime::warm_up runs them before serving. Empty: no graphs.
+  // sequences takes the first that holds B). A size's first step runs eagerly, timing the GEMMs' choices,
+  // and is captured: runtime::warm_up runs one of each before serving. Empty: no graphs.
   virtual std::vector<int32_t> decode_graph_batches() const { return {}; }
   // Whether forward() samples within StepBatch::token_masks (structured outputs). The engine refuses
   // constrained requests on a backend that does not.

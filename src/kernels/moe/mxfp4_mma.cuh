@@ -21,12 +21,13 @@
 
 namespace orchid::kernels::mxfp4_detail {
 
-// Whether the MXFP4 GEMMs (the streaming kernel, and the tiled kernel's mma.sync loop for token tiles of up to
-// 16 rows: decode at up to ~64 sequences) run a ring stage whose MX blocks all lie within k as straight-line
-// code, without the per-block guard the stage holding the end of k needs. In the SASS of the guarded loop each block's shared loads wait for the
-// branch after the previous block's MMAs (one chain of load, dequantize and MMA a block: ncu at 64 tokens on
-// an H100, 0.86 eligible warps of 4.15 a scheduler); straight, the compiler interleaves them.
-// ORCHID_MXFP4_STRAIGHT=1 turns it on for the A/B; off until measured on a GPU (read once, host).
+// Whether the MXFP4 GEMMs (the streaming kernel, and the tiled kernel's mma.sync loop for token tiles of up
+// to 16 rows: decode at up to ~64 sequences) run a ring stage whose MX blocks all lie within k as
+// straight-line code, without the per-block guard the stage holding the end of k needs. In the SASS of the
+// guarded loop each block's shared loads wait for the branch after the previous block's MMAs (one chain of
+// load, dequantize and MMA a block: ncu at 64 tokens on an H100, 0.86 eligible warps of 4.15 a scheduler);
+// straight, the compiler interleaves them. ORCHID_MXFP4_STRAIGHT=1 turns it on for the A/B; off until
+// measured on a GPU (read once, host).
 inline bool mxfp4_straight_chunks() {
   static const bool on = [] {
     const char* v = std::getenv("ORCHID_MXFP4_STRAIGHT");
