@@ -1,0 +1,67 @@
+// The start-up warm-up (runtime/warm_up.h) on the engine's checking stand-in backend: every batch it runs is
+// well formed (the fake refuses bad layouts, pages and tokens), batch 1 comes through a prompt and decode
+// steps, and every other graph batch size the backend names gets one decode step, greedy and sampled, as far
+// as --warmup-max-batch and the KV pools allow.
+#include "runtime/warm_up.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/testing/fake_backend.h"
+
+namespace orchid::engine::testing {
+namespace {
+
+// The fake with decode graphs of the given batch sizes, recording each step's sequence count.
+class GraphedFake : public FakeBackend {
+ public:
+  GraphedFake(FakeBackendOptions options, std::vector<int32_t> batches)
+      : FakeBackend(options), batches_(std::move(batches)) {}
+  std::vector<int32_t> decode_graph_batches() const override { return batches_; }
+  runtime::StepOutput forward(const runtime::StepBatch& batch) override {
+    steps.push_back(int32_t(batch.seqs.size()));
+    return FakeBackend::forward(batch);
+  }
+  std::vector<int32_t> steps;
+
+ private:
+  std::vector<int32_t> batches_;
+};
+
+FakeBackendOptions options() {
+  FakeBackendOptions o;
+  o.check_sample_index = false;  // the warm-up's sequences start over with each sampling mode
+  return o;
+}
+
+// Per sampling mode: the prompt and three decode steps of one sequence, then one step of each larger size.
+std::vector<int32_t> expected_steps(const std::vector<int32_t>& larger) {
+  std::vector<int32_t> one = {1, 1, 1, 1};
+  one.insert(one.end(), larger.begin(), larger.end());
+  std::vector<int32_t> both = one;
+  both.insert(both.end(), one.begin(), one.end());
+  return both;
+}
+
+TEST(WarmUp, OneDecodeStepOfEveryGraphBatchSizeInBothSamplingModes) {
+  GraphedFake fake(options(), {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  EXPECT_GE(runtime::warm_up(fake), 0.0);
+  // 256 sequences need 256 sliding pages; the fake's pool has 128.
+  EXPECT_EQ(fake.steps, expected_steps({2, 4, 8, 16, 32, 64, 128}));
+}
+
+TEST(WarmUp, StopsAtTheLargestBatchAsked) {
+  GraphedFake fake(options(), {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  runtime::warm_up(fake, 8);
+  EXPECT_EQ(fake.steps, expected_steps({2, 4, 8}));
+}
+
+TEST(WarmUp, ABackendWithoutGraphsWarmsBatchOneOnly) {
+  GraphedFake fake(options(), {});
+  runtime::warm_up(fake);
+  EXPECT_EQ(fake.steps, expected_steps({}));
+}
+
+}  // namespace
+}  // namespace orchid::engine::testing
