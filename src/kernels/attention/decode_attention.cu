@@ -171,7 +171,7 @@ __device__ __noinline__ void merge_in_last_split(const DecodeParams& p, int slot
 // One m16 tile on e4m3 tiles: registers for four CTAs an SM (the ring allows four; left alone, the
 // compiler's schedule for two tiles an iteration took 148 registers, three CTAs).
 template <int kMTiles, bool kFp8, int kStages, int kSub, bool kLowRows>
-__global__ void __launch_bounds__(kThreads, kFp8&& kMTiles == 1 ? 4 : 1)
+__global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kFp8 || kSub == 1, "BF16 tiles are taken one an iteration");
   static_assert(!kLowRows || kMTiles == 1, "the low rows of one m16 tile");
