@@ -137,8 +137,8 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
 }
 
 // kNT: n8 tiles of token rows per CTA tile (tile_tokens / 8).
-// kStraight: whole stages run as straight-line code (mxfp4_straight_chunks); a template parameter, so that
-// the default kernels keep their registers and schedule.
+// kStraight: the mma.sync loop runs whole stages as straight-line code (mxfp4_straight_chunks); a template
+// parameter, so that the default kernels keep their registers and schedule.
 template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
