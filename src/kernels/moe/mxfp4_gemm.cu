@@ -169,6 +169,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       __syncwarp();                  // ... and every other lane's
       const uint8_t* st = ws + (c % kStages) * kStageBytes;
       if constexpr (kStraight && kTiledOrder) {
+        // The guarded loop's tiled-order block, written out again: routing both loops through one helper
+        // (a lambda or a device function) moved the default kernels' registers (79 -> 86 at one token,
+        // 8 warps: two CTAs an SM instead of three), which this variant must not change until it is measured.
         if (mx_begin + 4 * c + 4 <= mx_end) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
