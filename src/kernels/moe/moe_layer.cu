@@ -147,6 +147,9 @@ Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
       p.tile_tokens = t.tile_tokens;
       break;
     }
+  p.down_shape = p.shape;
+  if (p.tile_tokens <= kMxfp4TiledRows256MaxTokens && (c.mxfp4_down_rows == 128 || c.mxfp4_down_rows == 256))
+    p.down_shape = c.mxfp4_down_rows == 128 ? Mxfp4TiledShape::kRows128 : Mxfp4TiledShape::kRows256;
   return p;
 }
 
@@ -312,6 +315,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.scales = static_cast<const uint8_t*>(w.w2_scale);
     g.x = b.z_bf16;
     g.y = b.y;
+    g.cta_shape = path.down_shape;
     g.early_weights = moe_early_weights();
     mxfp4_tiled_gemm(g, stream);
   } else if (mxfp4_stream) {

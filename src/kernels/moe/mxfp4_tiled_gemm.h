@@ -33,6 +33,8 @@ namespace orchid::kernels {
 // Token rows per CTA tile; the GEMM is instantiated for these (64 and 128: 128-row CTAs only; 128 at one CTA
 // an SM, for prefill-sized steps).
 constexpr int kMxfp4TileTokens[] = {16, 32, 48, 64, 128};
+// The largest tile 256-row CTAs are built for (their accumulators at 64 tokens spill).
+constexpr int kMxfp4TiledRows256MaxTokens = 48;
 
 // Upper bound on the work tiles of `rows` permuted rows over `num_experts` experts (the plan's length).
 int mxfp4_tiled_max_tiles(int rows, int num_experts, int tile_tokens);

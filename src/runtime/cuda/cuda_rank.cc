@@ -82,6 +82,8 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   // For comparisons: the token count up to which the tiled MXFP4 kernel runs instead of the FP8 conversion.
   if (const char* v = std::getenv("ORCHID_MXFP4_TILED_MAX_TOKENS"))
     moe_cfg_.mxfp4_tiled_max_tokens = std::atoi(v);
+  // For comparisons: the tiled down GEMM's CTA rows (128 or 256; unset, as gate_up).
+  if (const char* v = std::getenv("ORCHID_MXFP4_DOWN_ROWS")) moe_cfg_.mxfp4_down_rows = std::atoi(v);
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
   plan_workspace();

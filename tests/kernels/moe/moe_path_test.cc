@@ -65,7 +65,25 @@ TEST(Mxfp4Path, TileByRowsPerExpert) {
     if (p.tile_tokens >= 64) {
       EXPECT_EQ(p.shape, Mxfp4TiledShape::kRows128) << w.tokens;
     }
+    EXPECT_EQ(p.down_shape, p.shape) << w.tokens;  // unless mxfp4_down_rows says otherwise
   }
+}
+
+TEST(Mxfp4Path, DownRowsOverrideOnlyWhereTheTileAllowsIt) {
+  MoeConfig c = config(32);
+  c.mxfp4_tiled_max_tokens = 16384;
+  c.mxfp4_down_rows = 128;
+  Mxfp4Path p = mxfp4_path(c, 256);  // 32 rows an expert: 256 x 48 for gate_up
+  EXPECT_EQ(p.shape, Mxfp4TiledShape::kRows256);
+  EXPECT_EQ(p.down_shape, Mxfp4TiledShape::kRows128);
+  c.mxfp4_down_rows = 256;
+  p = mxfp4_path(c, 1024);  // 128 rows an expert: 64-token tiles, built for 128-row CTAs only
+  EXPECT_EQ(p.tile_tokens, 64);
+  EXPECT_EQ(p.down_shape, Mxfp4TiledShape::kRows128);
+  p = mxfp4_path(c, 64);  // 8 rows an expert: 16-token tiles
+  EXPECT_EQ(p.down_shape, Mxfp4TiledShape::kRows256);
+  c.mxfp4_down_rows = 7;  // not a CTA shape: the table's
+  EXPECT_EQ(mxfp4_path(c, 64).down_shape, p.shape);
 }
 
 }  // namespace
