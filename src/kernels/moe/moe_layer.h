@@ -64,7 +64,7 @@ enum class MoeOutput : uint8_t { kAddToResidual, kStorePart };
 // Which MXFP4 kernel a step of num_tokens tokens takes.
 struct Mxfp4Path {
   enum Kind : uint8_t { kStream, kTiled, kConvertFp8 } kind = kStream;
-  Mxfp4TiledShape shape = Mxfp4TiledShape::kRows128;  // kTiled: CTA shape and token rows per tile
+  Mxfp4TiledShape shape = Mxfp4TiledShape::kRows128;       // kTiled: CTA shape and token rows per tile
   Mxfp4TiledShape down_shape = Mxfp4TiledShape::kRows128;  // kTiled: the down GEMM's CTA shape
   int tile_tokens = 0;
 };
