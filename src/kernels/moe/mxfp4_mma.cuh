@@ -36,6 +36,18 @@ inline bool mxfp4_straight_chunks() {
   return on;
 }
 
+// Whether the tiled GEMM's wgmma loop for two m-tiles a warp (256-row CTAs, token tiles of 24-48 rows: decode
+// at ~100-256 sequences) runs a wgmma group per m-tile, so that one m-tile's next block is dequantized while
+// the other's MMAs run (no second register set). ORCHID_MXFP4_MT_PIPE=1 turns it on for the A/B; off until
+// measured on a GPU (read once, host).
+inline bool mxfp4_mt_pipe() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_MT_PIPE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
   const int n = valid ? 16 : 0;

@@ -137,9 +137,10 @@ __device__ __forceinline__ void with_used_tiles(int v, F&& run) {
 }
 
 // kNT: n8 tiles of token rows per CTA tile (tile_tokens / 8).
-// kStraight: the mma.sync loop runs whole stages as straight-line code (mxfp4_straight_chunks); a template
-// parameter, so that the default kernels keep their registers and schedule.
-template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight>
+// kStraight: the mma.sync loop runs whole stages as straight-line code (mxfp4_straight_chunks); kMtPipe: the
+// wgmma loop of two m-tiles a warp pipelines them (mxfp4_mt_pipe). Template parameters, so that the default
+// kernels keep their registers and schedule.
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight, bool kMtPipe>
 __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
     mxfp4_tiled_kernel(Mxfp4TiledArgs p, const __grid_constant__ CUtensorMap wmap,
                        const __grid_constant__ CUtensorMap xmap) {
@@ -325,6 +326,60 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[st]);
       }
+    } else if constexpr (kMtPipe) {
+      // Two m-tiles a warp, one register set each: a wgmma group per m-tile and MX block, so that while
+      // one m-tile's group runs the warp dequantizes the other's next block into the registers whose group
+      // has completed (wait_group 1). The 256-row CTAs' default loop waits for both m-tiles' MMAs before the
+      // next block's loads; this overlaps them with no second register set.
+      static_assert(kMTiles == 2, "the m-tile pipeline takes two m-tiles a warp");
+      constexpr int kN = 8 * kV;
+      uint32_t a[kMTiles][8];
+      const uint64_t desc0 = wgmma_desc(smem_addr(smem + kWStageBytes), 16, 512, 2);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) fence_operands(acc[mt]);
+      for (int c = 0; c < nchunks; ++c) {
+        const int st = c % kStages;
+        const int blocks = c < nfull ? kChunkMx : tail;
+        mbar_wait(&full[st], (c / kStages) & 1);
+        const uint8_t* wst = smem + st * kStageBytes + w_lane;
+        const uint64_t desc = wgmma_desc_advance(desc0, uint32_t(st * kStageBytes));
+#pragma unroll
+        for (int j = 0; j < kChunkMx; ++j) {
+          if (j < blocks) {  // CTA-uniform
+            const int mx = kChunkMx * c + j;
+            const uint64_t dj = wgmma_desc_advance(desc, uint32_t(j * kTokBlockBytes));
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt) {
+              // The shared loads go first: the wait below orders memory, and they touch no MMA register.
+              const uint32_t wa = lds32(wst + (16 * mt) * kWRowBytes + (j ^ wsw) * 16);
+              const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + (j ^ wsw) * 16);
+              const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
+              const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
+              wgmma_wait<1>();  // this m-tile's group of the block before is done (none pending at the start)
+              if (mt == 1 && j == 0 && c > 0) {
+                // ... and with it every group that read the previous stage's token rows.
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
+              }
+              a[mt][0] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wa), sa);
+              a[mt][1] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wb), sb);
+              a[mt][2] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wa), sa);
+              a[mt][3] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wb), sb);
+              a[mt][4] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wa), sa);
+              a[mt][5] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wb), sb);
+              a[mt][6] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wa), sa);
+              a[mt][7] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wb), sb);
+              wgmma_fence();
+              wgmma_bf16_rs<kN, 0>(acc[mt], &a[mt][0], dj, 1);
+              wgmma_bf16_rs<kN, 0>(acc[mt], &a[mt][4], wgmma_desc_advance(dj, 32), 1);
+              wgmma_commit();
+            }
+          }
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) fence_operands(acc[mt]);
     } else {
       constexpr int kN = 8 * kV;
       constexpr int kSets = Sh::kGroupsInFlight;
@@ -531,7 +586,7 @@ __global__ void __launch_bounds__(kActivationThreads)
                           int64_t(gridDim.x - 1) * blockDim.x);
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight, bool kMtPipe>
 struct TiledKernelTag {};
 
 // A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
@@ -545,17 +600,20 @@ CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes,
                            CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
 }
 
-template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight = false>
+template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight = false, bool kMtPipe = false>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
-  if constexpr (kTiledOrder && !kStraight) {  // the straight variant: the default (tiled) order only
-    if (mxfp4_straight_chunks()) return launch<Sh, kNT, kSwiglu, true, true>(p, stream);
+  if constexpr (kTiledOrder && !kStraight && !kMtPipe) {  // the variants: the default (tiled) order only
+    if constexpr (Sh::kMTiles == 2 && Sh::kGroupsInFlight == 1 && kNT > kMmaSyncMaxTiles) {
+      if (mxfp4_mt_pipe()) return launch<Sh, kNT, kSwiglu, true, false, true>(p, stream);
+    }
+    if (mxfp4_straight_chunks()) return launch<Sh, kNT, kSwiglu, true, true, false>(p, stream);
   }
   const int bytes = Sh::smem_bytes(kNT, p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_tiled_gemm: k too large for the shared scale tile");
-  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTiledOrder, kStraight>;
+  auto kernel = mxfp4_tiled_kernel<Sh, kNT, kSwiglu, kTiledOrder, kStraight, kMtPipe>;
   // Raised once per device to the opt-in limit (the launch's own size decides the occupancy).
-  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTiledOrder, kStraight>>(
+  ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTiledOrder, kStraight, kMtPipe>>(
       kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
   // The expert blocks as [E * n rows][k / 32 * 16 bytes]: one box = one stage's weights (4 MX blocks of
