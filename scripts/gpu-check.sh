@@ -80,11 +80,14 @@ check golden-tiny-fp8kv python3 tools/gpu/check_golden.py --orchid "$bin" --kv-c
 check golden-tiny-checkpoint-order env ORCHID_MXFP4_WORD_ORDER=checkpoint python3 tools/gpu/check_golden.py --orchid "$bin"
 # The post-attention norm, router and routing as three kernels (the default fuses them at 1-2 tokens).
 check golden-tiny-norm-route-off env ORCHID_NORM_ROUTE=0 python3 tools/gpu/check_golden.py --orchid "$bin"
-# The MXFP4 GEMMs' straight-line stages (ORCHID_MXFP4_STRAIGHT=1, opt-in until measured): their tests and
-# the golden bounds; the decode kernels' older variants (one e4m3 tile an iteration, every row's softmax).
-check moe-mxfp4-straight env ORCHID_MXFP4_STRAIGHT=1 "$build"/tests/kernels/moe/kernels_moe_test \
+# The MXFP4 GEMMs' loops as before the straight-line stages and the m-tile pipeline (both the default):
+# their tests and the golden bounds; the decode kernels' older variants (one e4m3 tile an iteration, every
+# row's softmax).
+check moe-mxfp4-loops-off env ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 \
+  "$build"/tests/kernels/moe/kernels_moe_test \
   --gtest_filter='Shapes/Mxfp4TiledGemmTest.*:Shapes/Mxfp4GemmTest.*:Formats/MoeLayerTest.*mxfp4*'
-check golden-tiny-mxfp4-straight env ORCHID_MXFP4_STRAIGHT=1 python3 tools/gpu/check_golden.py --orchid "$bin"
+check golden-tiny-mxfp4-loops-off env ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 \
+  python3 tools/gpu/check_golden.py --orchid "$bin"
 check attention-decode-variants env ORCHID_DECODE_FP8_SUB=1 ORCHID_DECODE_LOW_ROWS=0 \
   "$build"/tests/kernels/attention/attention_kernels_test --gtest_filter='*Decode*:*Mixed*:*GraphReplay*'
 # The O and next-layer QKV weights prefetched into L2 in every step (ORCHID_L2_PREFETCH=N tokens): a hint,
@@ -188,10 +191,11 @@ for st in 4 8; do
   bench "bench-decode-120b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
     synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
 done
-# This run's switches, each against its default: the tiled GEMM's straight-line stages, the down GEMM's
-# weights before its wait, the decode kernels' low rows and two e4m3 tiles an iteration.
-for v in ORCHID_MXFP4_STRAIGHT=1 ORCHID_MOE_EARLY_WEIGHTS=0 ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 \
-    ORCHID_DEFAULTS=1; do
+# The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
+# pipeline, the tiled down GEMM on 128-row CTAs, the down GEMM's weights before its wait, the decode
+# kernels' low rows and two e4m3 tiles an iteration.
+for v in ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 ORCHID_MXFP4_DOWN_ROWS=128 ORCHID_MOE_EARLY_WEIGHTS=0 \
+    ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
   bench "bench-decode-20b-${v%%=*}-${v#*=}" env "$v" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
 done

@@ -26,24 +26,25 @@ namespace orchid::kernels::mxfp4_detail {
 // straight-line code, without the per-block guard the stage holding the end of k needs. In the SASS of the
 // guarded loop each block's shared loads wait for the branch after the previous block's MMAs (one chain of
 // load, dequantize and MMA a block: ncu at 64 tokens on an H100, 0.86 eligible warps of 4.15 a scheduler);
-// straight, the compiler interleaves them. ORCHID_MXFP4_STRAIGHT=1 turns it on for the A/B; off until
-// measured on a GPU (read once, host).
+// straight, the compiler interleaves them. On by default (H200, decode steps at ctx 1024: -3.4% / -4.2% /
+// -1.5% / -0.9% at batch 1 / 2 / 16 / 64; bench/RESULTS.md); ORCHID_MXFP4_STRAIGHT=0 turns it off (read
+// once, host).
 inline bool mxfp4_straight_chunks() {
   static const bool on = [] {
     const char* v = std::getenv("ORCHID_MXFP4_STRAIGHT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;
 }
 
 // Whether the tiled GEMM's wgmma loop for two m-tiles a warp (256-row CTAs, token tiles of 24-48 rows: decode
 // at ~100-256 sequences) runs a wgmma group per m-tile, so that one m-tile's next block is dequantized while
-// the other's MMAs run (no second register set). ORCHID_MXFP4_MT_PIPE=1 turns it on for the A/B; off until
-// measured on a GPU (read once, host).
+// the other's MMAs run (no second register set). On by default (H200, decode steps at ctx 1024: -1.2% /
+// -0.8% at batch 128 / 256; bench/RESULTS.md); ORCHID_MXFP4_MT_PIPE=0 turns it off (read once, host).
 inline bool mxfp4_mt_pipe() {
   static const bool on = [] {
     const char* v = std::getenv("ORCHID_MXFP4_MT_PIPE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;
 }
