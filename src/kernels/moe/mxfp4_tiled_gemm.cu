@@ -120,6 +120,21 @@ __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// One m16 tile's A fragments of an MX block from its two weight words (rows g and g + 8) and their scale
+// factors: [4 s + i] = k16 step s, register i (wgmma.cuh's A layout, also mma.sync's).
+template <bool kTiledOrder>
+__device__ __forceinline__ void place_mx_block(uint32_t (&f)[8], uint32_t wa, uint32_t wb, uint32_t sa,
+                                               uint32_t sb) {
+  f[0] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wa), sa);
+  f[1] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wb), sb);
+  f[2] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wa), sa);
+  f[3] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wb), sb);
+  f[4] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wa), sa);
+  f[5] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wb), sb);
+  f[6] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wa), sa);
+  f[7] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wb), sb);
+}
+
 // Calls run(std::integral_constant<int, V>{}) with V = v rounded up to a multiple of kStep (clamped to
 // kStep..kMax): the main loop is compiled for the token n-tiles in use, with no per-n-tile branch. Tiles of
 // up to 64 tokens take every count (kStep 1); the 128-token tiles of prefill-sized steps 64 or 128 tokens
@@ -267,10 +282,9 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
   // result): up to kMmaSyncMaxTiles on mma.sync, above on wgmma.
   auto run = [&](auto v) {
     constexpr int kV = decltype(v)::value;
-    // The A fragments of one MX block: [mt][4 s + i] = k16 step s, register i (wgmma.cuh's A layout, also
-    // mma.sync's). The lane's 4 bytes 4t..4t+3 of a row's block are elements 8t..8t+7; register i of step
-    // s holds elements 8t + 2s + (i >> 1) and + 4 of row g + 8 (i & 1): the positions mxfp4_tiled_pos
-    // gives the activations.
+    // The A fragments of one MX block: [mt][4 s + i] = k16 step s, register i (place_mx_block). The
+    // lane's 4 bytes 4t..4t+3 of a row's block are elements 8t..8t+7; register i of step s holds elements
+    // 8t + 2s + (i >> 1) and + 4 of row g + 8 (i & 1): the positions mxfp4_tiled_pos gives the activations.
     auto dequant = [&](uint32_t(&f)[kMTiles][8], const uint8_t* wst, int j, int mx) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
@@ -278,14 +292,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         const uint32_t wb = lds32(wst + (16 * mt + 8) * kWRowBytes + (j ^ wsw) * 16);
         const uint32_t sa = mx_scale_bf16x2(srow[mt][0][mx], scale_base);
         const uint32_t sb = mx_scale_bf16x2(srow[mt][1][mx], scale_base);
-        f[mt][0] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wa), sa);
-        f[mt][1] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wb), sb);
-        f[mt][2] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wa), sa);
-        f[mt][3] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wb), sb);
-        f[mt][4] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wa), sa);
-        f[mt][5] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wb), sb);
-        f[mt][6] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wa), sa);
-        f[mt][7] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wb), sb);
+        place_mx_block<kTiledOrder>(f[mt], wa, wb, sa, sb);
       }
     };
     if constexpr (kV <= kMmaSyncMaxTiles) {
@@ -361,14 +368,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
               }
-              a[mt][0] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wa), sa);
-              a[mt][1] = mul_bf16x2(pair_bf16x2<kTiledOrder, 0>(wb), sb);
-              a[mt][2] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wa), sa);
-              a[mt][3] = mul_bf16x2(pair_bf16x2<kTiledOrder, 1>(wb), sb);
-              a[mt][4] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wa), sa);
-              a[mt][5] = mul_bf16x2(pair_bf16x2<kTiledOrder, 2>(wb), sb);
-              a[mt][6] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wa), sa);
-              a[mt][7] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wb), sb);
+              place_mx_block<kTiledOrder>(a[mt], wa, wb, sa, sb);
               wgmma_fence();
               wgmma_bf16_rs<kN, 0>(acc[mt], &a[mt][0], dj, 1);
               wgmma_bf16_rs<kN, 0>(acc[mt], &a[mt][4], wgmma_desc_advance(dj, 32), 1);
