@@ -47,6 +47,9 @@ struct Mxfp4GemmArgs {
   // A later kernel's weights (the next layer's QKV projection's), fetched into L2 by the first CTA while
   // this GEMM streams its experts (l2_prefetch.h; a hint).
   L2Prefetch l2_prefetch;
+  // This warp's own weights brought into L2 this many chunks (k 128) ahead of its cp.async ring; -1: the
+  // process default (ORCHID_MXFP4_L2_AHEAD).
+  int l2_ahead = -1;
 };
 
 // The CTA shape the streaming kernel takes by default for a grid of max_active experts x n rows.
