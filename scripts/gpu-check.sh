@@ -192,10 +192,10 @@ for st in 4 8; do
     synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
 done
 # The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
-# pipeline, the tiled down GEMM on 128-row CTAs, the down GEMM's weights before its wait, the decode
-# kernels' low rows and two e4m3 tiles an iteration.
-for v in ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 ORCHID_MXFP4_DOWN_ROWS=128 ORCHID_MOE_EARLY_WEIGHTS=0 \
-    ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
+# pipeline, the tiled down GEMM on 128-row CTAs, the MXFP4 weights brought into L2 4 or 8 chunks ahead, the
+# down GEMM's weights before its wait, the decode kernels' low rows and two e4m3 tiles an iteration.
+for v in ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 ORCHID_MXFP4_DOWN_ROWS=128 ORCHID_MXFP4_L2_AHEAD=4 \
+    ORCHID_MXFP4_L2_AHEAD=8 ORCHID_MOE_EARLY_WEIGHTS=0 ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
   bench "bench-decode-20b-${v%%=*}-${v#*=}" env "$v" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
 done
