@@ -90,9 +90,8 @@ check golden-tiny-mxfp4-loops-off env ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PI
   python3 tools/gpu/check_golden.py --orchid "$bin"
 check attention-decode-variants env ORCHID_DECODE_FP8_SUB=1 ORCHID_DECODE_LOW_ROWS=0 \
   "$build"/tests/kernels/attention/attention_kernels_test --gtest_filter='*Decode*:*Mixed*:*GraphReplay*'
-# The O and next-layer QKV weights prefetched into L2 in every step (ORCHID_L2_PREFETCH=N tokens): a hint,
-# the same logits.
-check golden-tiny-l2-prefetch env ORCHID_L2_PREFETCH=4096 python3 tools/gpu/check_golden.py --orchid "$bin"
+# The MXFP4 GEMMs' weights brought into L2 ahead of their rings: a hint, the same logits.
+check golden-tiny-mxfp4-l2-ahead env ORCHID_MXFP4_L2_AHEAD=8 python3 tools/gpu/check_golden.py --orchid "$bin"
 # The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
 check trained-tiny python3 tools/train/check_reference.py --orchid "$bin" --model models/orchid-tiny \
   --reference tests/golden/orchid_tiny --backend cuda --weights mxfp4,bf16
@@ -202,13 +201,13 @@ done
 for v in ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
   bench "attention-decode-${v%%=*}-${v#*=}" env "$v" "$build"/bench/cuda/attention/attention_bench --decode
 done
-# The O projection's and the next layer's QKV weights prefetched into L2 while HBM is idle
-# (ORCHID_L2_PREFETCH=N: steps of at most N tokens; 0, the default until measured: none).
-for pf in 0 16 256; do
-  bench "bench-decode-20b-l2-prefetch-$pf" env ORCHID_L2_PREFETCH=$pf "$bin" bench decode synthetic:20b \
-    --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
-  [ "$pf" = 256 ] || bench "bench-decode-120b-l2-prefetch-$pf" env ORCHID_L2_PREFETCH=$pf "$bin" bench decode \
-    synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
+# The MXFP4 expert GEMMs alone with their weights 0 / 4 / 8 / 16 chunks ahead in L2 (ORCHID_MXFP4_L2_AHEAD),
+# and 120b at one token, where the streaming GEMM is a third of the step.
+for pf in 0 4 8 16; do
+  bench "moe-mxfp4-l2-ahead-$pf" env ORCHID_MXFP4_L2_AHEAD=$pf "$build"/bench/cuda/moe/moe_bench --quick \
+    --filter "mxfp4 "
+  [ "$pf" = 16 ] || bench "bench-decode-120b-l2-ahead-$pf" env ORCHID_MXFP4_L2_AHEAD=$pf "$bin" bench decode \
+    synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,64 --steps 16
 done
 # The Hopper prefill kernel on its persistent grid (the default: one CTA per SM looping over the work items)
 # and on one CTA per item (ORCHID_PREFILL_PERSISTENT=0).

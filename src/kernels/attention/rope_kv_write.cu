@@ -17,7 +17,6 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/quant.cuh"
 
@@ -45,7 +44,6 @@ struct RopeParams {
   int num_q_heads;
   int num_kv_heads;
   int page_size_log2;
-  L2Prefetch l2_prefetch;
 };
 
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
@@ -110,7 +108,6 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
 
 template <typename T, bool kBiasFp32, bool kFp8Kv>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams<T> p) {
-  l2_prefetch_by_each_cta(p.l2_prefetch);
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int t = blockIdx.x;
   const int seq_idx = p.token_seq[t];
@@ -200,7 +197,6 @@ void launch(const RopeKvWriteArgs& a, const AttentionPlan& plan, int log2_page, 
   p.num_q_heads = plan.num_q_heads;
   p.num_kv_heads = plan.num_kv_heads;
   p.page_size_log2 = log2_page;
-  p.l2_prefetch = a.l2_prefetch;
   auto go = [&](auto kernel) { launch_pdl(kernel, dim3(plan.num_tokens), dim3(kThreads), 0, stream, p); };
   if constexpr (std::is_same_v<T, float>) {  // precise layers: fp32 pools
     if (a.bias_fp32)

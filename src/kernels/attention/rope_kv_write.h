@@ -19,7 +19,6 @@
 #include <cstdint>
 
 #include "kernels/attention/attention_plan.h"
-#include "kernels/common/l2_prefetch.h"
 
 namespace orchid::kernels::attention {
 
@@ -50,9 +49,6 @@ struct RopeKvWriteArgs {
   const int32_t* page_table = nullptr;  // flat table of this layer's kind
   TableKind table_kind = kFullTable;
   int page_size = 16;
-  // A later kernel's weights (the O projection's), fetched into L2 while this kernel and the attention
-  // after it leave HBM idle (decode steps at a few tokens). A hint: the outputs do not depend on it.
-  L2Prefetch l2_prefetch;
 };
 
 // Sizes (heads, tokens) come from the plan. Launches nothing for zero tokens.

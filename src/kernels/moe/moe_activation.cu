@@ -5,7 +5,6 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/quant.cuh"
 #include "kernels/moe/moe_activation.h"
@@ -179,8 +178,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
                    const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
                    const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
-                   float* __restrict__ x, L2Prefetch prefetch) {
-  l2_prefetch_by_each_cta(prefetch);
+                   float* __restrict__ x) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int v = blockIdx.y * kCombineThreads + threadIdx.x;
   if (v >= hidden / 8) return;
@@ -199,9 +197,7 @@ __global__ void __launch_bounds__(kCombineNormMaxThreads)
     combine_norm_kernel(const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ b2,
                         const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
                         const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x,
-                        const float* __restrict__ gamma, float eps, __nv_bfloat16* __restrict__ out,
-                        L2Prefetch prefetch) {
-  l2_prefetch_by_each_cta(prefetch);
+                        const float* __restrict__ gamma, float eps, __nv_bfloat16* __restrict__ out) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   float v[1][8];
   if (int(threadIdx.x) < (hidden >> 3))
@@ -260,26 +256,25 @@ void moe_swiglu_fp8(const void* u, const void* b1, const int* row_expert, int ro
 
 void moe_combine(const void* y, const void* b2, const int* topk_idx, const float* topk_w, const int* slot_row,
                  int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream, int expert_begin,
-                 bool store, const L2Prefetch& prefetch) {
+                 bool store) {
   ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine: hidden must be a multiple of 8");
   if (num_tokens <= 0) return;
   ORCHID_KERNEL_REQUIRE(top_k >= 1 && top_k <= 8, "moe_combine: top_k must be in [1, 8]");
   const dim3 grid(unsigned(num_tokens), unsigned((hidden / 8 + kCombineThreads - 1) / kCombineThreads));
   launch_pdl(combine_kernel, dim3(grid), dim3(kCombineThreads), 0, stream,
              static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
-             slot_row, top_k, hidden, expert_begin, store, x, prefetch);
+             slot_row, top_k, hidden, expert_begin, store, x);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
 void moe_combine_norm(const void* y, const void* b2, const int* topk_idx, const float* topk_w,
                       const int* slot_row, int num_tokens, int top_k, int hidden, float* x,
-                      const float* gamma, float eps, void* out, cudaStream_t stream,
-                      const L2Prefetch& prefetch) {
+                      const float* gamma, float eps, void* out, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(hidden % 8 == 0, "moe_combine_norm: hidden must be a multiple of 8");
   if (num_tokens <= 0) return;
   ORCHID_KERNEL_REQUIRE(top_k >= 1 && top_k <= 8, "moe_combine_norm: top_k must be in [1, 8]");
   if (hidden / 8 > kCombineNormMaxThreads) {
-    moe_combine(y, b2, topk_idx, topk_w, slot_row, num_tokens, top_k, hidden, x, stream, 0, false, prefetch);
+    moe_combine(y, b2, topk_idx, topk_w, slot_row, num_tokens, top_k, hidden, x, stream, 0, false);
     norm::rmsnorm_residual(x, nullptr, gamma, static_cast<__nv_bfloat16*>(out), num_tokens, hidden, eps,
                            stream);
     return;
@@ -287,7 +282,7 @@ void moe_combine_norm(const void* y, const void* b2, const int* topk_idx, const 
   const int threads = (hidden / 8 + 31) / 32 * 32;
   launch_pdl(combine_norm_kernel, dim3(unsigned(num_tokens)), dim3(threads), 0, stream,
              static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(b2), topk_idx, topk_w,
-             slot_row, top_k, hidden, x, gamma, eps, static_cast<__nv_bfloat16*>(out), prefetch);
+             slot_row, top_k, hidden, x, gamma, eps, static_cast<__nv_bfloat16*>(out));
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

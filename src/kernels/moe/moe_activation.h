@@ -10,8 +10,6 @@
 
 #include <cstdint>
 
-#include "kernels/common/l2_prefetch.h"
-
 namespace orchid::kernels {
 
 inline int round_up_128(int x) {
@@ -46,11 +44,9 @@ void moe_swiglu_fp8(const void* u, const void* b1, const int* row_expert, int ro
 // summation order: deterministic). y, b2 bf16; x fp32 (the residual stream); hidden % 8 == 0.
 // Expert parallelism: slots with slot_row < 0 (other ranks' experts) are skipped, b2 holds the rank's
 // experts from `expert_begin` on; store: x[t, :] = the sum (this rank's part), instead of x += it.
-// prefetch (both combines): a later kernel's weights (the next layer's QKV projection's), fetched into L2
-// by the first block as it starts (l2_prefetch.h; a hint).
 void moe_combine(const void* y, const void* b2, const int* topk_idx, const float* topk_w, const int* slot_row,
                  int num_tokens, int top_k, int hidden, float* x, cudaStream_t stream, int expert_begin = 0,
-                 bool store = false, const L2Prefetch& prefetch = {});
+                 bool store = false);
 
 // moe_combine (all experts on this rank, x += the sum) followed by the next layer's input RMSNorm of x:
 // out[t, :] = bf16((x[t, :] * rsqrt(mean(x[t, :]^2) + eps)) * gamma), in one launch (hidden <= 3072; above,
@@ -58,7 +54,6 @@ void moe_combine(const void* y, const void* b2, const int* topk_idx, const float
 // up to the order of the sum of squares. gamma fp32 [hidden], out bf16.
 void moe_combine_norm(const void* y, const void* b2, const int* topk_idx, const float* topk_w,
                       const int* slot_row, int num_tokens, int top_k, int hidden, float* x,
-                      const float* gamma, float eps, void* out, cudaStream_t stream,
-                      const L2Prefetch& prefetch = {});
+                      const float* gamma, float eps, void* out, cudaStream_t stream);
 
 }  // namespace orchid::kernels

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/device_info.h"
 #include "kernels/gemm/grouped_gemm.h"
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/mxfp4_gemm.h"
@@ -221,8 +220,7 @@ bool input_norm(const MoeConfig& c, const MoeLayerWeights& w, const MoeInputNorm
 
 void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input,
-                 MoeOutput output, const MoeNextNorm* next_norm, const MoePrefetch& prefetch,
-                 const MoeInputNorm* in_norm) {
+                 MoeOutput output, const MoeNextNorm* next_norm, const MoeInputNorm* in_norm) {
   ORCHID_KERNEL_REQUIRE(num_tokens >= 1 && num_tokens <= c.max_tokens,
                         "moe_forward: num_tokens out of range");
   ORCHID_KERNEL_REQUIRE(w.router_w && w.router_b && w.w1 && w.w2 && w.b1 && w.b2 && h && x,
@@ -244,11 +242,6 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   r.out = GemmOut::kF32;
   const Mxfp4Path path = c.weights == MoeWeights::kMxfp4 ? mxfp4_path(c, T) : Mxfp4Path{};
   const bool mxfp4_stream = c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kStream;
-  ExpertPrefetch experts;
-  const size_t gate_up_bytes = size_t(2 * I) * size_t(H) / 2, gate_up_scale_bytes = size_t(2 * I) * (H / 32);
-  if (prefetch.experts && mxfp4_stream &&
-      double(M) * double(gate_up_bytes + gate_up_scale_bytes) <= 0.75 * double(device_info().l2_bytes))
-    experts = {w.w1, gate_up_bytes, w.w1_scale, gate_up_scale_bytes};
   const bool routed = in_norm != nullptr && input_norm(c, w, *in_norm, h, T, split_input, b, stream);
   if (!routed) {
     if (split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves and the bias
@@ -256,11 +249,11 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
       r.bias = nullptr;
       router_gemm.run(r, stream);
       moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
-                b.logits + size_t(T) * c.experts, w.router_b, c.local, experts);
+                b.logits + size_t(T) * c.experts, w.router_b, c.local);
     } else {
       router_gemm.run(r, stream);
       moe_route(b.logits, T, c.experts, K, b.topk_idx, b.topk_w, b.routing, b.permute_scratch, stream,
-                nullptr, nullptr, c.local, experts);
+                nullptr, nullptr, c.local);
     }
   }
 
@@ -345,7 +338,6 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.x = b.z_bf16;
     g.x_rows = nullptr;
     g.y = b.y;
-    g.l2_prefetch = prefetch.next_weights;
     g.early_weights = moe_early_weights();
     mxfp4_moe_gemm(g, stream);
   } else {
@@ -392,10 +384,10 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     ORCHID_KERNEL_REQUIRE(output == MoeOutput::kAddToResidual && c.local.begin == 0,
                           "moe_forward: the next layer's norm goes with a combine into the residual stream");
     moe_combine_norm(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, next_norm->gamma,
-                     next_norm->eps, next_norm->out, stream, prefetch.next_weights);
+                     next_norm->eps, next_norm->out, stream);
   } else {
     moe_combine(b.y, w.b2, b.topk_idx, b.topk_w, b.routing.slot_row, T, K, H, x, stream, c.local.begin,
-                output == MoeOutput::kStorePart, prefetch.next_weights);
+                output == MoeOutput::kStorePart);
   }
 }
 

@@ -23,7 +23,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/gemm/dense_gemm.h"
 #include "kernels/gemm/grouped_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
@@ -122,15 +121,7 @@ struct MoeNextNorm {
 // split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
 // 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
 // 4th and 5th expert resolve as in fp32), the experts read hi alone. next_norm (kAddToResidual only):
-// also the next layer's input norm of the updated x. prefetch: weights fetched into L2 along the way.
-struct MoePrefetch {  // l2_prefetch.h; hints: the outputs do not change
-  // What the kernel after the block reads (the next layer's QKV weights): from the down GEMM on (streaming
-  // path) or the combine on.
-  L2Prefetch next_weights;
-  // The routed experts' gate_up weights, from the routing on, where the streaming path takes the step and
-  // they fit in 3/4 of the L2 (MXFP4, a decode token: 4 experts, 35 MB at gpt-oss's shapes).
-  bool experts = false;
-};
+// also the next layer's input norm of the updated x.
 // The post-attention residual add and RMSNorm, done by the block before it routes (moe_forward's in_norm):
 // residual += delta, then out = RMSNorm(residual) * gamma as norm::rmsnorm_residual writes it (hi then lo
 // rows with split_input, as rmsnorm_residual_split). out is moe_forward's h. Where moe_norm_route_taken (1-2
@@ -150,6 +141,6 @@ bool moe_norm_route_taken(const MoeConfig& cfg, int num_tokens);
 void moe_forward(const MoeConfig& cfg, const MoeLayerWeights& w, const void* h, float* x, int num_tokens,
                  DenseGemm& router_gemm, void* workspace, cudaStream_t stream, bool split_input = false,
                  MoeOutput output = MoeOutput::kAddToResidual, const MoeNextNorm* next_norm = nullptr,
-                 const MoePrefetch& prefetch = {}, const MoeInputNorm* in_norm = nullptr);
+                 const MoeInputNorm* in_norm = nullptr);
 
 }  // namespace orchid::kernels

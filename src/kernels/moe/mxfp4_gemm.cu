@@ -26,7 +26,6 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_gemm.h"
@@ -67,7 +66,6 @@ __host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, i
 // parameter, so that the default kernels keep their registers and schedule.
 template <int kNT, int kWarps, int kStages, bool kTiledOrder, bool kStraight = false>
 __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
-  l2_prefetch_by_each_cta(p.l2_prefetch);
   // Programmatic dependent launch (kernels/common/pdl.cuh); with early_weights only the activations wait.
   if (!p.early_weights) pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];

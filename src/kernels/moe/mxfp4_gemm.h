@@ -14,7 +14,6 @@
 
 #include <cstdint>
 
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/moe/moe_activation.h"
 
 namespace orchid::kernels {
@@ -44,9 +43,6 @@ struct Mxfp4GemmArgs {
   // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
   bool early_weights = false;
-  // A later kernel's weights (the next layer's QKV projection's), fetched into L2 by the first CTA while
-  // this GEMM streams its experts (l2_prefetch.h; a hint).
-  L2Prefetch l2_prefetch;
   // This warp's own weights brought into L2 this many chunks (k 128) ahead of its cp.async ring; -1: the
   // process default (ORCHID_MXFP4_L2_AHEAD).
   int l2_ahead = -1;

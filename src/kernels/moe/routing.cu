@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/routing_device.cuh"
@@ -128,8 +127,7 @@ template <int kPerLane>
 __global__ void __launch_bounds__(kPermuteChunk)
     route_small_kernel(const float* __restrict__ logits, const float* __restrict__ logits_lo,
                        const float* __restrict__ bias, int num_tokens, int num_experts, int top_k, KeyMap km,
-                       int num_keys, int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out,
-                       ExpertPrefetch prefetch) {
+                       int num_keys, int* __restrict__ topk_idx, float* __restrict__ topk_w, MoeRouting out) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   __shared__ PermuteSmem<kPermuteChunk / 32> psm;
   __shared__ int s_idx[kPermuteChunk];
@@ -141,17 +139,6 @@ __global__ void __launch_bounds__(kPermuteChunk)
                              top_k, lane, topk_idx + int64_t(t) * top_k, topk_w + int64_t(t) * top_k,
                              s_idx + t * top_k);
   __syncthreads();
-  if (prefetch.blocks != nullptr && warp < items) {  // warp w: item w's expert, unless an earlier item has it
-    const int pe = km.key(s_idx[warp]);
-    bool first = pe < km.count;
-    for (int j = 0; j < warp && first; ++j) first = km.key(s_idx[j]) != pe;
-    if (first && lane == 0) {
-      l2_prefetch({static_cast<const uint8_t*>(prefetch.blocks) + size_t(pe) * prefetch.expert_bytes,
-                   prefetch.expert_bytes});
-      l2_prefetch({static_cast<const uint8_t*>(prefetch.scales) + size_t(pe) * prefetch.expert_scale_bytes,
-                   prefetch.expert_scale_bytes});
-    }
-  }
   permute_small<kPermuteChunk / 32>(s_idx, items, top_k, num_experts, km, num_keys, out, psm);
 }
 
@@ -228,7 +215,7 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
 
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo,
-               const float* bias, MoeExpertRange range, const ExpertPrefetch& prefetch) {
+               const float* bias, MoeExpertRange range) {
   ORCHID_KERNEL_REQUIRE(logits_lo == nullptr || bias != nullptr, "moe_route: split logits need the bias");
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
@@ -244,16 +231,16 @@ void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, 
       "moe_route: null pointer");
   if (num_experts <= 32) {
     launch_pdl(route_small_kernel<1>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
-               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out, prefetch);
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   } else if (num_experts <= 64) {
     launch_pdl(route_small_kernel<2>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
-               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out, prefetch);
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   } else if (num_experts <= 128) {
     launch_pdl(route_small_kernel<4>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
-               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out, prefetch);
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   } else {
     launch_pdl(route_small_kernel<8>, dim3(1), dim3(kPermuteChunk), 0, stream, logits, logits_lo, bias,
-               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out, prefetch);
+               num_tokens, num_experts, top_k, km, keys, topk_idx, topk_w, out);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }

@@ -61,19 +61,8 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
 // scratch as for moe_permute.
 constexpr int kFusedRouteMaxItems = 256;
 
-// The routed experts' weights fetched into L2 as soon as the top-k is known, so that the expert GEMM after
-// the routing finds them there or on their way (l2_prefetch.h; a hint). Expert e (local id) holds the bytes
-// [blocks + e * expert_bytes, + expert_bytes) and [scales + e * expert_scale_bytes, + expert_scale_bytes).
-// Only the fused small-batch path issues it, once an expert.
-struct ExpertPrefetch {
-  const void* blocks = nullptr;  // null: none
-  size_t expert_bytes = 0;
-  const void* scales = nullptr;
-  size_t expert_scale_bytes = 0;
-};
-
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo = nullptr,
-               const float* bias = nullptr, MoeExpertRange range = {}, const ExpertPrefetch& prefetch = {});
+               const float* bias = nullptr, MoeExpertRange range = {});
 
 }  // namespace orchid::kernels

@@ -666,19 +666,6 @@ void CudaRank::run_layers(const StepMeta& m, int64_t T) {
 }
 
 namespace {
-// Steps of at most this many tokens fetch the O projection's weights into L2 while the RoPE/KV write and the
-// attention leave HBM idle, and the next layer's QKV weights while the experts' down GEMM (streaming path)
-// or the combine runs: at a few rows those cuBLASLt GEMMs run well below HBM speed from cold weights (QKV
-// at one row ~12 us against a 7.1 us floor, O 13 against 5.7). A decode token's routing also fetches
-// its experts' gate_up weights (moe_layer.h). ORCHID_L2_PREFETCH=N; 0 (the default until measured): none.
-int64_t l2_prefetch_max_tokens() {
-  static const int64_t n = [] {
-    const char* v = std::getenv("ORCHID_L2_PREFETCH");
-    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t(0);
-  }();
-  return n;
-}
-
 // The post-attention norm done by the MoE block (moe_forward's in_norm: one launch with the router and the
 // routing at 1-2 tokens, norm_route.h); ORCHID_NORM_ROUTE=0: the norm kernel here, then the block, as before
 // (for comparison).
@@ -723,7 +710,6 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
   r.page_table = sliding ? m.sliding : m.full;
   r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
   r.page_size = spec_.page_size;
-  if (T <= l2_prefetch_max_tokens()) r.l2_prefetch = {L.o_w, size_t(c.q_dim()) * size_t(H) * 2};
   attn::rope_kv_write(r, m.plan, stream_);
 
   attn::SinkAttentionArgs a;
@@ -792,21 +778,12 @@ bool CudaRank::moe(int64_t l, int64_t T, bool split_input, const float* next_nor
     nn.gamma = next_norm;
     nn.out = h_;
     nn.eps = float(local_.rms_norm_eps);
-    kernels::MoePrefetch prefetch;
-    if (T <= l2_prefetch_max_tokens()) {
-      prefetch.experts = true;
-      if (l + 1 < config_.num_layers)
-        prefetch.next_weights = {
-            weights_.layers[size_t(l + 1)].qkv_w,
-            size_t(local_.q_dim() + 2 * local_.kv_dim()) * size_t(local_.hidden_size) * 2};
-    }
     kernels::moe_forward(moe_cfg_, L.moe, h_, x_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, prefetch,
-                         in_norm);
+                         kernels::MoeOutput::kAddToResidual, next_norm != nullptr ? &nn : nullptr, in_norm);
     return next_norm != nullptr;
   }
   kernels::moe_forward(moe_cfg_, L.moe, h_, moe_part_, int(T), *gemm_, moe_ws_, stream_, split_input,
-                       kernels::MoeOutput::kStorePart, nullptr, {}, in_norm);
+                       kernels::MoeOutput::kStorePart, nullptr, in_norm);
   ep_->all_reduce_sum(moe_part_, size_t(T * config_.hidden_size), stream_);
   kernels::ops::add_f32(x_, moe_part_, T * config_.hidden_size, stream_);
   return false;

@@ -39,9 +39,6 @@ struct RopeCase {
   int extra_tokens = 0;
   bool drop_a_page = false;  // mark one page holding new tokens kNoPage
   bool fp8 = false;          // e4m3 pools with per-head scales
-  // An L2 prefetch riding along (rope_kv_write.h): of an unaligned range of odd length, which must change
-  // nothing and fault nowhere.
-  bool l2_prefetch = false;
 };
 
 // Signed-magnitude e4m3 bits -> a monotonic integer (steps between neighbouring values).
@@ -186,8 +183,6 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   a.page_table = d_table.get();
   a.table_kind = rc.kind;
   a.page_size = ps;
-  DeviceBuffer<uint8_t> d_prefetched(rc.l2_prefetch ? size_t(3) << 20 : 0);
-  if (rc.l2_prefetch) a.l2_prefetch = {d_prefetched.get() + 5, d_prefetched.size() - 12};
   rope_kv_write(a, plan.device_view(d_blob.get()), nullptr);
   ORCHID_CUDA_CHECK(cudaGetLastError());
   ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
@@ -383,8 +378,6 @@ TEST_F(RopeKvWrite, SmallGptOssShapes) {
     rc.bias = b;
     run_case(rc, seed_ + uint64_t(b));
   }
-  rc.l2_prefetch = true;
-  run_case(rc, seed_);
 }
 
 TEST_F(RopeKvWrite, SmallPageSizesAndDroppedPage) {

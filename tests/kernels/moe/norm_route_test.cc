@@ -213,7 +213,7 @@ TEST(NormRoute, MoeForwardWithItsInputNorm) {
     in.eps = eps;
     in.out = d_h_b.get();
     moe_forward(cfg, lw, d_h_b.get(), d_x_b.get(), T, router, ws, nullptr, true, MoeOutput::kAddToResidual,
-                nullptr, {}, &in);
+                nullptr, &in);
     ORCHID_TEST_CUDA(cudaDeviceSynchronize());
     const auto x_b = d_x_b.download();
     std::vector<int> topk_b(size_t(T) * K);
