@@ -210,11 +210,13 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       mbar_arrive_expect_tx(&scales_ready, bytes);
       bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
       const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
-      // Chunks past the ring's first fill, l2_ahead ahead of the copies, brought into L2 (weights only: the
-      // token rows are L2 hits already); [kStages, pf) have been requested.
-      const int pf_end = min(nchunks, kStages + p.l2_ahead);
+      // With l2_ahead = N > 0, chunk c + N's weights are brought into L2 when chunk c's are copied (the token
+      // rows are L2 hits already). The first kStages chunks are copied at once; [kStages, pf) are requested.
       int pf = kStages;
-      for (; pf < pf_end; ++pf) tensor_prefetch_l2_2d(&wmap, pf * kChunkMx * 16, wrow0);
+      auto prefetch_through = [&](int last) {
+        for (; pf <= last && pf < nchunks; ++pf) tensor_prefetch_l2_2d(&wmap, pf * kChunkMx * 16, wrow0);
+      };
+      if (p.l2_ahead > 0) prefetch_through(p.l2_ahead);  // weights only: before the dependency wait
       // Stages [0, early): their weights requested before the wait, their token rows after it.
       const int early = p.early_weights ? min(kStages, nchunks) : 0;
       for (int c = 0; c < early; ++c) {
@@ -227,10 +229,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         const int st = c % kStages;
         const int blocks = c < nfull ? kChunkMx : tail;
         uint8_t* stage = smem + st * kStageBytes;
-        if (pf < nchunks && pf < c + kStages + p.l2_ahead) {
-          tensor_prefetch_l2_2d(&wmap, pf * kChunkMx * 16, wrow0);
-          ++pf;
-        }
+        if (p.l2_ahead > 0) prefetch_through(c + p.l2_ahead);
         if (c >= early) {
           if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
           mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
