@@ -182,14 +182,6 @@ for st in auto 4 3; do
   bench "bench-decode-20b-decode-stages-$st" env ORCHID_DECODE_STAGES=$st "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024,32768 --batch-sizes 1,64,256 --steps 16
 done
-# The streaming MXFP4 expert GEMM (1-2 tokens) with 4- and 8-deep rings (ORCHID_MXFP4_STREAM_STAGES; its
-# activation tile now holds only the rows a pass can have, which leaves room for the deeper ring).
-for st in 4 8; do
-  bench "bench-decode-20b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
-    synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2 --steps 32
-  bench "bench-decode-120b-stream-stages-$st" env ORCHID_MXFP4_STREAM_STAGES=$st "$bin" bench decode \
-    synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1 --steps 16
-done
 # The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
 # pipeline, the tiled down GEMM on 128-row CTAs, the MXFP4 weights brought into L2 4 or 8 chunks ahead, the
 # down GEMM's weights before its wait, the decode kernels' low rows and two e4m3 tiles an iteration.

@@ -361,25 +361,15 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
   for (int E : {32, 128}) {
     for (int T : {1, 2, 4, 8, 16, 32, 64}) {
       for (int proj = 0; proj < 2; ++proj) {
-        for (auto [warps, stages, ks] : {std::tuple{0, 0, 0},
-                                         {8, 4, 1},
-                                         {8, 4, 2},
-                                         {8, 4, 4},
-                                         {8, 4, 8},
-                                         {4, 4, 1},
-                                         {4, 4, 2},
-                                         {4, 4, 4},
-                                         {4, 8, 1},
-                                         {4, 8, 2},
-                                         {8, 8, 1},
-                                         {8, 8, 2}}) {
+        // Shapes named wWsSkK as before (S: the ring's chunks, kMxfp4StreamStages).
+        for (auto [warps, ks] : {std::pair{0, 0}, {8, 1}, {8, 2}, {8, 4}, {8, 8}, {4, 1}, {4, 2}, {4, 4}}) {
           const int n = proj == 0 ? 5760 : 2880, k = 2880, K = 4;
           // warps 0: the kernel's own choice (mxfp4_stream_shape), named with what it chose.
           const Mxfp4StreamShape chosen = mxfp4_stream_shape(n, std::min(E, T * K));
-          const std::string shape =
-              warps ? "w" + std::to_string(warps) + "s" + std::to_string(stages) + "k" + std::to_string(ks)
-                    : "auto(w" + std::to_string(chosen.cta_warps) + "s4k" + std::to_string(chosen.k_split) +
-                          ")";
+          const std::string ring = "s" + std::to_string(kMxfp4StreamStages);
+          const std::string shape = warps ? "w" + std::to_string(warps) + ring + "k" + std::to_string(ks)
+                                          : "auto(w" + std::to_string(chosen.cta_warps) + ring + "k" +
+                                                std::to_string(chosen.k_split) + ")";
           const std::string name = "mxfp4 stream " + shape + " " + (proj == 0 ? "gate_up" : "down") + " E" +
                                    std::to_string(E) + " T" + std::to_string(T);
           if (!want(o, name) || (o.quick && E == 128 && T > 1)) continue;
@@ -405,7 +395,6 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
             a.x_rows = proj == 0 ? r.row_token : nullptr;
             a.y = y.p;
             a.cta_warps = warps;
-            a.stages = stages;
             a.k_split = ks;
             mxfp4_moe_gemm(a, s);
           });

@@ -356,25 +356,12 @@ void launch(const Mxfp4GemmArgs& p, cudaStream_t stream) {
     launch_order<kNT, kWarps, kStages, false>(p, stream);
 }
 
-// ORCHID_MXFP4_STREAM_STAGES=4|8 sets the default ring depth for a whole process (the A/B of a whole step).
-int default_stream_stages() {
-  static const int stages = [] {
-    const char* v = std::getenv("ORCHID_MXFP4_STREAM_STAGES");
-    return v != nullptr && (std::atoi(v) == 4 || std::atoi(v) == 8) ? std::atoi(v)
-                                                                    : kMxfp4StreamDefaultStages;
-  }();
-  return stages;
-}
-
 template <int kNT>
 void launch_config(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   const int warps = p.cta_warps ? p.cta_warps : mxfp4_stream_shape(p.n, p.max_active).cta_warps;
-  const int stages = p.stages ? p.stages : default_stream_stages();
-  if (warps == 4 && stages == 4) return launch<kNT, 4, 4>(p, stream);
-  if (warps == 4 && stages == 8) return launch<kNT, 4, 8>(p, stream);
-  if (warps == 8 && stages == 4) return launch<kNT, 8, 4>(p, stream);
-  if (warps == 8 && stages == 8) return launch<kNT, 8, 8>(p, stream);
-  ORCHID_KERNEL_REQUIRE(false, "mxfp4_moe_gemm: cta_warps and stages must be 4 or 8");
+  if (warps == 4) return launch<kNT, 4, kMxfp4StreamStages>(p, stream);
+  if (warps == 8) return launch<kNT, 8, kMxfp4StreamStages>(p, stream);
+  ORCHID_KERNEL_REQUIRE(false, "mxfp4_moe_gemm: cta_warps must be 4 or 8");
 }
 
 }  // namespace

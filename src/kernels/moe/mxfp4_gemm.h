@@ -35,10 +35,10 @@ struct Mxfp4GemmArgs {
   // y[r, i] = swiglu(acc[2i] + b[e, 2i], acc[2i+1] + b[e, 2i+1]) as in moe_swiglu_bf16, from the fp32 sums.
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
-  // Shape of a CTA: warps (4 or 8), cp.async stages per warp (4 or 8), and warps sharing a 16-row block,
-  // each a slice of k (1, 2, 4 or 8, dividing the warps); 0: mxfp4_stream_shape's warps and split, 4
-  // stages (moe_bench times the combinations).
-  int cta_warps = 0, stages = 0, k_split = 0;
+  // Shape of a CTA: warps (4 or 8) and warps sharing a 16-row block, each a slice of k (1, 2, 4 or 8,
+  // dividing the warps); 0: mxfp4_stream_shape's warps and split (moe_bench times the combinations). Each
+  // warp's cp.async ring has kMxfp4StreamStages chunks.
+  int cta_warps = 0, k_split = 0;
   bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
   // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
@@ -54,7 +54,9 @@ struct Mxfp4StreamShape {
 };
 Mxfp4StreamShape mxfp4_stream_shape(int n, int max_active);
 
-constexpr int kMxfp4StreamDefaultStages = 4;
+// Chunks (16 rows x 4 MX blocks) in a warp's ring. 8 was measured and lost: 3.9% slower decode at one token
+// (H100, bench/RESULTS.md 2026-12-05, fourth run), and never the best shape in moe_bench's sweep.
+constexpr int kMxfp4StreamStages = 4;
 
 void mxfp4_moe_gemm(const Mxfp4GemmArgs& args, cudaStream_t stream);
 

@@ -78,29 +78,26 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   a.swiglu_bias = c.swiglu ? dbias.get() : nullptr;
   a.k_split = c.k_split;
   a.cta_warps = c.k_split ? 8 : 0;  // an explicit split on 8-warp CTAs; else the kernel's own shape
-  for (const bool tiled_order : {false, true})  // the blocks as in the checkpoint, and reordered at load
-    for (const int stages : {4, 8}) {  // both ring depths (the activation tile sized by max_rows either way)
-      a.stages = stages;
-      a.blocks = tiled_order ? db_tiled.get() : db.get();
-      a.tiled_order = tiled_order;
-      orchid::testing::poison(dy);
-      mxfp4_moe_gemm(a, nullptr);
-      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-      auto got = orchid::testing::bf16_to_floats(dy.download());
-      got.resize(size_t(M) * p.out_cols);
-      const std::string name =
-          std::string(c.name) + " stages " + std::to_string(stages) + (tiled_order ? " tiled order" : "");
-      EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-      // L2 prefetches of the weights ahead of the ring (past the end of a warp's k range, too) are hints:
-      // the same bits.
-      const auto bits = dy.download();
-      a.l2_ahead = 5;
-      orchid::testing::poison(dy);
-      mxfp4_moe_gemm(a, nullptr);
-      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-      a.l2_ahead = -1;
-      EXPECT_EQ(dy.download(), bits) << name << " with l2_ahead 5";
-    }
+  for (const bool tiled_order : {false, true}) {  // the blocks as in the checkpoint, and reordered at load
+    a.blocks = tiled_order ? db_tiled.get() : db.get();
+    a.tiled_order = tiled_order;
+    orchid::testing::poison(dy);
+    mxfp4_moe_gemm(a, nullptr);
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+    auto got = orchid::testing::bf16_to_floats(dy.download());
+    got.resize(size_t(M) * p.out_cols);
+    const std::string name = std::string(c.name) + (tiled_order ? " tiled order" : "");
+    EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
+    // L2 prefetches of the weights ahead of the ring (past the end of a warp's k range, too) are hints:
+    // the same bits.
+    const auto bits = dy.download();
+    a.l2_ahead = 5;
+    orchid::testing::poison(dy);
+    mxfp4_moe_gemm(a, nullptr);
+    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+    a.l2_ahead = -1;
+    EXPECT_EQ(dy.download(), bits) << name << " with l2_ahead 5";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
