@@ -88,15 +88,7 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
     got.resize(size_t(M) * p.out_cols);
     const std::string name = std::string(c.name) + (tiled_order ? " tiled order" : "");
     EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-    // L2 prefetches of the weights ahead of the ring (past the end of a warp's k range, too) are hints:
-    // the same bits.
-    const auto bits = dy.download();
-    a.l2_ahead = 5;
-    orchid::testing::poison(dy);
-    mxfp4_moe_gemm(a, nullptr);
-    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-    a.l2_ahead = -1;
-    EXPECT_EQ(dy.download(), bits) << name << " with l2_ahead 5";
+    orchid::testing::expect_same_bits_with_l2_ahead(a, mxfp4_moe_gemm, dy, name);
   }
 }
 
