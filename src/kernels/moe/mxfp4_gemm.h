@@ -43,8 +43,8 @@ struct Mxfp4GemmArgs {
   // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
   bool early_weights = false;
-  // This warp's own weights brought into L2 this many chunks (k 128) ahead of its cp.async ring; -1: the
-  // process default (ORCHID_MXFP4_L2_AHEAD).
+  // Each warp brings its own weights into L2 this many chunks (k 128) before its cp.async copies them; -1:
+  // the process default (ORCHID_MXFP4_L2_AHEAD).
   int l2_ahead = -1;
 };
 
