@@ -364,6 +364,69 @@ double bench_precise(int num_q, int start, int ps) {
   return us;
 }
 
+// The precise layer's fp32 attention in a decode step: `batch` sequences, one token each at position ctx - 1,
+// window 128 (layer 0 of gpt-oss). Bytes: the window's fp32 K/V rows, q and the hi/lo outputs.
+double bench_precise_decode(int batch, int ctx, int ps) {
+  const int window = 128, q_stride = (kHq + 2 * kHkv) * 64;
+  std::mt19937_64 rng(5);
+  const int pages_per_seq = (ctx + ps - 1) / ps;
+  std::vector<int32_t> ids(size_t(pages_per_seq) * batch);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<PlanSequence> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back({b, 1, ctx - 1, b * pages_per_seq, b * pages_per_seq});
+  AttentionPlanBuilder plan;
+  PlanOptions o;
+  o.sm_count = device_info().sm_count;
+  o.window = window;
+  plan.build(seqs, batch, o);
+  Dev<int32_t> blob(plan.blob().size()), table(ids.size());
+  ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
+  ORCHID_CUDA_CHECK(cudaMemcpy(table.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  const size_t pool = kv_pool_elements(int64_t(ids.size()), kHkv, ps);
+  const size_t qn = size_t(batch) * q_stride, on = size_t(batch) * kHq * 64;
+  const int keys = std::min(ctx, window);
+  const size_t bytes = size_t(batch) * keys * kHkv * 64 * 2 * 4 + size_t(batch) * kHq * 64 * (4 + 2 * 2);
+  const int sets = rotation_sets(bytes, 8);
+  std::vector<std::unique_ptr<Dev<float>>> q, k, v;
+  std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> hi, lo;
+  for (int s = 0; s < sets; ++s) {
+    q.push_back(std::make_unique<Dev<float>>(qn));
+    k.push_back(std::make_unique<Dev<float>>(pool));
+    v.push_back(std::make_unique<Dev<float>>(pool));
+    hi.push_back(std::make_unique<Dev<__nv_bfloat16>>(on));
+    lo.push_back(std::make_unique<Dev<__nv_bfloat16>>(on));
+    random_f32(q.back()->p, qn, 2.0f, 0.0f);
+    random_f32(k.back()->p, pool, 2.0f, 0.0f);
+    random_f32(v.back()->p, pool, 1.0f, 0.0f);
+  }
+  Dev<float> sinks(kHq);
+  random_f32(sinks.p, kHq, 2.0f, 1.0f);
+  const AttentionPlan view = plan.device_view(blob.p);
+  PreciseAttentionArgs a;
+  a.q_stride = q_stride;
+  a.page_table = table.p;
+  a.table_kind = kSlidingTable;
+  a.page_size = ps;
+  a.sinks = sinks.p;
+  a.window = window;
+  const double us = median_us(
+      [&](int s) {
+        PreciseAttentionArgs x = a;
+        x.q = q[size_t(s)]->p;
+        x.k_pool = k[size_t(s)]->p;
+        x.v_pool = v[size_t(s)]->p;
+        x.out_hi = hi[size_t(s)]->p;
+        x.out_lo = lo[size_t(s)]->p;
+        precise_sink_attention(x, view, nullptr);
+      },
+      sets);
+  add_row({"precise_decode",
+           "B=" + std::to_string(batch) + " ctx " + std::to_string(ctx) + " win 128 p" + std::to_string(ps),
+           us, 0, double(bytes) / us / 1e3});
+  return us;
+}
+
 // `batch` decodes at context `ctx` each; returns microseconds. With queries > 1, a speculative verify step
 // (1 + k query tokens a sequence, the last at ctx - 1), through the decode kernel, or with
 // `through_prefill` the prefill kernel the plan sent such sequences to before (for the comparison).
@@ -462,6 +525,7 @@ int run(bool quick, bool prefill_only, bool decode_only) {
       decode_rows(fp8);
     }
     bench_decode(32, 8192, 0, 16, 5, false, true);
+    for (int b : {1, 64, 256}) bench_precise_decode(b, 1024, 16);
     return 0;
   }
 
@@ -494,6 +558,7 @@ int run(bool quick, bool prefill_only, bool decode_only) {
   const double precise_8k = bench_precise(8192, 0, 16);
   if (!quick) bench_precise(32768, 0, 16);
   const double precise_dec = bench_precise(1, 4095, 16);
+  for (int b : {64, 256}) bench_precise_decode(b, 1024, 16);
   const double dec_full_4k = bench_decode(1, 4096, 0, 16);
   const double dec_slide = bench_decode(1, 4096, 128, 16);
   double dec_full_32k = 0;

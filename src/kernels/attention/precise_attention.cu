@@ -10,11 +10,21 @@
 // scores key j for every head of the pass (each K float4 read once for all heads), the warp keeps an online
 // softmax (m, l) per head, and each lane accumulates two of the 64 output dimensions over the tile's keys
 // (each V pair read once for all heads; probabilities pass through shared memory).
+//
+// Decode steps (no prefill tile) take a kernel of their own: one CTA per (token, KV head), 4 warps, each
+// scoring 32 keys of a round of 128 at once (lane = key) for the pass's 8 heads, with its own online
+// softmax; the warps meet in shared memory at the end. A 128-key window is then one round: all of a
+// token's K/V loads are in flight together, where the row kernel above waits for four tiles in turn (two
+// dependent loads and two barriers each). At B=256 that kernel is 2048 CTAs of four serial tiles.
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/precise_attention.h"
 
 #include <climits>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/attention/warp_mma.cuh"
 #include "kernels/common/cuda_check.h"
 
 namespace orchid::kernels::attention {
@@ -206,6 +216,182 @@ __global__ void __launch_bounds__(kThreads) precise_attention_kernel(const __gri
   }
 }
 
+// Decode steps: CTA = (token, KV head), kDecodeWarps warps; a round is kDecodeWarps * 32 keys, warp w
+// scoring keys round + 32 w + lane for the pass's heads. K rows come to shared memory by cp.async
+// (zero-filled outside the token's range: stale cache entries may be NaN), V rows straight into registers
+// (lane: its two dimensions of each of the warp's 32 rows, a row being 256 contiguous bytes). Each warp keeps
+// (m, l, acc) per head over the rounds; the warps are merged at the end of a pass.
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeKeys = kDecodeWarps * kTile;
+
+struct __align__(16) DecodeSmem {
+  union {
+    float k[kDecodeWarps][kTile][kKStride];   // a round's K rows (warp w: its 32 keys)
+    float o[kDecodeWarps][kHeads][kHeadDim];  // then each warp's unnormalized outputs, for the merge
+  };
+  float q[kHeads][kHeadDim];
+  float p[kDecodeWarps][kHeads][kTile];
+  float m[kDecodeWarps][kHeads], l[kDecodeWarps][kHeads];
+};
+
+__global__ void __launch_bounds__(kDecodeWarps * 32) precise_decode_kernel(const __grid_constant__ Params p) {
+  __shared__ DecodeSmem s;
+  const int t = blockIdx.x, g = blockIdx.y;
+  const int seq = p.token_seq[t];
+  if (seq < 0) return;  // padding token: its output rows stay as they are
+  const int pos = p.token_pos[t];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lo = p.a.window > 0 ? max(0, pos - p.a.window + 1) : 0;
+  const int32_t* table = p.a.page_table + (&p.seqs[seq].table_begin[0])[p.a.table_kind];
+  const int q_stride = p.a.q_stride ? p.a.q_stride : p.num_q_heads * kHeadDim;
+  const int slot_mask = (1 << p.page_size_log2) - 1;
+
+  for (int h0 = 0; h0 < p.group; h0 += kHeads) {
+    const int nh = min(kHeads, p.group - h0);
+    __syncthreads();  // the previous pass is done with s.q and s.o
+    for (int i = threadIdx.x; i < nh * (kHeadDim / 4); i += kDecodeWarps * 32) {
+      const int h = i / (kHeadDim / 4), d4 = i % (kHeadDim / 4);
+      const float* src = p.a.q + size_t(t) * size_t(q_stride) + size_t(g * p.group + h0 + h) * kHeadDim;
+      *reinterpret_cast<float4*>(&s.q[h][4 * d4]) = reinterpret_cast<const float4*>(src)[d4];
+    }
+    __syncthreads();
+    float m[kHeads], l[kHeads], acc[kHeads][2];
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) m[h] = -INFINITY, l[h] = 0.0f, acc[h][0] = acc[h][1] = 0.0f;
+
+    for (int r0 = lo; r0 <= pos; r0 += kDecodeKeys) {
+      const int kw = r0 + warp * kTile;  // this warp's first key of the round
+      if (kw > pos) continue;            // warp-uniform; no block-wide barrier inside the round loop
+      const int key = kw + lane;
+      const int32_t page = key <= pos ? table[key >> p.page_size_log2] : kNoPage;
+      const bool valid = key <= pos && page != kNoPage;
+      __syncwarp();  // the previous round's reads of this warp's K rows are done
+      // K: 32 rows x 16 float4, consecutive lanes on consecutive float4 of a row (two rows an instruction).
+#pragma unroll
+      for (int r = 0; r < kTile / 2; ++r) {
+        const int j = 2 * r + (lane >> 4), d = 4 * (lane & 15);
+        const int32_t pj = __shfl_sync(0xffffffffu, page, j);
+        const bool ok = kw + j <= pos && pj != kNoPage;
+        const float* src =
+            ok ? p.a.k_pool + kv_offset(pj, g, (kw + j) & slot_mask, p.num_kv_heads, p.page_size_log2) + d
+               : p.a.k_pool;
+        detail::cp_async_16(detail::smem_addr(&s.k[warp][j][d]), src, ok);
+      }
+      detail::cp_async_commit();
+      // V: lane's dimensions 2 lane, 2 lane + 1 of each row; zero outside the range (0 x NaN would poison).
+      float2 v[kTile];
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        const int32_t pj = __shfl_sync(0xffffffffu, page, j);
+        v[j] = make_float2(0.0f, 0.0f);
+        if (kw + j <= pos && pj != kNoPage)
+          v[j] = *reinterpret_cast<const float2*>(
+              p.a.v_pool + kv_offset(pj, g, (kw + j) & slot_mask, p.num_kv_heads, p.page_size_log2) +
+              2 * lane);
+      }
+      detail::cp_async_wait<0>();
+      __syncwarp();
+      float sc[kHeads];
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) sc[h] = 0.0f;
+#pragma unroll 4
+      for (int d = 0; d < kHeadDim; d += 4) {
+        const float4 kk = *reinterpret_cast<const float4*>(&s.k[warp][lane][d]);
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+          if (h < nh) {
+            const float4 qq = *reinterpret_cast<const float4*>(&s.q[h][d]);
+            sc[h] = fmaf(qq.x, kk.x, sc[h]);
+            sc[h] = fmaf(qq.y, kk.y, sc[h]);
+            sc[h] = fmaf(qq.z, kk.z, sc[h]);
+            sc[h] = fmaf(qq.w, kk.w, sc[h]);
+          }
+        }
+      }
+      // Online softmax per head. Lane 0's key kw <= pos is in range unless its page is missing (a broken
+      // table): a warp whose every key is out keeps m = -inf and adds nothing.
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        if (h < nh) {
+          const float sv = valid ? sc[h] * p.a.softmax_scale : -INFINITY;
+          const float m_new = fmaxf(m[h], warp_max(sv));
+          const float corr = m_new == -INFINITY ? 1.0f : expf(m[h] - m_new);
+          const float pr = valid ? expf(sv - m_new) : 0.0f;
+          l[h] = l[h] * corr + warp_sum(pr);
+          acc[h][0] *= corr;
+          acc[h][1] *= corr;
+          m[h] = m_new;
+          s.p[warp][h][lane] = pr;
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int j4 = 0; j4 < kTile; j4 += 4) {
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+          if (h < nh) {
+            const float4 pj = *reinterpret_cast<const float4*>(&s.p[warp][h][j4]);
+            acc[h][0] = fmaf(pj.x, v[j4].x, acc[h][0]);
+            acc[h][1] = fmaf(pj.x, v[j4].y, acc[h][1]);
+            acc[h][0] = fmaf(pj.y, v[j4 + 1].x, acc[h][0]);
+            acc[h][1] = fmaf(pj.y, v[j4 + 1].y, acc[h][1]);
+            acc[h][0] = fmaf(pj.z, v[j4 + 2].x, acc[h][0]);
+            acc[h][1] = fmaf(pj.z, v[j4 + 2].y, acc[h][1]);
+            acc[h][0] = fmaf(pj.w, v[j4 + 3].x, acc[h][0]);
+            acc[h][1] = fmaf(pj.w, v[j4 + 3].y, acc[h][1]);
+          }
+        }
+      }
+    }
+    // Merge the warps: each one's (m, l, acc) rescaled to the common max; the sink joins the denominator
+    // once.
+    __syncthreads();  // every warp is done with s.k, which s.o overlays
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      if (h < nh) {
+        *reinterpret_cast<float2*>(&s.o[warp][h][2 * lane]) = make_float2(acc[h][0], acc[h][1]);
+        if (lane == 0) s.m[warp][h] = m[h], s.l[warp][h] = l[h];
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * 32; i += kDecodeWarps * 32) {
+      const int h = i / 32, dp = i % 32, head = g * p.group + h0 + h;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, s.m[w][h]);
+      if (p.a.sinks != nullptr) mx = fmaxf(mx, p.a.sinks[head]);
+      if (mx == -INFINITY) mx = 0.0f;  // no key and no sink (a broken table): the output is 0
+      float denom = p.a.sinks != nullptr ? expf(p.a.sinks[head] - mx) : 0.0f, o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float f = expf(s.m[w][h] - mx);  // 0 for a warp without keys
+        denom = fmaf(s.l[w][h], f, denom);
+        o0 = fmaf(s.o[w][h][2 * dp], f, o0);
+        o1 = fmaf(s.o[w][h][2 * dp + 1], f, o1);
+      }
+      const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+      o0 *= inv;
+      o1 *= inv;
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(o0, o1);
+      const float2 hf = __bfloat1622float2(hi);
+      const __nv_bfloat162 lo2 = __floats2bfloat162_rn(o0 - hf.x, o1 - hf.y);
+      const size_t at = (size_t(t) * p.num_q_heads + head) * kHeadDim + 2 * dp;
+      *reinterpret_cast<__nv_bfloat162*>(p.a.out_hi + at) = hi;
+      *reinterpret_cast<__nv_bfloat162*>(p.a.out_lo + at) = lo2;
+    }
+  }
+}
+
+// ORCHID_PRECISE_DECODE=warps: decode steps on the decode kernel; the row kernel (one row a CTA) stays the
+// default until the A/B on a GPU decides.
+bool precise_decode_by_warps() {
+  static const bool warps = [] {
+    const char* v = std::getenv("ORCHID_PRECISE_DECODE");
+    return v != nullptr && std::strcmp(v, "warps") == 0;
+  }();
+  return warps;
+}
+
 }  // namespace
 
 void precise_sink_attention(const PreciseAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
@@ -234,9 +420,12 @@ void precise_sink_attention(const PreciseAttentionArgs& a, const AttentionPlan& 
   p.num_kv_heads = plan.num_kv_heads;
   p.group = group;
   p.page_size_log2 = log2_page;
-  // A step without prefill tiles is all decodes (one row per sequence): one row per CTA, heads over the
-  // warps.
-  if (plan.num_prefill_tiles == 0) {
+  // A step without prefill tiles is all decodes (one row per sequence, or a verify step's few): one row
+  // per CTA, heads over the warps, or the decode kernel (one CTA per token and KV head).
+  if (plan.num_prefill_tiles == 0 && precise_decode_by_warps()) {
+    precise_decode_kernel<<<dim3(unsigned(plan.num_tokens), unsigned(plan.num_kv_heads)), kDecodeWarps * 32,
+                            0, stream>>>(p);
+  } else if (plan.num_prefill_tiles == 0) {
     precise_attention_kernel<1>
         <<<dim3(unsigned(plan.num_tokens), unsigned(plan.num_kv_heads)), kThreads, 0, stream>>>(p);
   } else {
