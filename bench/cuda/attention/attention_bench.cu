@@ -313,14 +313,13 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   return us;
 }
 
-// The precise layer's fp32 attention (CUDA cores): `num_q` tokens of one sequence from `start`, window 128,
-// q inside fp32 QKV rows; useful FLOPs against the FP32 CUDA-core ceiling.
-double bench_precise(int num_q, int start, int ps) {
-  const int window = 128, q_stride = (kHq + 2 * kHkv) * 64;
-  const OneSequenceStep st(num_q, start, ps, 4);
-  const size_t pool = st.pool;
-  const size_t qn = size_t(num_q) * q_stride, on = size_t(num_q) * kHq * 64;
-  const int sets = rotation_sets((2 * pool + qn) * 4 + on * 4, 4);
+// Median microseconds of precise_sink_attention with `a` (table, page size, window, q stride set) over
+// `view`'s `tokens` rows, on rotating sets of random fp32 q, K/V pools of `pool` elements and hi/lo outputs;
+// `bytes_read` (what a launch reads and writes) sets how many sets keep the L2 from serving repeats.
+double time_precise(PreciseAttentionArgs a, const AttentionPlan& view, size_t tokens, size_t pool,
+                    size_t bytes_read) {
+  const size_t qn = tokens * size_t(a.q_stride), on = tokens * kHq * 64;
+  const int sets = rotation_sets(bytes_read, 4);
   std::vector<std::unique_ptr<Dev<float>>> q, k, v;
   std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> hi, lo;
   for (int s = 0; s < sets; ++s) {
@@ -335,15 +334,8 @@ double bench_precise(int num_q, int start, int ps) {
   }
   Dev<float> sinks(kHq);
   random_f32(sinks.p, kHq, 2.0f, 1.0f);
-  const AttentionPlan& view = st.view;
-  PreciseAttentionArgs a;
-  a.q_stride = q_stride;
-  a.page_table = st.table->p;
-  a.table_kind = kFullTable;
-  a.page_size = ps;
   a.sinks = sinks.p;
-  a.window = window;
-  const double us = median_us(
+  return median_us(
       [&](int s) {
         PreciseAttentionArgs x = a;
         x.q = q[size_t(s)]->p;
@@ -354,8 +346,27 @@ double bench_precise(int num_q, int start, int ps) {
         precise_sink_attention(x, view, nullptr);
       },
       sets);
+}
+
+PreciseAttentionArgs precise_args(const int32_t* table, TableKind kind, int ps) {
+  PreciseAttentionArgs a;
+  a.q_stride = (kHq + 2 * kHkv) * 64;  // q inside fp32 QKV rows
+  a.page_table = table;
+  a.table_kind = kind;
+  a.page_size = ps;
+  a.window = 128;
+  return a;
+}
+
+// The precise layer's fp32 attention (CUDA cores): `num_q` tokens of one sequence from `start`, window 128,
+// q inside fp32 QKV rows; useful FLOPs against the FP32 CUDA-core ceiling.
+double bench_precise(int num_q, int start, int ps) {
+  const OneSequenceStep st(num_q, start, ps, 4);
+  const size_t bytes = (2 * st.pool + size_t(num_q) * ((kHq + 2 * kHkv) * 64 + kHq * 64)) * 4;
+  const double us =
+      time_precise(precise_args(st.table->p, kFullTable, ps), st.view, size_t(num_q), st.pool, bytes);
   double keys = 0;
-  for (int i = 0; i < num_q; ++i) keys += std::min(start + i + 1, window);
+  for (int i = 0; i < num_q; ++i) keys += std::min(start + i + 1, 128);
   Row r{"precise_fp32",
         "q=" + std::to_string(num_q) + "@" + std::to_string(start) + " win 128 p" + std::to_string(ps), us,
         4.0 * 64 * kHq * keys / us / 1e6, 0};
@@ -364,63 +375,44 @@ double bench_precise(int num_q, int start, int ps) {
   return us;
 }
 
+// A decode step's plan: `batch` sequences of `queries` new tokens each, the last at position ctx - 1, on
+// shuffled pages (the same row of page ids serves both tables).
+struct DecodeStep {
+  AttentionPlanBuilder plan;
+  std::unique_ptr<Dev<int32_t>> blob, table;
+  int num_pages = 0;
+  AttentionPlan view;
+  DecodeStep(int batch, int ctx, int window, int ps, int queries, int max_decode_queries) {
+    std::mt19937_64 rng(3);
+    const int pages_per_seq = (ctx + ps - 1) / ps;
+    num_pages = pages_per_seq * batch;
+    std::vector<int32_t> ids(static_cast<size_t>(num_pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<PlanSequence> seqs;
+    for (int b = 0; b < batch; ++b)
+      seqs.push_back({b * queries, queries, ctx - queries, b * pages_per_seq, b * pages_per_seq});
+    PlanOptions o;
+    o.sm_count = device_info().sm_count;
+    o.max_decode_queries = max_decode_queries;
+    o.window = window;  // a window's launches take its own (smaller) split count
+    plan.build(seqs, batch * queries, o);
+    blob = std::make_unique<Dev<int32_t>>(plan.blob().size());
+    table = std::make_unique<Dev<int32_t>>(ids.size());
+    ORCHID_CUDA_CHECK(cudaMemcpy(blob->p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
+    ORCHID_CUDA_CHECK(cudaMemcpy(table->p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    view = plan.device_view(blob->p);
+  }
+};
+
 // The precise layer's fp32 attention in a decode step: `batch` sequences, one token each at position ctx - 1,
 // window 128 (layer 0 of gpt-oss). Bytes: the window's fp32 K/V rows, q and the hi/lo outputs.
 double bench_precise_decode(int batch, int ctx, int ps) {
-  const int window = 128, q_stride = (kHq + 2 * kHkv) * 64;
-  std::mt19937_64 rng(5);
-  const int pages_per_seq = (ctx + ps - 1) / ps;
-  std::vector<int32_t> ids(size_t(pages_per_seq) * batch);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<PlanSequence> seqs;
-  for (int b = 0; b < batch; ++b) seqs.push_back({b, 1, ctx - 1, b * pages_per_seq, b * pages_per_seq});
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.sm_count = device_info().sm_count;
-  o.window = window;
-  plan.build(seqs, batch, o);
-  Dev<int32_t> blob(plan.blob().size()), table(ids.size());
-  ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
-  ORCHID_CUDA_CHECK(cudaMemcpy(table.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-  const size_t pool = kv_pool_elements(int64_t(ids.size()), kHkv, ps);
-  const size_t qn = size_t(batch) * q_stride, on = size_t(batch) * kHq * 64;
-  const int keys = std::min(ctx, window);
-  const size_t bytes = size_t(batch) * keys * kHkv * 64 * 2 * 4 + size_t(batch) * kHq * 64 * (4 + 2 * 2);
-  const int sets = rotation_sets(bytes, 8);
-  std::vector<std::unique_ptr<Dev<float>>> q, k, v;
-  std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> hi, lo;
-  for (int s = 0; s < sets; ++s) {
-    q.push_back(std::make_unique<Dev<float>>(qn));
-    k.push_back(std::make_unique<Dev<float>>(pool));
-    v.push_back(std::make_unique<Dev<float>>(pool));
-    hi.push_back(std::make_unique<Dev<__nv_bfloat16>>(on));
-    lo.push_back(std::make_unique<Dev<__nv_bfloat16>>(on));
-    random_f32(q.back()->p, qn, 2.0f, 0.0f);
-    random_f32(k.back()->p, pool, 2.0f, 0.0f);
-    random_f32(v.back()->p, pool, 1.0f, 0.0f);
-  }
-  Dev<float> sinks(kHq);
-  random_f32(sinks.p, kHq, 2.0f, 1.0f);
-  const AttentionPlan view = plan.device_view(blob.p);
-  PreciseAttentionArgs a;
-  a.q_stride = q_stride;
-  a.page_table = table.p;
-  a.table_kind = kSlidingTable;
-  a.page_size = ps;
-  a.sinks = sinks.p;
-  a.window = window;
-  const double us = median_us(
-      [&](int s) {
-        PreciseAttentionArgs x = a;
-        x.q = q[size_t(s)]->p;
-        x.k_pool = k[size_t(s)]->p;
-        x.v_pool = v[size_t(s)]->p;
-        x.out_hi = hi[size_t(s)]->p;
-        x.out_lo = lo[size_t(s)]->p;
-        precise_sink_attention(x, view, nullptr);
-      },
-      sets);
+  const DecodeStep st(batch, ctx, 128, ps, 1, 1);
+  const size_t bytes =
+      size_t(batch) * std::min(ctx, 128) * kHkv * 64 * 2 * 4 + size_t(batch) * kHq * 64 * (4 + 2 * 2);
+  const double us = time_precise(precise_args(st.table->p, kSlidingTable, ps), st.view, size_t(batch),
+                                 kv_pool_elements(st.num_pages, kHkv, ps), bytes);
   add_row({"precise_decode",
            "B=" + std::to_string(batch) + " ctx " + std::to_string(ctx) + " win 128 p" + std::to_string(ps),
            us, 0, double(bytes) / us / 1e3});
@@ -433,25 +425,8 @@ double bench_precise_decode(int batch, int ctx, int ps) {
 // `fp8`: an e4m3 KV cache (pools of e4m3 1.0: the time does not depend on the values), half the K/V bytes.
 double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, bool through_prefill = false,
                     bool fp8 = false) {
-  std::mt19937_64 rng(3);
-  const int pages_per_seq = (ctx + ps - 1) / ps;
-  const int num_pages = pages_per_seq * batch;
-  std::vector<int32_t> ids(static_cast<size_t>(num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<PlanSequence> seqs;
-  for (int b = 0; b < batch; ++b)
-    seqs.push_back({b * queries, queries, ctx - queries, b * pages_per_seq, b * pages_per_seq});
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.sm_count = device_info().sm_count;
-  o.max_decode_queries = through_prefill ? 1 : queries;
-  o.window = window;  // a window's launches take its own (smaller) split count
-  plan.build(seqs, batch * queries, o);
-  Dev<int32_t> blob(plan.blob().size()), table(ids.size());
-  ORCHID_CUDA_CHECK(cudaMemcpy(blob.p, plan.blob().data(), plan.blob_bytes(), cudaMemcpyHostToDevice));
-  ORCHID_CUDA_CHECK(cudaMemcpy(table.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-  const size_t pool = kv_pool_elements(num_pages, kHkv, ps);
+  const DecodeStep st(batch, ctx, window, ps, queries, through_prefill ? 1 : queries);
+  const size_t pool = kv_pool_elements(st.num_pages, kHkv, ps);
   const size_t qn = size_t(batch) * queries * kHq * 64;
   const int keys = window > 0 ? std::min(ctx, window + queries - 1) : ctx;
   const size_t bytes = size_t(batch) * keys * kHkv * 64 * 2 * (fp8 ? 1 : 2) + 2 * qn * 2;
@@ -472,10 +447,10 @@ double bench_decode(int batch, int ctx, int window, int ps, int queries = 1, boo
   }
   Dev<float> sinks(kHq);
   random_f32(sinks.p, kHq, 2.0f, 1.0f);
-  Dev<uint8_t> workspace(plan.decode_workspace_bytes());
-  const AttentionPlan view = plan.device_view(blob.p);
+  Dev<uint8_t> workspace(st.plan.decode_workspace_bytes());
+  const AttentionPlan& view = st.view;
   SinkAttentionArgs a;
-  a.page_table = table.p;
+  a.page_table = st.table->p;
   a.page_size = ps;
   a.sinks = sinks.p;
   a.window = window;

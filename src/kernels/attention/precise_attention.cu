@@ -55,6 +55,50 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// sc[h] = q[h] . k (k: one key's 64 floats in shared memory) for the pass's nh heads; each K float4 is read
+// once for all heads.
+__device__ __forceinline__ void score_heads(const float* k, const float (*q)[kHeadDim], int nh,
+                                            float (&sc)[kHeads]) {
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) sc[h] = 0.0f;
+#pragma unroll 4
+  for (int d = 0; d < kHeadDim; d += 4) {
+    const float4 kk = *reinterpret_cast<const float4*>(k + d);
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      if (h < nh) {
+        const float4 qq = *reinterpret_cast<const float4*>(&q[h][d]);
+        sc[h] = fmaf(qq.x, kk.x, sc[h]);
+        sc[h] = fmaf(qq.y, kk.y, sc[h]);
+        sc[h] = fmaf(qq.z, kk.z, sc[h]);
+        sc[h] = fmaf(qq.w, kk.w, sc[h]);
+      }
+    }
+  }
+}
+
+// One tile of the warp's online softmax per head (lane = key; `valid`: the lane's key counts): updates
+// (m, l), rescales acc and leaves the tile's probabilities in p[h][lane]. A tile without a valid key leaves
+// everything as it was (m stays -inf until one comes).
+__device__ __forceinline__ void softmax_tile(bool valid, const float (&sc)[kHeads], int nh, float scale,
+                                             float (&m)[kHeads], float (&l)[kHeads], float (&acc)[kHeads][2],
+                                             float (*p)[kTile], int lane) {
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    if (h < nh) {
+      const float sv = valid ? sc[h] * scale : -INFINITY;
+      const float m_new = fmaxf(m[h], warp_max(sv));
+      const float corr = m_new == -INFINITY ? 1.0f : expf(m[h] - m_new);
+      const float pr = valid ? expf(sv - m_new) : 0.0f;
+      l[h] = l[h] * corr + warp_sum(pr);
+      acc[h][0] *= corr;
+      acc[h][1] *= corr;
+      m[h] = m_new;
+      p[h][lane] = pr;
+    }
+  }
+}
+
 struct __align__(16) Smem {
   float k[kTile][kKStride];
   float v[kTile][kHeadDim];
@@ -140,39 +184,9 @@ __global__ void __launch_bounds__(kThreads) precise_attention_kernel(const __gri
         const int key = k0 + lane;
         const bool valid = active && key >= my_lo && key <= my_pos;
         if (!active || k0 > my_pos || k0 + kTile <= my_lo) continue;  // warp-uniform
-        // Scores of key `lane` for the pass's heads: each K float4 is read once for all heads.
         float sc[kHeads];
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h) sc[h] = 0.0f;
-#pragma unroll 4
-        for (int d = 0; d < kHeadDim; d += 4) {
-          const float4 kk = *reinterpret_cast<const float4*>(&s.k[lane][d]);
-#pragma unroll
-          for (int h = 0; h < kHeads; ++h) {
-            if (h < nh) {
-              const float4 qq = *reinterpret_cast<const float4*>(&s.q[warp][h][d]);
-              sc[h] = fmaf(qq.x, kk.x, sc[h]);
-              sc[h] = fmaf(qq.y, kk.y, sc[h]);
-              sc[h] = fmaf(qq.z, kk.z, sc[h]);
-              sc[h] = fmaf(qq.w, kk.w, sc[h]);
-            }
-          }
-        }
-        // Online softmax per head; this tile holds at least one of the row's keys, so m_new is finite.
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h) {
-          if (h < nh) {
-            const float sv = valid ? sc[h] * p.a.softmax_scale : -INFINITY;
-            const float m_new = fmaxf(m[h], warp_max(sv));
-            const float corr = expf(m[h] - m_new);
-            const float pr = valid ? expf(sv - m_new) : 0.0f;
-            l[h] = l[h] * corr + warp_sum(pr);
-            acc[h][0] *= corr;
-            acc[h][1] *= corr;
-            m[h] = m_new;
-            s.p[warp][h][lane] = pr;
-          }
-        }
+        score_heads(&s.k[lane][0], s.q[warp], nh, sc);
+        softmax_tile(valid, sc, nh, p.a.softmax_scale, m, l, acc, s.p[warp], lane);
         __syncwarp();
         // Values: lane owns dimensions 2 lane, 2 lane + 1; each V pair is read once for all heads.
 #pragma unroll 4
@@ -292,38 +306,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) precise_decode_kernel(const
       detail::cp_async_wait<0>();
       __syncwarp();
       float sc[kHeads];
-#pragma unroll
-      for (int h = 0; h < kHeads; ++h) sc[h] = 0.0f;
-#pragma unroll 4
-      for (int d = 0; d < kHeadDim; d += 4) {
-        const float4 kk = *reinterpret_cast<const float4*>(&s.k[warp][lane][d]);
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h) {
-          if (h < nh) {
-            const float4 qq = *reinterpret_cast<const float4*>(&s.q[h][d]);
-            sc[h] = fmaf(qq.x, kk.x, sc[h]);
-            sc[h] = fmaf(qq.y, kk.y, sc[h]);
-            sc[h] = fmaf(qq.z, kk.z, sc[h]);
-            sc[h] = fmaf(qq.w, kk.w, sc[h]);
-          }
-        }
-      }
-      // Online softmax per head. Lane 0's key kw <= pos is in range unless its page is missing (a broken
-      // table): a warp whose every key is out keeps m = -inf and adds nothing.
-#pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
-        if (h < nh) {
-          const float sv = valid ? sc[h] * p.a.softmax_scale : -INFINITY;
-          const float m_new = fmaxf(m[h], warp_max(sv));
-          const float corr = m_new == -INFINITY ? 1.0f : expf(m[h] - m_new);
-          const float pr = valid ? expf(sv - m_new) : 0.0f;
-          l[h] = l[h] * corr + warp_sum(pr);
-          acc[h][0] *= corr;
-          acc[h][1] *= corr;
-          m[h] = m_new;
-          s.p[warp][h][lane] = pr;
-        }
-      }
+      score_heads(&s.k[warp][lane][0], s.q, nh, sc);
+      softmax_tile(valid, sc, nh, p.a.softmax_scale, m, l, acc, s.p[warp], lane);
       __syncwarp();
 #pragma unroll
       for (int j4 = 0; j4 < kTile; j4 += 4) {
