@@ -90,8 +90,6 @@ check golden-tiny-mxfp4-loops-off env ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PI
   python3 tools/gpu/check_golden.py --orchid "$bin"
 check attention-decode-variants env ORCHID_DECODE_FP8_SUB=1 ORCHID_DECODE_LOW_ROWS=0 \
   "$build"/tests/kernels/attention/attention_kernels_test --gtest_filter='*Decode*:*Mixed*:*GraphReplay*'
-# The MXFP4 GEMMs' weights brought into L2 ahead of their rings: a hint, the same logits.
-check golden-tiny-mxfp4-l2-ahead env ORCHID_MXFP4_L2_AHEAD=8 python3 tools/gpu/check_golden.py --orchid "$bin"
 # The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
 check trained-tiny python3 tools/train/check_reference.py --orchid "$bin" --model models/orchid-tiny \
   --reference tests/golden/orchid_tiny --backend cuda --weights mxfp4,bf16
@@ -183,24 +181,20 @@ for st in auto 4 3; do
     --weights mxfp4 --seq-lens 1024,32768 --batch-sizes 1,64,256 --steps 16
 done
 # The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
-# pipeline, the tiled down GEMM on 128-row CTAs, the MXFP4 weights brought into L2 4 or 8 chunks ahead, the
-# down GEMM's weights before its wait, the decode kernels' low rows and two e4m3 tiles an iteration.
-for v in ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 ORCHID_MXFP4_DOWN_ROWS=128 ORCHID_MXFP4_L2_AHEAD=4 \
-    ORCHID_MXFP4_L2_AHEAD=8 ORCHID_MOE_EARLY_WEIGHTS=0 ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
+# pipeline, the tiled down GEMM on 128-row CTAs, the down GEMM's weights before its wait, the decode kernels'
+# low rows and two e4m3 tiles an iteration.
+for v in ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 ORCHID_MXFP4_DOWN_ROWS=128 ORCHID_MOE_EARLY_WEIGHTS=0 \
+    ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
   bench "bench-decode-20b-${v%%=*}-${v#*=}" env "$v" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
 done
 for v in ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
   bench "attention-decode-${v%%=*}-${v#*=}" env "$v" "$build"/bench/cuda/attention/attention_bench --decode
 done
-# The MXFP4 expert GEMMs alone with their weights 0 / 4 / 8 / 16 chunks ahead in L2 (ORCHID_MXFP4_L2_AHEAD),
-# and 120b at one token, where the streaming GEMM is a third of the step.
-for pf in 0 4 8 16; do
-  bench "moe-mxfp4-l2-ahead-$pf" env ORCHID_MXFP4_L2_AHEAD=$pf "$build"/bench/cuda/moe/moe_bench --quick \
-    --filter "mxfp4 "
-  [ "$pf" = 16 ] || bench "bench-decode-120b-l2-ahead-$pf" env ORCHID_MXFP4_L2_AHEAD=$pf "$bin" bench decode \
-    synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,64 --steps 16
-done
+# The MXFP4 expert GEMMs alone, and 120b at one token, where the streaming GEMM is a third of the step.
+bench moe-mxfp4 "$build"/bench/cuda/moe/moe_bench --quick --filter "mxfp4 "
+bench bench-decode-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,64 \
+  --steps 16
 # The Hopper prefill kernel on its persistent grid (the default: one CTA per SM looping over the work items)
 # and on one CTA per item (ORCHID_PREFILL_PERSISTENT=0).
 for grid in persistent one-shot; do

@@ -67,14 +67,6 @@ __device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int x
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
       : "memory");
 }
-// The box of a 2-D tensor map at (x, y) brought into L2 only (no shared memory, no barrier): a later copy of
-// the same box then reads L2 instead of HBM. Returns at once; the fetch runs in the memory system.
-__device__ __forceinline__ void tensor_prefetch_l2_2d(const void* map, int x, int y) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(x), "r"(y)
-               : "memory");
-}
 __device__ __forceinline__ void tensor_copy_3d(void* dst, const void* map, int x, int y, int z,
                                                uint64_t* bar) {
   asm volatile(

@@ -108,15 +108,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
     }
     cp_async_commit();
   };
-  // Chunk c's 16 rows x 64 bytes into L2: lane 2r + h touches the first (h = 0) or last 16 bytes of row r's
-  // piece, so both 128-byte lines a piece may span are requested.
-  auto prefetch_chunk = [&](int c) {
-    const int mx = mx_begin + 4 * c;
-    if (c >= nchunks || mx >= mx_end) return;
-    const int mxl = (lane & 1) ? min(mx + 3, mx_end - 1) : mx;
-    const uint8_t* a = wbase + (int64_t(lane / 2) * kmx + mxl) * 16;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
-  };
 
   const __nv_bfloat16* xg = static_cast<const __nv_bfloat16*>(p.x);
   __nv_bfloat16* yg = static_cast<__nv_bfloat16*>(p.y);
@@ -135,7 +126,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
       }
 #pragma unroll
       for (int c = 0; c < kStages - 1; ++c) issue_chunk(c);
-      for (int c = kStages - 1; c < kStages - 1 + p.l2_ahead; ++c) prefetch_chunk(c);
     }
     scales_loaded = true;
     if (p.early_weights && first_pass) pdl_wait();  // x is the previous kernel's output
@@ -173,7 +163,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
 
     for (int c = 0; c < nchunks; ++c) {
       issue_chunk(c + kStages - 1);  // into the stage consumed at c - 1
-      if (p.l2_ahead > 0) prefetch_chunk(c + kStages - 1 + p.l2_ahead);
       cp_async_wait<kStages - 1>();  // this lane's copies of chunk c have landed
       __syncwarp();                  // ... and every other lane's
       const uint8_t* st = ws + (c % kStages) * kStageBytes;
@@ -336,7 +325,6 @@ void launch_order(const Mxfp4GemmArgs& p, cudaStream_t stream) {
   ensure_dynamic_smem<StreamingKernelTag<kNT, kWarps, kStages, kTiledOrder, kStraight>>(
       kernel, device_info().max_smem_per_block_optin);
   Mxfp4GemmArgs q = p;
-  q.l2_ahead = p.l2_ahead >= 0 ? p.l2_ahead : mxfp4_l2_ahead();
   q.k_split = p.k_split ? p.k_split : (p.cta_warps ? 1 : mxfp4_stream_shape(p.n, p.max_active).k_split);
   ORCHID_KERNEL_REQUIRE(q.k_split >= 1 && kWarps % q.k_split == 0,
                         "mxfp4_moe_gemm: k_split must divide the CTA's warps");

@@ -43,9 +43,6 @@ struct Mxfp4GemmArgs {
   // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
   bool early_weights = false;
-  // Each warp brings its own weights into L2 this many chunks (k 128) before its cp.async copies them; -1:
-  // the process default (ORCHID_MXFP4_L2_AHEAD).
-  int l2_ahead = -1;
 };
 
 // The CTA shape the streaming kernel takes by default for a grid of max_active experts x n rows.

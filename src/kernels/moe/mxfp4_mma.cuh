@@ -49,19 +49,6 @@ inline bool mxfp4_mt_pipe() {
   return on;
 }
 
-// How many ring chunks ahead of its copies an MXFP4 GEMM brings its weights into L2 (prefetches need no
-// shared memory, so the bytes in flight are no longer bounded by the ring; the tiled GEMM's 256-row CTAs at
-// 48-token tiles hold three stages). ORCHID_MXFP4_L2_AHEAD=N (0-64 chunks; 0, the default until measured:
-// none), read once on the host.
-inline int mxfp4_l2_ahead() {
-  static const int ahead = [] {
-    const char* v = std::getenv("ORCHID_MXFP4_L2_AHEAD");
-    const int n = v != nullptr ? std::atoi(v) : 0;
-    return n < 0 ? 0 : n > 64 ? 64 : n;
-  }();
-  return ahead;
-}
-
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
   const int n = valid ? 16 : 0;

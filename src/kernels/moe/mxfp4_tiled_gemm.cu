@@ -210,13 +210,6 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       mbar_arrive_expect_tx(&scales_ready, bytes);
       bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
       const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
-      // With l2_ahead = N > 0, chunk c + N's weights are brought into L2 when chunk c's are copied (the token
-      // rows are L2 hits already). The first kStages chunks are copied at once; [kStages, pf) are requested.
-      int pf = kStages;
-      auto prefetch_through = [&](int last) {
-        for (; pf <= last && pf < nchunks; ++pf) tensor_prefetch_l2_2d(&wmap, pf * kChunkMx * 16, wrow0);
-      };
-      if (p.l2_ahead > 0) prefetch_through(p.l2_ahead);  // weights only: before the dependency wait
       // Stages [0, early): their weights requested before the wait, their token rows after it.
       const int early = p.early_weights ? min(kStages, nchunks) : 0;
       for (int c = 0; c < early; ++c) {
@@ -229,7 +222,6 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         const int st = c % kStages;
         const int blocks = c < nfull ? kChunkMx : tail;
         uint8_t* stage = smem + st * kStageBytes;
-        if (p.l2_ahead > 0) prefetch_through(c + p.l2_ahead);
         if (c >= early) {
           if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
           mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
@@ -740,12 +732,10 @@ void mxfp4_tiled_gemm(const Mxfp4TiledArgs& p, cudaStream_t stream) {
                             0,
                         "mxfp4_tiled_gemm: x, blocks and scales must be 16-byte aligned");
   if (p.max_tiles <= 0) return;
-  Mxfp4TiledArgs q = p;
-  q.l2_ahead = p.l2_ahead >= 0 ? p.l2_ahead : mxfp4_l2_ahead();
-  if (q.swiglu_bias)
-    q.tiled_order ? dispatch<true, true>(q, stream) : dispatch<true, false>(q, stream);
+  if (p.swiglu_bias)
+    p.tiled_order ? dispatch<true, true>(p, stream) : dispatch<true, false>(p, stream);
   else
-    q.tiled_order ? dispatch<false, true>(q, stream) : dispatch<false, false>(q, stream);
+    p.tiled_order ? dispatch<false, true>(p, stream) : dispatch<false, false>(p, stream);
 }
 
 }  // namespace orchid::kernels

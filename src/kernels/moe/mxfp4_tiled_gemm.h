@@ -90,9 +90,6 @@ struct Mxfp4TiledArgs {
   // The work list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // first stages' weights are requested before the dependency wait, only the token rows wait (pdl.cuh).
   bool early_weights = false;
-  // Weights brought into L2 this many ring chunks (k 128) ahead of the ring's copies; -1: the process
-  // default (mxfp4_l2_ahead, ORCHID_MXFP4_L2_AHEAD).
-  int l2_ahead = -1;
 };
 
 void mxfp4_tiled_gemm(const Mxfp4TiledArgs& args, cudaStream_t stream);

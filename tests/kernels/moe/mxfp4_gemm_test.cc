@@ -88,7 +88,6 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
     got.resize(size_t(M) * p.out_cols);
     const std::string name = std::string(c.name) + (tiled_order ? " tiled order" : "");
     EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-    orchid::testing::expect_same_bits_with_l2_ahead(a, mxfp4_moe_gemm, dy, name);
   }
 }
 

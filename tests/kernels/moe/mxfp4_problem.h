@@ -30,18 +30,6 @@ inline std::vector<uint8_t> mxfp4_in_tiled_order(const std::vector<uint8_t>& blo
   return out;
 }
 
-// The kernels' L2 prefetches of their weights ahead of the ring (past the end of k, too) are hints: the
-// GEMM `args` describe, run again with l2_ahead 5 into a poisoned output, must give the bits `out` holds.
-template <class Args, class Gemm, class Out>
-void expect_same_bits_with_l2_ahead(Args args, Gemm gemm, Out& out, const std::string& name) {
-  const auto bits = out.download();
-  args.l2_ahead = 5;
-  poison(out);
-  gemm(args, nullptr);
-  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  EXPECT_EQ(out.download(), bits) << name << " with l2_ahead 5";
-}
-
 struct Mxfp4Problem {
   int experts = 0, n = 0, k = 0, rows = 0, x_rows = 0, out_cols = 0;
   std::vector<int> offsets;  // [E+1]

@@ -207,7 +207,6 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
       // bf16 output keeps 8 bits: the relative bound is the output rounding's.
       const std::string name = std::string(c.name) + " " + shape_name + (tiled_order ? " tiled order" : "");
       EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
-      orchid::testing::expect_same_bits_with_l2_ahead(a, mxfp4_tiled_gemm, dy, name);
     }
 }
 
