@@ -3,26 +3,22 @@
 // for 8 neighbouring tokens (135 keys instead of 8 x 128): 8192 / 8 x 8 CTAs x 5 tiles x 16 KB = 0.7 GB,
 // mostly from L2.
 //
-// CTA = 8 consecutive token rows x one KV head, 8 warps; warp w serves row w and the query heads of the KV
-// head, 8 per pass (a step of decodes only: one row per CTA, its heads spread over the warps). Rows of one
-// sequence form a run; a run's keys (the union of its rows' windows) come in
-// tiles of 32 through shared memory (K rows padded to 68 floats: float4 reads free of bank conflicts). Lane j
-// scores key j for every head of the pass (each K float4 read once for all heads), the warp keeps an online
-// softmax (m, l) per head, and each lane accumulates two of the 64 output dimensions over the tile's keys
-// (each V pair read once for all heads; probabilities pass through shared memory).
+// Steps with prefill tokens: CTA = 8 consecutive token rows x one KV head, 8 warps; warp w serves row w and
+// the query heads of the KV head, 8 per pass. Rows of one sequence form a run; a run's keys (the union of its
+// rows' windows) come in tiles of 32 through shared memory (K rows padded to 68 floats: float4 reads free of
+// bank conflicts). Lane j scores key j for every head of the pass (each K float4 read once for all heads),
+// the warp keeps an online softmax (m, l) per head, and each lane accumulates two of the 64 output dimensions
+// over the tile's keys (each V pair read once for all heads; probabilities pass through shared memory).
 //
 // Decode steps (no prefill tile) take a kernel of their own: one CTA per (token, KV head), 4 warps, each
 // scoring 32 keys of a round of 128 at once (lane = key) for the pass's 8 heads, with its own online
 // softmax; the warps meet in shared memory at the end. A 128-key window is then one round: all of a
-// token's K/V loads are in flight together, where the row kernel above waits for four tiles in turn (two
-// dependent loads and two barriers each). At B=256 that kernel is 2048 CTAs of four serial tiles.
+// token's K/V loads are in flight together. (The kernel above with one row per CTA waits for four tiles in
+// turn, two dependent loads and two barriers each: 176 against 83 us at B=256 on an H100.)
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/precise_attention.h"
 
 #include <climits>
-
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/attention/warp_mma.cuh"
 #include "kernels/common/cuda_check.h"
@@ -107,16 +103,14 @@ struct __align__(16) Smem {
   int seq[kWarps], pos[kWarps];
 };
 
-// kRows token rows per CTA, kWarps / kRows warps per row: warp w serves row w / (kWarps / kRows) and, of the
-// KV head's query heads, those congruent to w modulo kWarps / kRows. kRows = 8 (prefill: neighbouring rows
-// share the staged keys) or 1 (decode: the heads of one row spread over the warps).
-template <int kRows>
+// kRows = kWarps token rows per CTA, warp w serving row w (neighbouring rows share the staged keys).
+constexpr int kRows = kWarps;
+
 __global__ void __launch_bounds__(kThreads) precise_attention_kernel(const __grid_constant__ Params p) {
-  constexpr int kWarpsPerRow = kWarps / kRows;
   __shared__ Smem s;
   const int t0 = blockIdx.x * kRows, g = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row = warp / kWarpsPerRow, head_off = warp % kWarpsPerRow;
+  const int row = warp;
   if (threadIdx.x < kRows) {
     const int t = t0 + threadIdx.x;
     s.seq[threadIdx.x] = t < p.num_tokens ? p.token_seq[t] : -1;
@@ -144,17 +138,14 @@ __global__ void __launch_bounds__(kThreads) precise_attention_kernel(const __gri
       kend = max(kend, s.pos[r]);
     }
     const int32_t* table = p.a.page_table + (&p.seqs[seq].table_begin[0])[p.a.table_kind];
-    const bool in_run = row >= r0 && row < r1;
-    for (int h0 = 0; h0 < p.group; h0 += kHeads * kWarpsPerRow) {
-      // This warp's heads of the pass: h0 + head_off + kWarpsPerRow * i for i < nh.
-      const int mine = p.group - h0 - head_off;
-      const int nh = mine <= 0 ? 0 : min(kHeads, (mine + kWarpsPerRow - 1) / kWarpsPerRow);
-      const bool active = in_run && nh > 0;
-      __syncwarp();  // the previous pass is done with this warp's s.q
+    const bool active = row >= r0 && row < r1;  // this warp's row belongs to the run
+    for (int h0 = 0; h0 < p.group; h0 += kHeads) {
+      const int nh = min(kHeads, p.group - h0);  // the pass's heads: h0 .. h0 + nh
+      __syncwarp();                              // the previous pass is done with this warp's s.q
       if (active) {
         for (int i = lane; i < nh * (kHeadDim / 4); i += 32) {
           const int d4 = i % (kHeadDim / 4), h = i / (kHeadDim / 4);
-          const int head = g * p.group + h0 + head_off + kWarpsPerRow * h;
+          const int head = g * p.group + h0 + h;
           const float* src = p.a.q + size_t(t0 + row) * size_t(q_stride) + size_t(head) * kHeadDim;
           *reinterpret_cast<float4*>(&s.q[warp][h][4 * d4]) = reinterpret_cast<const float4*>(src)[d4];
         }
@@ -208,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) precise_attention_kernel(const __gri
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
         if (h < nh) {
-          const int head = g * p.group + h0 + head_off + kWarpsPerRow * h;
+          const int head = g * p.group + h0 + h;
           float scale = 1.0f, denom = l[h];
           if (p.a.sinks != nullptr) {
             const float sink = p.a.sinks[head];
@@ -366,16 +357,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) precise_decode_kernel(const
   }
 }
 
-// ORCHID_PRECISE_DECODE=warps: decode steps on the decode kernel; the row kernel (one row a CTA) stays the
-// default until the A/B on a GPU decides.
-bool precise_decode_by_warps() {
-  static const bool warps = [] {
-    const char* v = std::getenv("ORCHID_PRECISE_DECODE");
-    return v != nullptr && std::strcmp(v, "warps") == 0;
-  }();
-  return warps;
-}
-
 }  // namespace
 
 void precise_sink_attention(const PreciseAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
@@ -404,17 +385,14 @@ void precise_sink_attention(const PreciseAttentionArgs& a, const AttentionPlan& 
   p.num_kv_heads = plan.num_kv_heads;
   p.group = group;
   p.page_size_log2 = log2_page;
-  // A step without prefill tiles is all decodes (one row per sequence, or a verify step's few): one row
-  // per CTA, heads over the warps, or the decode kernel (one CTA per token and KV head).
-  if (plan.num_prefill_tiles == 0 && precise_decode_by_warps()) {
+  // A step without prefill tiles is all decodes (one row per sequence, or a verify step's few): one CTA per
+  // token and KV head. Otherwise CTAs of kRows neighbouring rows.
+  if (plan.num_prefill_tiles == 0) {
     precise_decode_kernel<<<dim3(unsigned(plan.num_tokens), unsigned(plan.num_kv_heads)), kDecodeWarps * 32,
                             0, stream>>>(p);
-  } else if (plan.num_prefill_tiles == 0) {
-    precise_attention_kernel<1>
-        <<<dim3(unsigned(plan.num_tokens), unsigned(plan.num_kv_heads)), kThreads, 0, stream>>>(p);
   } else {
-    const unsigned blocks = unsigned((plan.num_tokens + kWarps - 1) / kWarps);
-    precise_attention_kernel<kWarps><<<dim3(blocks, unsigned(plan.num_kv_heads)), kThreads, 0, stream>>>(p);
+    const unsigned blocks = unsigned((plan.num_tokens + kRows - 1) / kRows);
+    precise_attention_kernel<<<dim3(blocks, unsigned(plan.num_kv_heads)), kThreads, 0, stream>>>(p);
   }
   ORCHID_CUDA_CHECK_LAUNCH();
 }

@@ -6,8 +6,10 @@
 // (Q/K/V, P, the QKV input) move the router's logits by 2-5e-2 (bench/RESULTS.md, router_precision.py) and
 // change the routing of tokens whose 4th and 5th experts are that close; fp32 removes those errors.
 //
-// One kernel serves every token of the plan, prefill and decode alike (padding tokens are skipped), over a
-// grid that depends only on the token count, so a decode step stays graph-capturable. Cost grows with the
+// Every token of the plan is served (padding tokens are skipped): steps with prefill tokens by CTAs of 8
+// neighbouring rows sharing their staged keys, decode-only steps by one CTA per token and KV head whose warps
+// score the window's keys together. Grids depend only on the token count, so a decode step stays
+// graph-capturable. Cost grows with the
 // keys per query: meant for sliding-window layers (128 keys); the backend runs no full-attention layer here.
 #pragma once
 
