@@ -44,3 +44,15 @@ def test_gemm_roles_with_and_without_the_combine_doing_the_next_norm():
     assert mod.part_of(fused) == "experts: weighted combine + next input norm"
     assert mod.part_of(plain) == "experts: weighted combine"
     assert mod.part_of("tiled_prepare_kernel(...)") == "experts: tile plan + tiled-order input"
+
+
+def test_the_gemms_after_the_final_norm_gather_are_the_lm_head():
+    # A one-token step: the routing fused with the post-attention norm (no router GEMM), then the last
+    # token's row gathered, normed and projected (a split-K GEMM: two launches).
+    mod = load()
+    names = layer(True, "void orchid::kernels::combine_kernel(...)")
+    names += ["gather_rows_kernel(...)", "void orchid::kernels::norm::rmsnorm_kernel<bf16>(...)",
+              "nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "splitKreduce_kernel(...)"]
+    got = [p for p in roles(mod, names) if p.startswith("GEMM")]
+    assert got[-2:] == ["GEMM: lm_head", "GEMM: lm_head"], got
+    assert got[:3] == ["GEMM: QKV projection", "GEMM: O projection", "GEMM: O projection"], got

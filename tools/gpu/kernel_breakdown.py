@@ -70,14 +70,18 @@ def part_of(name):
 
 
 def name_gemms(rows):
-    """Gives each cuBLASLt GEMM a role from the part before it: O after attention, lm_head after the final
-    norm, QKV after the combine that did the next input norm, and after a norm the router when the layer's O
-    projection came last (the post-attention norm), else QKV (an input norm)."""
-    out, prev, last_gemm = [], None, None
+    """Gives each cuBLASLt GEMM a role from the part before it: lm_head once the final-norm gather ran (the
+    final norm may come between them), O after attention, QKV after the combine that did the next input norm,
+    and after a norm the router when the layer's O projection came last (the post-attention norm), else QKV
+    (an input norm)."""
+    out, prev, last_gemm, gathered = [], None, None, False
     for r in rows:
         p = r["part"]
+        gathered = gathered or p.startswith("final-norm")
         if p == "GEMM":
-            if prev is not None and prev.startswith("attention"):
+            if gathered:
+                p = "GEMM: lm_head"
+            elif prev is not None and prev.startswith("attention"):
                 p = "GEMM: O projection"
             elif prev is not None and prev.startswith("final-norm") or prev == "lm_head":
                 p = "GEMM: lm_head"
