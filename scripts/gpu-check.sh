@@ -142,12 +142,6 @@ for mode in --no-async-scheduling ""; do
   bench "bench-decode-20b-1024${mode:+-sync}" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 1024 \
     --batch-sizes 1,16,64,256 --steps 32 $mode
 done
-# Small batches, whose decode attention splits the keys: the splits merged by a kernel of their own (the
-# default) and in the last split CTA (ORCHID_DECODE_MERGE=last-split, opt-in until this A/B says otherwise).
-for merge in kernel last-split; do
-  bench "bench-decode-20b-merge-$merge" env ORCHID_DECODE_MERGE=$merge "$bin" bench decode synthetic:20b \
-    --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,4,8,16 --steps 32
-done
 # Decode steps with cuBLASLt's algorithm timed at first use (the default) and the heuristic's first
 # (ORCHID_GEMM_ALGO=heuristic); with the MoE combine doing the next layer's input norm (the default) and apart
 # (ORCHID_COMBINE_NORM=0).

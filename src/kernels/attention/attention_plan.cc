@@ -146,8 +146,6 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   decode_off_ = blob_.size();
   blob_.insert(blob_.end(), decodes.begin(), decodes.end());
   blob_.resize(decode_off_ + size_t(bucket), -1);
-  arrivals_off_ = blob_.size();
-  if (splits > 1) blob_.resize(arrivals_off_ + size_t(bucket) * size_t(o.num_kv_heads), 0);
   if (blob_.empty()) blob_.push_back(0);  // keep a valid (unused) device address
 }
 
@@ -159,8 +157,6 @@ AttentionPlan AttentionPlanBuilder::device_view(const void* device_blob) const {
   p.token_pos = base + token_pos_off_;
   p.prefill_tiles = reinterpret_cast<const PrefillTile*>(base + tiles_off_);
   p.decode_seqs = base + decode_off_;
-  // The arrival counts are written by the decode kernel: the blob's device copy is the caller's own buffer.
-  if (sizes_.decode_splits > 1) p.decode_arrivals = const_cast<int32_t*>(base + arrivals_off_);
   return p;
 }
 

@@ -41,10 +41,6 @@ struct AttentionPlan {
   const int32_t* token_pos = nullptr;  // [num_tokens]: absolute position of each token
   const PrefillTile* prefill_tiles = nullptr;
   const int32_t* decode_seqs = nullptr;  // [decode_bucket]: sequence per decode slot, -1 for padding
-  // [decode_bucket][num_kv_heads] zeros when decode_splits > 1 (else null): the split CTAs of a (slot, KV
-  // head) count themselves in here when the last of them merges the splits (SinkAttentionArgs::
-  // merge_in_last_split), and that one sets it back to zero for the next launch.
-  int32_t* decode_arrivals = nullptr;
   int32_t num_seqs = 0;
   int32_t num_tokens = 0;  // token rows (bucket size for graphs)
   int32_t num_prefill_tiles = 0;
@@ -118,8 +114,7 @@ class AttentionPlanBuilder {
  private:
   std::vector<int32_t> blob_;
   AttentionPlan sizes_;
-  size_t seqs_off_ = 0, token_seq_off_ = 0, token_pos_off_ = 0, tiles_off_ = 0, decode_off_ = 0,
-         arrivals_off_ = 0;
+  size_t seqs_off_ = 0, token_seq_off_ = 0, token_pos_off_ = 0, tiles_off_ = 0, decode_off_ = 0;
 };
 
 // Bytes of decode workspace for the given sizes: partial outputs [bucket][decode_q][Hq][splits][64] fp32

@@ -51,10 +51,6 @@ struct SinkAttentionArgs {
   float softmax_scale = 0.125f;  // 1 / sqrt(64)
   __nv_bfloat16* out = nullptr;  // [num_tokens, Hq * 64]
   PrefillVariant prefill_variant = PrefillVariant::kMmaSync;
-  // Split-KV decode: the last split CTA of each (slot, KV head) to finish merges the splits (counting
-  // arrivals in the plan's decode_arrivals), instead of a merge kernel after the decode kernel. The same
-  // arithmetic in the same order; one launch fewer per layer where decodes are split (small batches).
-  bool merge_in_last_split = false;
   // The Hopper prefill kernel's persistent CTAs, each looping over work items (tile x KV head): 0 = one per
   // SM (or one per item with ORCHID_PREFILL_PERSISTENT=0). Tests take a few, so that every CTA serves many
   // items of different lengths.
@@ -63,10 +59,6 @@ struct SinkAttentionArgs {
   // the same bits either way).
   int decode_stages = 0;
 };
-
-// ORCHID_DECODE_MERGE=last-split sets SinkAttentionArgs::merge_in_last_split for the runtime's launches
-// (until measured on the GPU, the merge kernel stays the default).
-bool merge_in_last_split_by_default();
 
 // The Hopper prefill kernel serves these arguments (BF16 pages of >= 8 tokens); callers fall back to
 // PrefillVariant::kMmaSync otherwise.

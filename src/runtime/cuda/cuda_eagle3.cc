@@ -294,7 +294,6 @@ void CudaEagle3Head::layer(std::span<const e3::HeadRow> rows, const float* g, co
   sa.window = 0;
   sa.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
   sa.out = attn_;
-  sa.merge_in_last_split = attn::merge_in_last_split_by_default();
   attn::sink_attention(sa, plan, decode_ws_, stream_);
   // r = attn o_proj^T + residual (g, or its norm), accumulated in fp32.
   if (c.norm_before_residual)

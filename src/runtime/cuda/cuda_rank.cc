@@ -170,7 +170,7 @@ void CudaRank::plan_workspace() {
   const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
   // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
   cap_tokens_ = size_t(T) * 4;
-  cap_blob_ = size_t(8 * S + 4 * T + 64 + S * local_.num_kv_heads) * 4;  // + the split arrivals
+  cap_blob_ = size_t(8 * S + 4 * T + 64) * 4;
   cap_rows_ = size_t(std::max<int64_t>(T, sampled_rows_cap_)) * 4;
   cap_table_ = size_t(S * max_pages_per_seq) * 4 * 2;  // the engine's tables keep room to grow
   off_tokens_ = 0;
@@ -726,7 +726,6 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
   a.window = sliding ? int(c.sliding_window) : 0;
   a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
   a.out = attn_;
-  a.merge_in_last_split = attn::merge_in_last_split_by_default();
   attn::sink_attention(a, m.plan, decode_ws_, stream_);
 
   g = {};

@@ -387,14 +387,6 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
         expect_same_bits(depth, "a decode ring of " + std::to_string(stages) + " stages");
       }
     }
-    if (view.decode_splits > 1 && outs.size() == 1) {
-      // The splits merged in the last split CTA: the merge kernel's bits, twice on the same blob (each
-      // launch sets the arrival counts back to zero).
-      SinkAttentionArgs last = args;
-      last.merge_in_last_split = true;
-      for (int launch = 1; launch <= 2; ++launch)
-        expect_same_bits(last, "merge in the last split, launch " + std::to_string(launch));
-    }
     std::printf(
         "  %s [%s]: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",
         sc.describe().c_str(), cfg.name, view.num_prefill_tiles, view.decode_bucket, view.decode_q,
@@ -631,7 +623,7 @@ TEST_F(SinkAttention, SmallEmptyBatches) {
 // A decode step captured once in a CUDA graph and replayed after a new plan (other sequences and lengths,
 // same buckets) was copied to the same device buffers: the launches read every length on the device.
 // `n` query tokens a sequence: 1 for plain decode, 1 + k for a speculative verify step.
-void graph_replay(int n, uint64_t seed, bool fp8 = false, bool merge_in_last_split = false) {
+void graph_replay(int n, uint64_t seed, bool fp8 = false) {
   Scenario a;
   a.fp8 = fp8;
   a.page_size = 16;
@@ -667,11 +659,7 @@ void graph_replay(int n, uint64_t seed, bool fp8 = false, bool merge_in_last_spl
   d.table.resize(std::max(pa.table.size(), pb.table.size()));
   d.workspace.resize(std::max(plan_a.decode_workspace_bytes(), plan_b.decode_workspace_bytes()));
   upload(pa, plan_a, d);
-  auto args_of = [&](const Problem& pr) {
-    SinkAttentionArgs args = make_args(pr, d);
-    args.merge_in_last_split = merge_in_last_split;
-    return args;
-  };
+  auto args_of = [&](const Problem& pr) { return make_args(pr, d); };
 
   cudaStream_t stream;
   ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -711,14 +699,6 @@ TEST_F(SinkAttention, DecodeGraphReplayWithNewPlan) {
 TEST_F(SinkAttention, VerifyGraphReplayWithNewPlan) {
   SEED_TRACE();
   graph_replay(4, seed_);
-}
-
-// The same with the splits merged in the last split CTA (arrival counts in the blob, re-uploaded with the
-// new plan; every replay sets them back to zero).
-TEST_F(SinkAttention, DecodeGraphReplayMergingInTheLastSplit) {
-  SEED_TRACE();
-  graph_replay(1, seed_, false, true);
-  graph_replay(4, seed_ + 1, true, true);
 }
 
 // ---- FP8 (e4m3) KV cache: the mma.sync prefill kernel and the decode kernel on e4m3 pages ----
