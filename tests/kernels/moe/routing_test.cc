@@ -103,7 +103,8 @@ TEST_P(PermuteTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, PermuteTest,
     ::testing::Values(PermuteCase{"decode_t1_e32", 1, 32, 4, 0}, PermuteCase{"t7_e128", 7, 128, 4, 0},
-                      PermuteCase{"t67_e32", 67, 32, 4, 0}, PermuteCase{"hot4_t300_e32", 300, 32, 4, 4},
+                      PermuteCase{"t67_e32", 67, 32, 4, 0}, PermuteCase{"t256_e32", 256, 32, 4, 0},
+                      PermuteCase{"t200_e128", 200, 128, 4, 0}, PermuteCase{"hot4_t300_e32", 300, 32, 4, 4},
                       PermuteCase{"chunks_t1537_e32", 1537, 32, 4, 0},
                       PermuteCase{"chunks_t5001_e128", 5001, 128, 4, 0},
                       PermuteCase{"skew_t2049_e128", 2049, 128, 4, 9}),
