@@ -88,10 +88,6 @@ check moe-mxfp4-loops-off env ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 \
   --gtest_filter='Shapes/Mxfp4TiledGemmTest.*:Shapes/Mxfp4GemmTest.*:Formats/MoeLayerTest.*mxfp4*'
 check golden-tiny-mxfp4-loops-off env ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 \
   python3 tools/gpu/check_golden.py --orchid "$bin"
-# Permutations of up to 1024 routed items in one block (opt-in until measured): the routing tests and golden.
-check moe-routing-one-block env ORCHID_PERMUTE_ONE_BLOCK=1 "$build"/tests/kernels/moe/kernels_moe_test \
-  --gtest_filter='*Permute*:*Route*'
-check golden-tiny-permute-one-block env ORCHID_PERMUTE_ONE_BLOCK=1 python3 tools/gpu/check_golden.py --orchid "$bin"
 check attention-decode-variants env ORCHID_DECODE_FP8_SUB=1 ORCHID_DECODE_LOW_ROWS=0 \
   "$build"/tests/kernels/attention/attention_kernels_test --gtest_filter='*Decode*:*Mixed*:*GraphReplay*'
 # The shipped tiny model against transformers' FP32 reference (logits, greedy up to BF16 ties).
@@ -180,9 +176,9 @@ for st in auto 4 3; do
 done
 # The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
 # pipeline, the tiled down GEMM on 128-row CTAs, the down GEMM's weights before its wait, the decode kernels'
-# low rows and two e4m3 tiles an iteration, the routing's permutation in one block.
+# low rows and two e4m3 tiles an iteration.
 for v in ORCHID_MXFP4_STRAIGHT=0 ORCHID_MXFP4_MT_PIPE=0 ORCHID_MXFP4_DOWN_ROWS=128 ORCHID_MOE_EARLY_WEIGHTS=0 \
-    ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_PERMUTE_ONE_BLOCK=1 ORCHID_DEFAULTS=1; do
+    ORCHID_DECODE_LOW_ROWS=0 ORCHID_DECODE_FP8_SUB=1 ORCHID_DEFAULTS=1; do
   bench "bench-decode-20b-${v%%=*}-${v#*=}" env "$v" "$bin" bench decode synthetic:20b --weights mxfp4 \
     --seq-lens 1024 --batch-sizes 1,2,16,64,256 --steps 32
 done

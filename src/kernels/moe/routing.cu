@@ -6,8 +6,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
@@ -144,30 +142,6 @@ __global__ void __launch_bounds__(kPermuteChunk)
   permute_small<kPermuteChunk / 32>(s_idx, items, top_k, num_experts, km, num_keys, out, psm);
 }
 
-// Permutations of up to kPermuteChunk items (decode steps of up to 256 tokens at top-4) in one block, as the
-// fused small-batch kernel does them: one launch instead of the general path's three (count, offsets,
-// scatter), the same results.
-__global__ void __launch_bounds__(kPermuteChunk)
-    permute_one_block_kernel(const int* __restrict__ topk_idx, int items, int top_k, int num_experts,
-                             KeyMap km, int num_keys, MoeRouting out) {
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
-  __shared__ PermuteSmem<kPermuteChunk / 32> psm;
-  __shared__ int s_idx[kPermuteChunk];
-  if (int(threadIdx.x) < items) s_idx[threadIdx.x] = topk_idx[threadIdx.x];
-  __syncthreads();
-  permute_small<kPermuteChunk / 32>(s_idx, items, top_k, num_experts, km, num_keys, out, psm);
-}
-
-// ORCHID_PERMUTE_ONE_BLOCK=1: permutations of up to kPermuteChunk items in one block (opt-in until measured
-// on a GPU: the batched decode steps' routing, four launches a layer, would take two).
-bool permute_one_block() {
-  static const bool on = [] {
-    const char* v = std::getenv("ORCHID_PERMUTE_ONE_BLOCK");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 size_t align16(size_t x) {
   return (x + 15) & ~size_t(15);
 }
@@ -220,12 +194,6 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
   ORCHID_KERNEL_REQUIRE(items64 < (int64_t(1) << 30), "moe_permute: too many tokens");
   const int items = int(items64);
   const int chunks = (items + kPermuteChunk - 1) / kPermuteChunk;
-  if (items > 0 && items <= kPermuteChunk && permute_one_block()) {
-    launch_pdl(permute_one_block_kernel, dim3(1), dim3(kPermuteChunk), 0, stream, topk_idx, items, top_k,
-               num_experts, km, keys, out);
-    ORCHID_CUDA_CHECK_LAUNCH();
-    return;
-  }
   int* chunk_counts = static_cast<int*>(scratch);
   int* local_rank = reinterpret_cast<int*>(static_cast<char*>(scratch) +
                                            align16(size_t(chunks) * num_experts * sizeof(int)));
