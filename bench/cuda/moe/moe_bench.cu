@@ -23,6 +23,7 @@
 #include "kernels/moe/moe_layer.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/norm_route.h"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/weight_convert.h"
@@ -334,6 +335,11 @@ bool mxfp4_tiled_order() {
   return tiled;
 }
 
+// Bytes of rows x k MXFP4 blocks as the kernels take them (repacked with the tiled order: padded groups).
+size_t mxfp4_block_bytes(int64_t rows, int k) {
+  return size_t(mxfp4_tiled_order() ? mxfp4_order::grouped_bytes(rows, k) : rows * k / 2);
+}
+
 // Routed tokens and enough copies of random MXFP4 experts [E, n, k] to read cold data every repetition.
 struct Mxfp4Experts {
   Routed rt;
@@ -348,7 +354,7 @@ struct Mxfp4Experts {
     active_bytes = size_t(active) * n * (k / 2 + k / 32);
     copies = copies_for(active_bytes);
     for (int i = 0; i < copies; ++i) {
-      blocks.emplace_back(size_t(E) * n * k / 2, Fill::kBytes, 30 + i);
+      blocks.emplace_back(mxfp4_block_bytes(int64_t(E) * n, k), Fill::kBytes, 30 + i);
       scales.emplace_back(size_t(E) * n * k / 32, Fill::kE8m0, 300 + i);
     }
   }
@@ -472,7 +478,7 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
 // ---------------------------------------------------------------- conversions
 void bench_convert(const Options& o, cudaStream_t s) {
   const int E = 32, n = 5760, k = 2880, kp = round_up_128(k);
-  const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+  const size_t bbytes = mxfp4_block_bytes(int64_t(E) * n, k), sbytes = size_t(E) * n * k / 32;
   // One CTA per 128 x 128 block, and the persistent grid whose CTAs load their next block while converting.
   for (const auto& [label, grid] :
        {std::pair{"convert mxfp4->fp8 gate_up layer", Fp8ConvertGrid::kOneCtaPerBlock},
@@ -515,7 +521,7 @@ void bench_overlap(const Options& o, cudaStream_t s) {
   ORCHID_CUDA_CHECK(cudaMemcpy(doff.p, off.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
   const size_t wsb = grouped_gemm_fp8_workspace_bytes(E);
   Buf ws(wsb, Fill::kBytes, 0);
-  const size_t bbytes = size_t(E) * n * k / 2, sbytes = size_t(E) * n * k / 32;
+  const size_t bbytes = mxfp4_block_bytes(int64_t(E) * n, k), sbytes = size_t(E) * n * k / 32;
   Buf bl(bbytes, Fill::kBytes, 1), sc(sbytes, Fill::kE8m0, 2);
   Buf q(size_t(E) * n * kp, Fill::kBytes, 0), qs(size_t(E) * (n / 128) * (kp / 128) * 4, Fill::kBytes, 0);
   auto gemm = [&](cudaStream_t st, int on_sms) {
@@ -612,8 +618,8 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
       size_t w1b, w1s, w2b, w2s;
       Fill wf = Fill::kBytes, sf = Fill::kE8m0;
       if (formats[f] == MoeWeights::kMxfp4) {
-        w1b = size_t(E) * 2 * I * H / 2, w1s = size_t(E) * 2 * I * H / 32, w2b = size_t(E) * H * I / 2,
-        w2s = size_t(E) * H * I / 32;
+        w1b = mxfp4_block_bytes(int64_t(E) * 2 * I, H), w1s = size_t(E) * 2 * I * H / 32,
+        w2b = mxfp4_block_bytes(int64_t(E) * H, I), w2s = size_t(E) * H * I / 32;
       } else if (formats[f] == MoeWeights::kFp8) {
         w1b = size_t(E) * 2 * I * Hp, w1s = size_t(E) * (2 * I / 128) * (Hp / 128) * 4,
         w2b = size_t(E) * H * Ip, w2s = size_t(E) * ((H + 127) / 128) * (Ip / 128) * 4;
@@ -669,7 +675,9 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
         });
       }
       const double flops = 2.0 * T * cfg.top_k * (2.0 * I * H + double(H) * I) + 2.0 * T * E * H;
-      const double per_expert = double(w1b + w1s + w2b + w2s) / E;
+      // the weights' own bytes (the repacked blocks' padding is not counted)
+      const double per_expert =
+          formats[f] == MoeWeights::kMxfp4 ? double(H) * I * 3 * 17 / 32 : double(w1b + w1s + w2b + w2s) / E;
       const double active = std::min<double>(E, T * cfg.top_k);  // upper bound on experts touched
       const bool bw_bound = T <= 256;
       report(name, "E32 H2880 I2880 top4", us, bw_bound ? 0 : flops, per_expert * active,

@@ -58,8 +58,9 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       : "memory");
 }
 
-// One box of a 2-D / 3-D tensor map (coordinates innermost first, in elements) into shared memory, counted
-// on `bar`. The map must live in parameter, constant or global memory (a __grid_constant__ parameter).
+// One box of a 2-D / 3-D / 4-D tensor map (coordinates innermost first, in elements) into shared memory,
+// counted on `bar`. The map must live in parameter, constant or global memory (a __grid_constant__
+// parameter).
 __device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int x, int y, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
@@ -73,6 +74,15 @@ __device__ __forceinline__ void tensor_copy_3d(void* dst, const void* map, int x
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void tensor_copy_4d(void* dst, const void* map, int x, int y, int z, int w,
+                                               uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_addr(bar))
       : "memory");
 }
 

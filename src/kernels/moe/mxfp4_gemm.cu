@@ -30,6 +30,7 @@
 #include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_mma.cuh"
+#include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/swiglu.cuh"
 
 namespace orchid::kernels {
@@ -95,16 +96,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   float* red =
       reinterpret_cast<float*>(smem + tile_rows * xstride + kWarps * warp_bytes);  // [warp][nt*4][32]
 
-  const uint8_t* wbase = p.blocks + (int64_t(e) * n + wrow0) * kmx * 16;
+  // This group's first block (the repacked groups are padded to whole chunks: mxfp4_word_order.h).
+  const uint8_t* wbase =
+      p.blocks + (int64_t(e) * n + wrow0) * (kTiledOrder ? mxfp4_order::grouped_kmx(kmx) : kmx) * 16;
   const uint8_t* sbase = p.scales + (int64_t(e) * n + wrow0) * kmx;
+  // A chunk: the group's 16 rows x 4 MX blocks (repacked, one contiguous kilobyte: mxfp4_word_order.h).
   auto issue_chunk = [&](int c) {
     uint8_t* st = ws + (c % kStages) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int seg = lane + 32 * i, row = seg / 4, j = seg % 4, mx = mx_begin + 4 * c + j;
       const bool valid = c < nchunks && mx < mx_end;
-      cp_async_16(st + row * kStageRowBytes + j * 16,
-                  valid ? wbase + (int64_t(row) * kmx + mx) * 16 : p.blocks, valid);
+      const int64_t block = kTiledOrder ? (mx >> 2) * 64 + row * 4 + (mx & 3) : int64_t(row) * kmx + mx;
+      cp_async_16(st + row * kStageRowBytes + j * 16, valid ? wbase + block * 16 : p.blocks, valid);
     }
     cp_async_commit();
   };

@@ -26,7 +26,7 @@ struct Mxfp4GemmArgs {
   const int* num_active = nullptr;  // device [1]
   int max_active = 0;               // host bound on *num_active (e.g. min(E, rows)): the grid's y size
   int max_rows_per_expert = 0;      // host bound on any expert's rows (e.g. the token count): picks the tile
-  const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
+  const uint8_t* blocks = nullptr;  // [E, n, k/32, 16], or repacked (tiled_order)
   const uint8_t* scales = nullptr;  // [E, n, k/32] e8m0
   const void* x = nullptr;          // bf16 [*, k]
   const int* x_rows = nullptr;      // device [M] or nullptr
@@ -39,7 +39,7 @@ struct Mxfp4GemmArgs {
   // dividing the warps); 0: mxfp4_stream_shape's warps and split (moe_bench times the combinations). Each
   // warp's cp.async ring has kMxfp4StreamStages chunks.
   int cta_warps = 0, k_split = 0;
-  bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
+  bool tiled_order = false;  // the blocks repacked at load (mxfp4_to_tiled_order: word order, 16-row groups)
   // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
   bool early_weights = false;

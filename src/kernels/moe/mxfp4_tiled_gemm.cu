@@ -26,8 +26,9 @@
 // to 8 (a template parameter of the loop). The
 // producer fills a ring of 2-8 stages (as deep as the CTAs an SM holds allow: two, or one for 128-token
 // tiles) of 4 MX blocks (k 128): the
-// weights of a stage as one 2-D tensor copy (box 64 bytes x the CTA's rows: one bulk copy per 64-byte row was
-// 4.5x slower, the copy engine's cost is per request), the token rows as one tensor copy per MX block (box
+// weights of a stage as one tensor copy (box 64 bytes x the CTA's rows, or with the blocks repacked at load
+// the CTA's 16-row groups' kilobyte chunks: one bulk copy per 64-byte row was 4.5x slower, the copy engine's
+// cost is per request), the token rows as one tensor copy per MX block (box
 // 64 bytes x the tile, the layer gathers the permuted rows in mxfp4_tiled_activation), the CTA's MX scales
 // once. Consumers release a stage once nothing reads it any more: at its end on the mma.sync path, after
 // the first block of the next stage on the wgmma path (whose last group may still be reading its tokens).
@@ -55,6 +56,7 @@
 #include "kernels/common/wgmma.cuh"
 #include "kernels/moe/mxfp4_mma.cuh"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/swiglu.cuh"
 
@@ -210,12 +212,19 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       mbar_arrive_expect_tx(&scales_ready, bytes);
       bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
       const int wrow0 = e * n + n0;  // the CTA's first row in the weight tensor map
+      // Stage c's weights: one box (weight_map), its 16-row groups' chunk c when repacked.
+      auto copy_weights = [&](uint8_t* dst, int c, uint64_t* bar) {
+        if constexpr (kTiledOrder)
+          tensor_copy_4d(dst, &wmap, 0, 0, c, wrow0 / 16, bar);
+        else
+          tensor_copy_2d(dst, &wmap, c * kChunkMx * 16, wrow0, bar);
+      };
       // Stages [0, early): their weights requested before the wait, their token rows after it.
       const int early = p.early_weights ? min(kStages, nchunks) : 0;
       for (int c = 0; c < early; ++c) {
         const int blocks = c < nfull ? kChunkMx : tail;
         mbar_arrive_expect_tx(&full[c], kWStageBytes + blocks * kTokBlockBytes);
-        tensor_copy_2d(smem + c * kStageBytes, &wmap, c * kChunkMx * 16, wrow0, &full[c]);
+        copy_weights(smem + c * kStageBytes, c, &full[c]);
       }
       if (p.early_weights) pdl_wait();  // the token rows are the previous kernel's output
       for (int c = 0; c < nchunks; ++c) {
@@ -225,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         if (c >= early) {
           if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
           mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
-          tensor_copy_2d(stage, &wmap, c * kChunkMx * 16, wrow0, &full[st]);
+          copy_weights(stage, c, &full[st]);
         }
         for (int j = 0; j < blocks; ++j)
           tensor_copy_2d(stage + kWStageBytes + j * kTokBlockBytes, &xmap, (c * kChunkMx + j) * 64, rbase,
@@ -600,6 +609,21 @@ CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes,
                            CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
 }
 
+// The expert blocks, one box a stage (4 MX blocks of each of the CTA's rows, 64-byte swizzled into the same
+// shared layout either way). Checkpoint layout: [E * n rows][k / 32 * 16 bytes], boxes of 64 bytes x the
+// CTA's rows. Repacked (mxfp4_word_order.h): [E * n / 16 groups][chunks][16 rows][64 bytes], boxes of one
+// chunk of the CTA's groups: 16 contiguous kilobytes (a 256-row CTA) instead of 256 pieces of 64 bytes.
+CUtensorMap weight_map(const Mxfp4TiledArgs& p, int cta_rows) {
+  const uint64_t rows = uint64_t(p.num_experts) * uint64_t(p.n), kmx = uint64_t(p.k / 32);
+  if (!p.tiled_order) return byte_tensor_map(p.blocks, rows, kmx * 16, cta_rows, "the expert blocks");
+  const uint64_t chunks = uint64_t(mxfp4_order::grouped_kmx(int(kmx))) / 4;
+  const uint64_t dims[4] = {64, 16, chunks, rows / 16};
+  const uint64_t strides[3] = {64, 1024, chunks * 1024};
+  const uint32_t box[4] = {64, 16, 1, uint32_t(cta_rows / 16)};
+  return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, p.blocks, dims, strides, box,
+                           CU_TENSOR_MAP_SWIZZLE_64B, "mxfp4_tiled_gemm: the repacked expert blocks");
+}
+
 template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight = false, bool kMtPipe = false>
 void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   if constexpr (kTiledOrder && !kStraight && !kMtPipe) {  // the variants: the default (tiled) order only
@@ -620,10 +644,9 @@ void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   ensure_dynamic_smem<TiledKernelTag<Sh, kNT, kSwiglu, kTiledOrder, kStraight, kMtPipe>>(
       kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + Sh::kRowsPerCta - 1) / Sh::kRowsPerCta));
-  // The expert blocks as [E * n rows][k / 32 * 16 bytes]: one box = one stage's weights (4 MX blocks of
-  // each of the CTA's rows); the tokens as [x_row_count][2 k bytes], one box = one MX block of the tile.
-  const CUtensorMap wmap = byte_tensor_map(p.blocks, uint64_t(p.num_experts) * uint64_t(p.n),
-                                           uint64_t(p.k / 32 * 16), Sh::kRowsPerCta, "the expert blocks");
+  // One box = one stage's weights (weight_map); the tokens as [x_row_count][2 k bytes], one box = one MX
+  // block of the tile.
+  const CUtensorMap wmap = weight_map(p, Sh::kRowsPerCta);
   const CUtensorMap xmap =
       byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k) * 2, 8 * kNT, "the token rows");
   launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);

@@ -76,7 +76,7 @@ struct Mxfp4TiledArgs {
   const int* offsets = nullptr;  // device [E+1]
   const int* tiles = nullptr;    // device int2 [max_tiles] from mxfp4_tiled_plan with the same tile_tokens
   int max_tiles = 0;
-  const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
+  const uint8_t* blocks = nullptr;  // [E, n, k/32, 16], or repacked (tiled_order)
   const uint8_t* scales = nullptr;  // [E, n, k/32] e8m0
   const void* x = nullptr;          // bf16 [x_row_count, k], every permuted row, tiled order
   int x_row_count = 0;              // rows of x (the token rows of a stage come as tensor copies)
@@ -86,7 +86,7 @@ struct Mxfp4TiledArgs {
   // the fp32 sums.
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
-  bool tiled_order = false;  // the blocks' words in mxfp4_word_order.h's order (mxfp4_to_tiled_order)
+  bool tiled_order = false;  // the blocks repacked at load (mxfp4_to_tiled_order: word order, 16-row groups)
   // The work list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // first stages' weights are requested before the dependency wait, only the token rows wait (pdl.cuh).
   bool early_weights = false;

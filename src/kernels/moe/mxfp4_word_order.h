@@ -97,6 +97,25 @@ ORCHID_MXFP4_HD uint32_t to_original_order(uint32_t s) {
   return w;
 }
 
+// The blocks' layout in the same repack: the checkpoint's [E * n rows][k / 32 MX blocks][16 bytes] becomes
+// [E * n / 16 row groups][kmxp / 4 chunks][16 rows][4 MX blocks][16 bytes] (n % 16 == 0), kmxp = k / 32
+// rounded up to a multiple of 4 (the padding blocks are zero and never used). The kernels read a chunk at a
+// time, 16 rows x 4 MX blocks (an m16 tile's slice of k): in the checkpoint's layout 16 pieces of 64 bytes,
+// 16 * k / 32 bytes apart; here one kilobyte on a kilobyte boundary, each row's 64 bytes in place as the
+// kernels' shared stages hold them (H100: the tiled GEMM 6-10% faster; bench/RESULTS.md, 2026-12-06 third
+// run, with the arrangements that were slower for the streaming GEMM).
+ORCHID_MXFP4_HD constexpr int grouped_kmx(int kmx) {
+  return (kmx + 3) / 4 * 4;
+}
+// Bytes of `rows` rows of k columns, repacked.
+ORCHID_MXFP4_HD constexpr int64_t grouped_bytes(int64_t rows, int k) {
+  return rows * grouped_kmx(k / 32) * 16;
+}
+// The index of the 16-byte block of global row r (e * n + its row in the expert) and MX block mx.
+ORCHID_MXFP4_HD constexpr int64_t grouped_block(int64_t r, int mx, int kmx) {
+  return (((r >> 4) * grouped_kmx(kmx) / 4 + mx / 4) * 16 + (r & 15)) * 4 + (mx & 3);
+}
+
 }  // namespace orchid::kernels::mxfp4_order
 
 #undef ORCHID_MXFP4_HD

@@ -4,12 +4,14 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_info.h"
 #include "kernels/common/quant.cuh"
+#include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/weight_convert.h"
 
@@ -78,7 +80,7 @@ struct BlockIn {
 
 __device__ __forceinline__ void load_block(const uint8_t* __restrict__ blocks,
                                            const uint8_t* __restrict__ scales, int n, int kmx, int e, int rb,
-                                           int cb, BlockIn& in) {
+                                           int cb, bool tiled_order, BlockIn& in) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -90,7 +92,9 @@ __device__ __forceinline__ void load_block(const uint8_t* __restrict__ blocks,
     in.scale[i] = 0;
     if (in.valid[i]) {
       const int64_t idx = (int64_t(e) * n + row) * kmx + mx;
-      in.src[i] = reinterpret_cast<const uint4*>(blocks)[idx];
+      // the repack at load groups 16 rows (mxfp4_word_order.h)
+      in.src[i] = reinterpret_cast<const uint4*>(
+          blocks)[tiled_order ? mxfp4_order::grouped_block(int64_t(e) * n + row, mx, kmx) : idx];
       in.scale[i] = scales[idx];
     }
   }
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(256)
   const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
   if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
   BlockIn in;
-  load_block(blocks, scales, n, k / 32, e, rb, cb, in);
+  load_block(blocks, scales, n, k / 32, e, rb, cb, tiled_order, in);
   convert_block(in, n, k, e, rb, cb, rule, out_q, out_scale, tiled_order, red);
 }
 
@@ -217,7 +221,7 @@ __global__ void __launch_bounds__(256)
     BlockIn in_next;
     if (b < total) {
       next = coord(b);
-      if (!next.skip) load_block(blocks, scales, n, kmx, next.e, next.rb, next.cb, in_next);
+      if (!next.skip) load_block(blocks, scales, n, kmx, next.e, next.rb, next.cb, tiled_order, in_next);
     }
     if (!cur.skip) {  // CTA-uniform
       convert_block(in, n, k, cur.e, cur.rb, cur.cb, rule, out_q, out_scale, tiled_order, red);
@@ -229,10 +233,22 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-__global__ void to_tiled_order_kernel(uint32_t* __restrict__ words, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    words[i] = mxfp4_order::to_tiled_order(words[i]);
+// One CTA per group of 16 rows: the group's blocks into shared memory, then out transposed and padded
+// (mxfp4_word_order.h's grouped_block), each word reordered.
+__global__ void __launch_bounds__(256)
+    to_tiled_order_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int kmx) {
+  extern __shared__ uint4 group[];  // [16 rows][kmx]
+  const int kmxp = mxfp4_order::grouped_kmx(kmx);
+  const uint4* g = src + int64_t(blockIdx.x) * 16 * kmx;
+  for (int i = threadIdx.x; i < 16 * kmx; i += blockDim.x) group[i] = g[i];
+  __syncthreads();
+  auto reorder = [](uint32_t w) { return mxfp4_order::to_tiled_order(w); };
+  uint4* out = dst + int64_t(blockIdx.x) * 16 * kmxp;
+  for (int i = threadIdx.x; i < 16 * kmxp; i += blockDim.x) {  // i = (chunk * 16 + row) * 4 + mx % 4
+    const int mx = i / 64 * 4 + i % 4, row = i / 4 % 16;
+    const uint4 v = mx < kmx ? group[row * kmx + mx] : make_uint4(0, 0, 0, 0);
+    out[i] = make_uint4(reorder(v.x), reorder(v.y), reorder(v.z), reorder(v.w));
+  }
 }
 
 // One CTA (256 threads) per 128x128 block; thread t owns columns 8*(t%16)..+7 of rows t/16 + 16i.
@@ -322,13 +338,21 @@ void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int expert
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-void mxfp4_to_tiled_order(uint8_t* blocks, size_t bytes, cudaStream_t stream) {
-  ORCHID_KERNEL_REQUIRE(bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(blocks) & 3) == 0,
-                        "mxfp4_to_tiled_order: whole, aligned 32-bit words");
-  const int64_t words = int64_t(bytes / 4);
-  if (words == 0) return;
-  const int grid = int(std::min<int64_t>((words + 255) / 256, 8 * 65536));
-  to_tiled_order_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<uint32_t*>(blocks), words);
+void mxfp4_to_tiled_order(const uint8_t* blocks, uint8_t* out, int64_t rows, int k, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(rows >= 0 && rows % 16 == 0 && k > 0 && k % 32 == 0,
+                        "mxfp4_to_tiled_order: rows must be a multiple of 16 and k of 32");
+  ORCHID_KERNEL_REQUIRE(((reinterpret_cast<uintptr_t>(blocks) | reinterpret_cast<uintptr_t>(out)) & 15) == 0,
+                        "mxfp4_to_tiled_order: blocks must be 16-byte aligned");
+  const int bytes = 16 * k / 32 * 16;  // one group's blocks
+  ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin, "mxfp4_to_tiled_order: k too large");
+  if (rows == 0) return;
+  const uint8_t* in_end = blocks + rows * (k / 32) * 16;
+  ORCHID_KERNEL_REQUIRE(in_end <= out || out + mxfp4_order::grouped_bytes(rows, k) <= blocks,
+                        "mxfp4_to_tiled_order: the output must not overlap the input");
+  ORCHID_KERNEL_REQUIRE(rows / 16 <= int64_t(INT32_MAX), "mxfp4_to_tiled_order: too many rows");
+  ensure_dynamic_smem<struct ToTiledOrderTag>(to_tiled_order_kernel, device_info().max_smem_per_block_optin);
+  to_tiled_order_kernel<<<unsigned(rows / 16), 256, bytes, stream>>>(reinterpret_cast<const uint4*>(blocks),
+                                                                     reinterpret_cast<uint4*>(out), k / 32);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

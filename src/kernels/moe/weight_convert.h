@@ -28,9 +28,9 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, in
                    cudaStream_t stream);
 
 // expert_offsets (nullable, [E+1] device): experts with no routed rows are skipped (their output is left
-// as it was), for the per-layer prefill conversion. k % 32 == 0. tiled_order: the blocks' words are in
-// mxfp4_word_order.h's order (the same output). grid: one CTA per 128 x 128 block, or a persistent grid
-// whose CTAs load their next block while converting one (the same output; kDefault: the environment's
+// as it was), for the per-layer prefill conversion. k % 32 == 0. tiled_order: the blocks are in
+// mxfp4_word_order.h's repacked form (the same output). grid: one CTA per 128 x 128 block, or a persistent
+// grid whose CTAs load their next block while converting one (the same output; kDefault: the environment's
 // ORCHID_MXFP4_CONVERT=pipelined picks the persistent one, until measured). sms > 0: the persistent grid
 // sized for that many SMs (mxfp4_to_fp8_ctas_per_sm() CTAs each), to run beside a kernel on the others.
 enum class Fp8ConvertGrid : uint8_t { kDefault, kOneCtaPerBlock, kPersistent };
@@ -40,9 +40,11 @@ void mxfp4_to_fp8_block(const uint8_t* blocks, const uint8_t* scales, int expert
                         Fp8ConvertGrid grid = Fp8ConvertGrid::kDefault, int sms = 0);
 int mxfp4_to_fp8_ctas_per_sm();  // the persistent conversion's resident CTAs an SM
 
-// Every 32-bit word of MXFP4 blocks (bytes % 4 == 0, 4-byte aligned) into mxfp4_word_order.h's order, in
-// place: once at load, for the expert GEMMs' cheaper decode (ORCHID_MXFP4_WORD_ORDER=tiled).
-void mxfp4_to_tiled_order(uint8_t* blocks, size_t bytes, cudaStream_t stream);
+// MXFP4 blocks [rows][k / 32][16 bytes] (rows % 16 == 0, 16-byte aligned) into out in the repacked form of
+// mxfp4_word_order.h (grouped_bytes(rows, k) bytes, not overlapping the input): every 32-bit word in its
+// order, the blocks grouped by 16 rows (grouped_block). Once at load, for the expert GEMMs
+// (ORCHID_MXFP4_WORD_ORDER=tiled, the default).
+void mxfp4_to_tiled_order(const uint8_t* blocks, uint8_t* out, int64_t rows, int k, cudaStream_t stream);
 
 // w: bf16 [E, n, k], k % 8 == 0.
 void bf16_to_fp8_block(const void* w, int experts, int n, int k, Fp8ScaleRule rule, uint8_t* out_q,

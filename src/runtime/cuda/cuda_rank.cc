@@ -275,7 +275,17 @@ KvCacheSpec CudaRank::kv_capacity() const {
     in.kv_pages = kv_pages;
     return plan_kv_pools(in);
   };
-  const KvPoolPlan p = plan_for(opts_.kv_cache_dtype, opts_.kv_pages);
+  const KvPoolPlan p = [&] {
+    try {
+      return plan_for(opts_.kv_cache_dtype, opts_.kv_pages);
+    } catch (const Error& e) {
+      if (weights_.repack_bytes == 0) throw;
+      fail(
+          "{}; {:.2f} GiB of the weights is the padding of the MXFP4 experts' repacked form "
+          "(ORCHID_MXFP4_WORD_ORDER=checkpoint saves it, with slower expert GEMMs)",
+          e.what(), double(weights_.repack_bytes) / (1 << 30));
+    }
+  }();
   if (shard_.rank == 0 && opts_.kv_pages == 0) {
     // What each precision would hold on this budget (--kv-cache-dtype), in sequences of the longest
     // context. Sequences of 128k tokens are the long-context case (gpt-oss's 131072-token window).

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/weight_convert.h"
 #include "kernels/ops/ops.h"
 #include "kernels/synthetic/synthetic_fill.h"
@@ -28,14 +30,28 @@ int64_t round_up(int64_t v, int64_t m) {
 struct ExpertBytes {
   size_t w1 = 0, w1_scale = 0, w2 = 0, w2_scale = 0;
 };
+// The expert blocks' words in mxfp4_word_order.h's order and grouped by 16 rows (its repacked form) unless
+// ORCHID_MXFP4_WORD_ORDER=checkpoint (H200, 2026-12-05: the word order made decode steps 0.7% faster at one
+// token, 4-6% at 16-256; the grouping: bench/RESULTS.md, 2026-12-06 third run).
+bool mxfp4_repacked() {
+  const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER");
+  const std::string v = order != nullptr ? order : "tiled";
+  if (v != "tiled" && v != "checkpoint")
+    fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
+  return v == "tiled";
+}
+
 ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f, int64_t experts) {
   const size_t E = size_t(experts), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
   ExpertBytes b;
   switch (f) {
     case kernels::MoeWeights::kMxfp4:
-      b.w1 = E * 2 * I * H / 2;
+      // repacked: each 16-row group's MX blocks padded to a multiple of 4 (mxfp4_word_order.h)
+      b.w1 = mxfp4_repacked() ? size_t(kernels::mxfp4_order::grouped_bytes(int64_t(E * 2 * I), int(H)))
+                              : E * 2 * I * H / 2;
       b.w1_scale = E * 2 * I * H / 32;
-      b.w2 = E * H * I / 2;
+      b.w2 = mxfp4_repacked() ? size_t(kernels::mxfp4_order::grouped_bytes(int64_t(E * H), int(I)))
+                              : E * H * I / 2;
       b.w2_scale = E * H * I / 32;
       break;
     case kernels::MoeWeights::kBf16:
@@ -189,13 +205,7 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   const auto t0 = std::chrono::steady_clock::now();
   DeviceWeights w;
   w.format = format;
-  // The expert blocks' words in mxfp4_word_order.h's order unless ORCHID_MXFP4_WORD_ORDER=checkpoint (H200,
-  // 2026-12-05: decode steps 0.7% faster at one token, 4-6% at 16-256, golden unchanged).
-  const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER");
-  const std::string v = order != nullptr ? order : "tiled";
-  if (v != "tiled" && v != "checkpoint")
-    fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
-  w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && v == "tiled";
+  w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && mxfp4_repacked();
   const size_t need = bytes_needed(c, format, shard);
   w.arena = DeviceArena(need, "weights");
   TensorSource src(ref, c, shard, stream);
@@ -290,11 +300,17 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
          {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s}, Mat{"down_proj", int(H), int(I), w2, w2s}}) {
       const std::string blocks = p + "mlp.experts." + m.name + "_blocks";
       const std::string scales = p + "mlp.experts." + m.name + "_scales";
-      if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored (its words maybe reordered)
-        src.fetch(blocks, m.q);
+      if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored, or repacked from the staging area
         src.fetch(scales, m.s);
-        if (w.mxfp4_tiled_order)  // this rank's slice of the u8 blocks, as fetched
-          kernels::mxfp4_to_tiled_order(m.q, size_t(src.slice_numel(blocks)), stream);
+        if (!w.mxfp4_tiled_order) {
+          src.fetch(blocks, m.q);
+          continue;
+        }
+        ORCHID_CHECK(src.slice_numel(blocks) == El * m.n * m.k / 2, "{}: unexpected block count", blocks);
+        src.fetch(blocks, stage);  // this rank's experts
+        kernels::mxfp4_to_tiled_order(stage, m.q, El * m.n, m.k, stream);
+        w.repack_bytes += size_t(kernels::mxfp4_order::grouped_bytes(El * m.n, m.k) - El * m.n * m.k / 2);
+        ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));  // `stage` is reused by the next tensor
         continue;
       }
       uint8_t* sb = stage;
@@ -315,8 +331,7 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("weights on the GPU: {:.2f} GiB ({} experts) in {:.1f} s", double(w.arena.used()) / (1 << 30),
-               format == kernels::MoeWeights::kMxfp4
-                   ? (w.mxfp4_tiled_order ? "mxfp4, tiled word order" : "mxfp4")
+               format == kernels::MoeWeights::kMxfp4 ? (w.mxfp4_tiled_order ? "mxfp4, repacked" : "mxfp4")
                : format == kernels::MoeWeights::kFp8 ? "fp8"
                                                      : "bf16",
                s);

@@ -40,10 +40,11 @@ struct DeviceWeights {
   std::vector<DeviceLayer> layers;
   DeviceArena arena;
   kernels::MoeWeights format = kernels::MoeWeights::kMxfp4;
-  // MXFP4: the expert blocks' words were put in mxfp4_word_order.h's order at load
-  // (the default; ORCHID_MXFP4_WORD_ORDER=checkpoint keeps the checkpoint's), which the MoE kernels must be
-  // told.
+  // MXFP4: the expert blocks were repacked at load as mxfp4_word_order.h says (the default;
+  // ORCHID_MXFP4_WORD_ORDER=checkpoint keeps the checkpoint's form), which the MoE kernels must be told;
+  // repack_bytes: what the repacked form's padding adds to the checkpoint's bytes.
   bool mxfp4_tiled_order = false;
+  size_t repack_bytes = 0;
 
   // Bytes the arena needs for a rank's shard in a format (checked before anything is loaded).
   static size_t bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format,

@@ -17,6 +17,7 @@
 #include "kernel_test_util.h"
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/weight_convert.h"
 
 namespace orchid::kernels {
@@ -370,16 +371,21 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     cudaGraphDestroy(graph);
 
     if (c.weights == MoeWeights::kMxfp4) {
-      // The expert blocks in the tiled word order (mxfp4_word_order.h, as loaded by default): the tiled
+      // The expert blocks repacked (mxfp4_word_order.h, as loaded by default): the tiled
       // GEMM and the FP8 conversion decode them to the same registers, so the same bits; the streaming
       // GEMM computes on bf16 MMAs with the MX scale in the weights instead of f16 MMAs with the scale on
       // each block's partial sums, so the same result up to fp32 accumulation order.
-      mxfp4_to_tiled_order(d_w1b.get(), w1b.size(), stream);
-      mxfp4_to_tiled_order(d_w2b.get(), w2b.size(), stream);
+      DeviceBuffer<uint8_t> d_w1g(size_t(orchid::kernels::mxfp4_order::grouped_bytes(int64_t(E) * 2 * I, H))),
+          d_w2g(size_t(orchid::kernels::mxfp4_order::grouped_bytes(int64_t(E) * H, I)));
+      mxfp4_to_tiled_order(d_w1b.get(), d_w1g.get(), int64_t(E) * 2 * I, H, stream);
+      mxfp4_to_tiled_order(d_w2b.get(), d_w2g.get(), int64_t(E) * H, I, stream);
       MoeConfig reordered = cfg;
       reordered.mxfp4_tiled_order = true;
+      MoeLayerWeights repacked = lw;
+      repacked.w1 = d_w1g.get();
+      repacked.w2 = d_w2g.get();
       d_x.upload(x0);
-      moe_forward(reordered, lw, d_h.get(), d_x.get(), T, router, ws.get(), stream);
+      moe_forward(reordered, repacked, d_h.get(), d_x.get(), T, router, ws.get(), stream);
       ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
       // Streaming: the two MoE deltas, each ~2.4e-3 (rel. L2) from fp64.
       if (mxfp4_path(cfg, T).kind == Mxfp4Path::kStream) {
@@ -393,10 +399,10 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
           rms += want[i] * want[i];
         }
         rms = std::sqrt(rms / double(std::max<size_t>(1, want.size())));
-        EXPECT_TRUE(orchid::testing::check_close("tiled word order (streaming, bf16 MMAs) moe delta", got,
+        EXPECT_TRUE(orchid::testing::check_close("repacked blocks (streaming, bf16 MMAs) moe delta", got,
                                                  want, 0.05 * rms, 0.1, 6e-3));
       } else {
-        EXPECT_TRUE(orchid::testing::check_exact("tiled word order bitwise", bits(d_x.download()), bits(x1)));
+        EXPECT_TRUE(orchid::testing::check_exact("repacked blocks bitwise", bits(d_x.download()), bits(x1)));
       }
     }
   }

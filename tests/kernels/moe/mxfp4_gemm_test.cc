@@ -51,7 +51,7 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
   DeviceBuffer<uint16_t> dx, dbias;
   DeviceBuffer<int> doff, dact, dnact, dmap;
   db.upload(p.blocks);
-  db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(p.blocks));
+  db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(p.blocks, p.k));
   ds.upload(p.scales);
   dx.upload(p.x);
   doff.upload(p.offsets);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -17,16 +18,25 @@
 
 namespace orchid::testing {
 
-// MXFP4 blocks with every 32-bit word in mxfp4_word_order.h's order (what mxfp4_to_tiled_order does on the
-// device at load), for the kernels' tiled_order runs.
-inline std::vector<uint8_t> mxfp4_in_tiled_order(const std::vector<uint8_t>& blocks) {
-  std::vector<uint8_t> out(blocks.size());
-  for (size_t i = 0; i + 4 <= blocks.size(); i += 4) {
-    uint32_t w;
-    std::memcpy(&w, blocks.data() + i, 4);
-    w = orchid::kernels::mxfp4_order::to_tiled_order(w);
-    std::memcpy(out.data() + i, &w, 4);
-  }
+// MXFP4 blocks [rows][k / 32][16 bytes] in the form mxfp4_to_tiled_order gives them on the device at load
+// (every 32-bit word in mxfp4_word_order.h's order, the 16-byte blocks grouped by 16 rows and padded with
+// zero blocks: grouped_block), for the kernels' tiled_order runs. rows % 16 == 0.
+inline std::vector<uint8_t> mxfp4_in_tiled_order(const std::vector<uint8_t>& blocks, int k) {
+  namespace order = orchid::kernels::mxfp4_order;
+  const int kmx = k / 32;
+  const int64_t rows = int64_t(blocks.size()) / (int64_t(kmx) * 16);
+  std::vector<uint8_t> out(size_t(order::grouped_bytes(rows, k)), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int mx = 0; mx < kmx; ++mx) {
+      const uint8_t* from = blocks.data() + (r * kmx + mx) * 16;
+      uint8_t* to = out.data() + order::grouped_block(r, mx, kmx) * 16;
+      for (int i = 0; i < 16; i += 4) {
+        uint32_t w;
+        std::memcpy(&w, from + i, 4);
+        w = order::to_tiled_order(w);
+        std::memcpy(to + i, &w, 4);
+      }
+    }
   return out;
 }
 

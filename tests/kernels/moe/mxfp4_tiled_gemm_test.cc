@@ -162,7 +162,7 @@ TEST_P(Mxfp4TiledGemmTest, MatchesReference) {
   DeviceBuffer<uint16_t> dx, dx16(size_t(p.x_rows) * c.k), dbias;
   DeviceBuffer<int> doff, dmap;
   db.upload(p.blocks);
-  db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(p.blocks));
+  db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(p.blocks, p.k));
   ds.upload(p.scales);
   dx.upload(p.x);
   doff.upload(p.offsets);

@@ -2,12 +2,15 @@
 // bijection, to_original_order undoes it, and each pair's decode of a stored word equals the placements of
 // the original word the kernels used before (the shift-and-mask formulas of mxfp4_mma.cuh,
 // e2m1_pair_place<I, 6> for bf16 and <I, 9> for f16) on random words, on every single-bit word and on every
-// word of one repeated nibble.
+// word of one repeated nibble. The blocks' grouping by 16 rows is a permutation with contiguous chunks.
 #include "kernels/moe/mxfp4_word_order.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <random>
+#include <vector>
 
 namespace orchid::kernels::mxfp4_order {
 namespace {
@@ -52,6 +55,43 @@ TEST(Mxfp4WordOrder, DecodeEqualsTodaysPlacement) {
   expect_word(0xffffffffu);
   std::mt19937_64 rng(5);
   for (int i = 0; i < 1000000; ++i) expect_word(uint32_t(rng()));
+}
+
+// The grouped layout: every block of whole 16-row groups has its own place inside its group's span (the
+// places left over are the padding), and the 4 MX blocks of a chunk (an m16 tile's slice of k, which the
+// kernels read at once) are one kilobyte on a kilobyte boundary.
+TEST(Mxfp4WordOrder, GroupedBlocksArePlacedInWholeAlignedChunks) {
+  for (const int kmx : {1, 3, 4, 90}) {
+    const int64_t rows = 48, kmxp = grouped_kmx(kmx);
+    ASSERT_EQ(kmxp % 4, 0);
+    ASSERT_LT(kmxp - kmx, 4);
+    ASSERT_EQ(grouped_bytes(rows, 32 * kmx), rows * kmxp * 16);
+    std::vector<int> hits(size_t(rows * kmxp), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int mx = 0; mx < kmx; ++mx) {
+        const int64_t b = grouped_block(r, mx, kmx);
+        ASSERT_GE(b, 0);
+        ASSERT_LT(b, rows * kmxp);
+        ASSERT_EQ(b / (16 * kmxp), r / 16) << "row " << r << " left its group";
+        ++hits[size_t(b)];
+      }
+    int64_t used = 0;
+    for (const int h : hits) {
+      ASSERT_LE(h, 1) << "kmx " << kmx;
+      used += h;
+    }
+    ASSERT_EQ(used, rows * kmx);
+    for (int mx0 = 0; mx0 < kmx; mx0 += 4) {  // a chunk: 64 blocks, 64-block aligned
+      int64_t lo = grouped_block(16, mx0, kmx), hi = lo;
+      for (int r = 16; r < 32; ++r)
+        for (int mx = mx0; mx < std::min(mx0 + 4, kmx); ++mx) {
+          lo = std::min(lo, grouped_block(r, mx, kmx));
+          hi = std::max(hi, grouped_block(r, mx, kmx));
+        }
+      ASSERT_EQ(lo % 64, 0) << "kmx " << kmx << " chunk at " << mx0;
+      ASSERT_LT(hi - lo, 64) << "kmx " << kmx << " chunk at " << mx0;
+    }
+  }
 }
 
 }  // namespace

@@ -153,10 +153,16 @@ TEST_P(Mxfp4ToFp8Test, MatchesReferenceBothRules) {
     expect_same("persistent grid", db.get(), false, Fp8ConvertGrid::kPersistent);
     // ... on one SM's CTAs (the grid that would run beside a GEMM on the other SMs).
     expect_same("persistent grid on 1 SM", db.get(), false, Fp8ConvertGrid::kPersistent, 1);
-    {  // the blocks in the tiled word order (as reordered at load)
-      DeviceBuffer<uint8_t> db_tiled;
-      db_tiled.upload(orchid::testing::mxfp4_in_tiled_order(blocks));
+    {  // the blocks repacked as at load: on the device as the host reference does it, then converted
+      const std::vector<uint8_t> repacked = orchid::testing::mxfp4_in_tiled_order(blocks, c.k);
+      DeviceBuffer<uint8_t> db_tiled(repacked.size());
+      orchid::testing::poison(db_tiled);  // the padding blocks are written too
+      mxfp4_to_tiled_order(db.get(), db_tiled.get(), int64_t(c.experts) * c.n, c.k, nullptr);
+      ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+      EXPECT_TRUE(orchid::testing::check_exact((std::string(c.name) + " repacked on the device").c_str(),
+                                               db_tiled.download(), repacked));
       expect_same("tiled order", db_tiled.get(), true, Fp8ConvertGrid::kOneCtaPerBlock);
+      expect_same("tiled order, persistent grid", db_tiled.get(), true, Fp8ConvertGrid::kPersistent);
     }
     if (c.experts > 1) {  // skipped expert: still poisoned; compare the rest
       const size_t qe = size_t(c.n) * kpad, se = size_t(rb) * (kpad / 128);
