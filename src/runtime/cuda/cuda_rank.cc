@@ -59,17 +59,6 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   ORCHID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
   const auto format = parse_weight_format(opts_.weights);
-  const size_t wbytes = DeviceWeights::bytes_needed(config_, format, shard_);
-  if (wbytes > budget_)
-    fail(
-        "{} with --weights {} needs {:.1f} GiB for weights on each GPU rank; a rank may use {:.1f} GiB (try "
-        "--weights mxfp4, more ranks, or a higher --gpu-memory-utilization)",
-        config_.name, opts_.weights, double(wbytes) / (1 << 30), double(budget_) / (1 << 30));
-  weights_ = DeviceWeights::load(st.ref, config_, format, stream_, shard_);
-
-  const auto rope = attn::yarn_inv_freq(config_);
-  for (size_t j = 0; j < 32; ++j) rope_.inv_freq[j] = rope.inv_freq[j];
-  rope_.concentration = rope.concentration;
   moe_cfg_.hidden = int(config_.hidden_size);
   moe_cfg_.inter = int(config_.intermediate_size);
   moe_cfg_.experts = int(config_.num_experts);
@@ -77,7 +66,6 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   moe_cfg_.swiglu_limit = float(config_.swiglu_limit);
   moe_cfg_.swiglu_alpha = float(config_.swiglu_alpha);
   moe_cfg_.weights = format;
-  moe_cfg_.mxfp4_tiled_order = weights_.mxfp4_tiled_order;
   moe_cfg_.max_tokens = opts_.max_step_tokens;
   // For comparisons: the token count up to which the tiled MXFP4 kernel runs instead of the FP8 conversion.
   if (const char* v = std::getenv("ORCHID_MXFP4_TILED_MAX_TOKENS"))
@@ -86,7 +74,43 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   if (const char* v = std::getenv("ORCHID_MXFP4_DOWN_ROWS")) moe_cfg_.mxfp4_down_rows = std::atoi(v);
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
-  plan_workspace();
+
+  // MXFP4 experts repacked (faster expert GEMMs, 2.2% more expert bytes) unless the KV cache would then fall
+  // short where the checkpoint's form leaves it enough (gpt-oss-120b on an 80 GB GPU: 1.26 GiB).
+  bool repack = format == kernels::MoeWeights::kMxfp4 && DeviceWeights::mxfp4_repack_requested();
+  size_t wbytes = DeviceWeights::bytes_needed(config_, format, shard_, repack);
+  if (repack) {
+    const size_t rest = plan_workspace(false) + size_t(opts_.kv_share_bytes);
+    auto kv_fits = [&](size_t weights) {
+      try {
+        const KvPoolPlan p = plan_kv(opts_.kv_cache_dtype, opts_.kv_pages, weights + rest);
+        return weights + rest + p.bytes <= budget_;
+      } catch (const Error&) {
+        return false;
+      }
+    };
+    const size_t compact = DeviceWeights::bytes_needed(config_, format, shard_, false);
+    if (!kv_fits(wbytes) && kv_fits(compact)) {
+      spdlog::warn(
+          "MXFP4 experts kept in the checkpoint's layout: the repacked one's {:.2f} GiB more would leave too "
+          "little for the KV cache (slower expert GEMMs; a higher --gpu-memory-utilization keeps the repack)",
+          double(wbytes - compact) / (1 << 30));
+      repack = false;
+      wbytes = compact;
+    }
+  }
+  if (wbytes > budget_)
+    fail(
+        "{} with --weights {} needs {:.1f} GiB for weights on each GPU rank; a rank may use {:.1f} GiB (try "
+        "--weights mxfp4, more ranks, or a higher --gpu-memory-utilization)",
+        config_.name, opts_.weights, double(wbytes) / (1 << 30), double(budget_) / (1 << 30));
+  weights_ = DeviceWeights::load(st.ref, config_, format, stream_, shard_, repack);
+  moe_cfg_.mxfp4_tiled_order = weights_.mxfp4_tiled_order;
+
+  const auto rope = attn::yarn_inv_freq(config_);
+  for (size_t j = 0; j < 32; ++j) rope_.inv_freq[j] = rope.inv_freq[j];
+  rope_.concentration = rope.concentration;
+  plan_workspace(true);
   if (opts_.kv_share_bytes > 0) {  // before the KV pools: the memory plan counts it as allocated
     share_ = DeviceBuffer(size_t(opts_.kv_share_bytes), "K/V export buffer (--kv-share-buffer)");
     cudaIpcMemHandle_t h;
@@ -157,7 +181,7 @@ CudaRank::~CudaRank() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaRank::plan_workspace() {
+size_t CudaRank::plan_workspace(bool allocate) {
   const auto& c = local_;  // attention sizes are this rank's
   const int64_t T = opts_.max_step_tokens, S = opts_.max_step_seqs, H = c.hidden_size;
   const int64_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
@@ -197,6 +221,7 @@ void CudaRank::plan_workspace() {
       (tp ? 2 * align256(size_t(logits_rows_cap_ * V) * 4) : 0) +
       2 * align256(size_t(sampled_rows_cap_) * 4) + meta_cap_ +
       (tp_->size() > 1 ? align256(size_t(tp_->size() + 1) * gather_block() * 4) : 0);
+  if (!allocate) return ws_bytes;
   if (weights_.arena.used() + ws_bytes > budget_)
     fail(
         "the step workspace ({:.2f} GiB for --max-num-batched-tokens {}, --max-num-seqs {}) does not fit "
@@ -241,6 +266,7 @@ void CudaRank::plan_workspace() {
   for (auto& e : done_) ORCHID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   int64_t full = 0, sliding = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) layer_slot_.push_back(c.is_sliding(l) ? sliding++ : full++);
+  return ws_bytes;
 }
 
 size_t CudaRank::kv_page_bytes(int64_t l, int32_t page_size) const {
@@ -248,44 +274,41 @@ size_t CudaRank::kv_page_bytes(int64_t l, int32_t page_size) const {
   return size_t(local_.num_kv_heads) * size_t(page_size) * 64 * element;
 }
 
+// The KV pools' plan for a cache of either precision next to `allocated` bytes (the head's pages and the
+// precise layer's stay as they are).
+KvPoolPlan CudaRank::plan_kv(KvCacheDtype dtype, int32_t kv_pages, size_t allocated) const {
+  const auto& c = local_;
+  int64_t full = 0, sliding = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) (c.is_sliding(l) ? sliding : full)++;
+  const size_t element = size_t(kv_element_bytes(dtype));
+  KvPoolInput in;
+  in.budget = budget_;
+  in.allocated = allocated;
+  in.full_layers = full;
+  in.page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * element;
+  if (head_) {  // the head's K/V: one more full layer (or the layers its page takes)
+    const size_t head_page = CudaEagle3Head::page_bytes(head_->config(), opts_.page_size);
+    in.allocated += head_->device_bytes();
+    in.full_layers += int64_t((head_page + in.page_layer_bytes - 1) / in.page_layer_bytes);
+  }
+  // A precise layer's pools hold fp32: 4 / element sliding layers' worth.
+  in.sliding_units = sliding + (precise_layer_ >= 0 ? int64_t(4 / element) - 1 : 0);
+  in.page_size = opts_.page_size;
+  in.sliding_window = c.sliding_window;
+  in.max_step_tokens = opts_.max_step_tokens;
+  in.max_step_seqs = opts_.max_step_seqs;
+  in.max_model_len = opts_.max_model_len;
+  in.kv_pages = kv_pages;
+  return plan_kv_pools(in);
+}
+
 KvCacheSpec CudaRank::kv_capacity() const {
   const auto& c = local_;
   int64_t full = 0, sliding = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) (c.is_sliding(l) ? sliding : full)++;
-  // The plan for a cache of either precision (the head's pages and the precise layer's stay as they are).
-  auto plan_for = [&](KvCacheDtype dtype, int32_t kv_pages) {
-    const size_t element = size_t(kv_element_bytes(dtype));
-    KvPoolInput in;
-    in.budget = budget_;
-    in.allocated = weights_.arena.capacity() + ws_.capacity() + share_.size();
-    in.full_layers = full;
-    in.page_layer_bytes = size_t(2) * size_t(c.num_kv_heads) * size_t(opts_.page_size) * 64 * element;
-    if (head_) {  // the head's K/V: one more full layer (or the layers its page takes)
-      const size_t head_page = CudaEagle3Head::page_bytes(head_->config(), opts_.page_size);
-      in.allocated += head_->device_bytes();
-      in.full_layers += int64_t((head_page + in.page_layer_bytes - 1) / in.page_layer_bytes);
-    }
-    // A precise layer's pools hold fp32: 4 / element sliding layers' worth.
-    in.sliding_units = sliding + (precise_layer_ >= 0 ? int64_t(4 / element) - 1 : 0);
-    in.page_size = opts_.page_size;
-    in.sliding_window = c.sliding_window;
-    in.max_step_tokens = opts_.max_step_tokens;
-    in.max_step_seqs = opts_.max_step_seqs;
-    in.max_model_len = opts_.max_model_len;
-    in.kv_pages = kv_pages;
-    return plan_kv_pools(in);
-  };
-  const KvPoolPlan p = [&] {
-    try {
-      return plan_for(opts_.kv_cache_dtype, opts_.kv_pages);
-    } catch (const Error& e) {
-      if (weights_.repack_bytes == 0) throw;
-      fail(
-          "{}; {:.2f} GiB of the weights is the padding of the MXFP4 experts' repacked form "
-          "(ORCHID_MXFP4_WORD_ORDER=checkpoint saves it, with slower expert GEMMs)",
-          e.what(), double(weights_.repack_bytes) / (1 << 30));
-    }
-  }();
+  const size_t allocated = weights_.arena.capacity() + ws_.capacity() + share_.size();
+  auto plan_for = [&](KvCacheDtype dtype, int32_t kv_pages) { return plan_kv(dtype, kv_pages, allocated); };
+  const KvPoolPlan p = plan_for(opts_.kv_cache_dtype, opts_.kv_pages);
   if (shard_.rank == 0 && opts_.kv_pages == 0) {
     // What each precision would hold on this budget (--kv-cache-dtype), in sequences of the longest
     // context. Sequences of 128k tokens are the long-context case (gpt-oss's 131072-token window).

@@ -52,6 +52,7 @@
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/gpu_sampler.h"
+#include "runtime/kv_memory_plan.h"
 
 namespace orchid::runtime::cuda {
 
@@ -142,7 +143,10 @@ class CudaRank {
     const int32_t *tokens = nullptr, *full = nullptr, *sliding = nullptr, *rows = nullptr;
     kernels::attention::AttentionPlan plan;
   };
-  void plan_workspace();
+  // The step workspace's bytes for the options (and its capacities); allocate: also takes it and carves it.
+  size_t plan_workspace(bool allocate);
+  // The KV pools' plan for a cache of `dtype` next to `allocated` bytes (kv_pages > 0: that many pages).
+  KvPoolPlan plan_kv(KvCacheDtype dtype, int32_t kv_pages, size_t allocated) const;
   // Uploads the step's metadata at fixed offsets of the metadata buffer (so a captured graph's pointers stay
   // valid); `tokens` may be padded beyond the batch's own. Page tables: only the bytes that changed since
   // the last step go over the bus (the host buffer mirrors the device's).

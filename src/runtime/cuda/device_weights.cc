@@ -30,28 +30,16 @@ int64_t round_up(int64_t v, int64_t m) {
 struct ExpertBytes {
   size_t w1 = 0, w1_scale = 0, w2 = 0, w2_scale = 0;
 };
-// The expert blocks' words in mxfp4_word_order.h's order and grouped by 16 rows (its repacked form) unless
-// ORCHID_MXFP4_WORD_ORDER=checkpoint (H200, 2026-12-05: the word order made decode steps 0.7% faster at one
-// token, 4-6% at 16-256; the grouping: bench/RESULTS.md, 2026-12-06 third run).
-bool mxfp4_repacked() {
-  const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER");
-  const std::string v = order != nullptr ? order : "tiled";
-  if (v != "tiled" && v != "checkpoint")
-    fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
-  return v == "tiled";
-}
-
-ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f, int64_t experts) {
+ExpertBytes expert_bytes(const model::ModelConfig& c, kernels::MoeWeights f, int64_t experts, bool repack) {
   const size_t E = size_t(experts), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
   ExpertBytes b;
   switch (f) {
     case kernels::MoeWeights::kMxfp4:
       // repacked: each 16-row group's MX blocks padded to a multiple of 4 (mxfp4_word_order.h)
-      b.w1 = mxfp4_repacked() ? size_t(kernels::mxfp4_order::grouped_bytes(int64_t(E * 2 * I), int(H)))
-                              : E * 2 * I * H / 2;
+      b.w1 = repack ? size_t(kernels::mxfp4_order::grouped_bytes(int64_t(E * 2 * I), int(H)))
+                    : E * 2 * I * H / 2;
       b.w1_scale = E * 2 * I * H / 32;
-      b.w2 = mxfp4_repacked() ? size_t(kernels::mxfp4_order::grouped_bytes(int64_t(E * H), int(I)))
-                              : E * H * I / 2;
+      b.w2 = repack ? size_t(kernels::mxfp4_order::grouped_bytes(int64_t(E * H), int(I))) : E * H * I / 2;
       b.w2_scale = E * H * I / 32;
       break;
     case kernels::MoeWeights::kBf16:
@@ -174,8 +162,19 @@ kernels::MoeWeights parse_weight_format(const std::string& name) {
   fail("--weights: unknown format '{}' (expected fp8, mxfp4 or bf16)", name);
 }
 
+// The expert blocks' words in mxfp4_word_order.h's order and grouped in kilobyte chunks of 16 rows (its
+// repacked form) unless ORCHID_MXFP4_WORD_ORDER=checkpoint (H200, 2026-12-05: the word order made decode
+// steps 0.7% faster at one token, 4-6% at 16-256; H100, 2026-12-06: the chunks 2-7% at 1-256).
+bool DeviceWeights::mxfp4_repack_requested() {
+  const char* order = std::getenv("ORCHID_MXFP4_WORD_ORDER");
+  const std::string v = order != nullptr ? order : "tiled";
+  if (v != "tiled" && v != "checkpoint")
+    fail("ORCHID_MXFP4_WORD_ORDER: '{}' is neither 'tiled' nor 'checkpoint'", v);
+  return v == "tiled";
+}
+
 size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format,
-                                   const model::RankShard& shard) {
+                                   const model::RankShard& shard, bool repack) {
   const size_t H = size_t(c.hidden_size), V = size_t(c.vocab_size), E = size_t(shard.num_experts());
   const size_t Ef = size_t(c.num_experts);
   const size_t Vl = size_t(shard.vocab_end - shard.vocab_begin), d = size_t(c.head_dim);
@@ -183,7 +182,7 @@ size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeig
   const size_t qkv = q_dim + 2 * kv_dim, I = size_t(c.intermediate_size);
   size_t total =
       arena_bytes(V * H * 2) + (c.tie_word_embeddings ? 0 : arena_bytes(Vl * H * 2)) + arena_bytes(H * 4);
-  const ExpertBytes eb = expert_bytes(c, format, int64_t(E));
+  const ExpertBytes eb = expert_bytes(c, format, int64_t(E), repack && format == kernels::MoeWeights::kMxfp4);
   const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(shard.num_q_heads()) * 4) +
                            arena_bytes(qkv * H * 2) + arena_bytes(qkv * 4) + arena_bytes(H * q_dim * 2) +
                            arena_bytes(H * 2) + arena_bytes(H * 4) + arena_bytes(Ef * H * 2) +
@@ -195,7 +194,7 @@ size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeig
 
 DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::ModelConfig& c,
                                   kernels::MoeWeights format, cudaStream_t stream,
-                                  const model::RankShard& shard) {
+                                  const model::RankShard& shard, bool repack) {
   if (!c.experts_mxfp4)
     fail(
         "{}: the CUDA backend loads MXFP4 expert checkpoints (the official layout); this one stores dense "
@@ -205,8 +204,8 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   const auto t0 = std::chrono::steady_clock::now();
   DeviceWeights w;
   w.format = format;
-  w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && mxfp4_repacked();
-  const size_t need = bytes_needed(c, format, shard);
+  w.mxfp4_tiled_order = format == kernels::MoeWeights::kMxfp4 && repack;
+  const size_t need = bytes_needed(c, format, shard, w.mxfp4_tiled_order);
   w.arena = DeviceArena(need, "weights");
   TensorSource src(ref, c, shard, stream);
 
@@ -258,7 +257,7 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
   w.lm_head = c.tie_word_embeddings ? w.embedding + size_t(shard.vocab_begin) * H : bf16("lm_head.weight");
   w.final_norm = f32("model.norm.weight");
   const int64_t El = shard.num_experts();
-  const ExpertBytes eb = expert_bytes(c, format, El);
+  const ExpertBytes eb = expert_bytes(c, format, El, w.mxfp4_tiled_order);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     DeviceLayer L;
@@ -309,7 +308,6 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
         ORCHID_CHECK(src.slice_numel(blocks) == El * m.n * m.k / 2, "{}: unexpected block count", blocks);
         src.fetch(blocks, stage);  // this rank's experts
         kernels::mxfp4_to_tiled_order(stage, m.q, El * m.n, m.k, stream);
-        w.repack_bytes += size_t(kernels::mxfp4_order::grouped_bytes(El * m.n, m.k) - El * m.n * m.k / 2);
         ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));  // `stage` is reused by the next tensor
         continue;
       }

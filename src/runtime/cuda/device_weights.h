@@ -40,19 +40,22 @@ struct DeviceWeights {
   std::vector<DeviceLayer> layers;
   DeviceArena arena;
   kernels::MoeWeights format = kernels::MoeWeights::kMxfp4;
-  // MXFP4: the expert blocks were repacked at load as mxfp4_word_order.h says (the default;
-  // ORCHID_MXFP4_WORD_ORDER=checkpoint keeps the checkpoint's form), which the MoE kernels must be told;
-  // repack_bytes: what the repacked form's padding adds to the checkpoint's bytes.
+  // MXFP4: the expert blocks were repacked at load as mxfp4_word_order.h says, which the MoE kernels must be
+  // told.
   bool mxfp4_tiled_order = false;
-  size_t repack_bytes = 0;
 
-  // Bytes the arena needs for a rank's shard in a format (checked before anything is loaded).
+  // Whether MXFP4 experts are to be repacked: the default; ORCHID_MXFP4_WORD_ORDER=checkpoint keeps the
+  // checkpoint's form (the repack's padding takes 2.2% more expert bytes).
+  static bool mxfp4_repack_requested();
+  // Bytes the arena needs for a rank's shard in a format (checked before anything is loaded); repack: the
+  // MXFP4 experts repacked.
   static size_t bytes_needed(const model::ModelConfig& c, kernels::MoeWeights format,
-                             const model::RankShard& shard);
+                             const model::RankShard& shard, bool repack);
   // This rank's shard (model/parallel.h): its heads' QKV rows, sinks and O columns, its experts, its
   // vocabulary rows of lm_head; the rest whole. `ref` is a directory or synthetic model; config validated.
   static DeviceWeights load(const model::ModelRef& ref, const model::ModelConfig& c,
-                            kernels::MoeWeights format, cudaStream_t stream, const model::RankShard& shard);
+                            kernels::MoeWeights format, cudaStream_t stream, const model::RankShard& shard,
+                            bool repack);
 };
 
 kernels::MoeWeights parse_weight_format(const std::string& name);  // fp8 | mxfp4 | bf16
