@@ -153,13 +153,13 @@ done
 # The next layer's MXFP4 -> FP8 conversion beside this layer's FP8 grouped GEMM, each on SMs of its own
 # from two streams (20b gate_up at 8192 tokens): does it hide, and how much bandwidth do c SMs draw?
 bench moe-bench-overlap "$build"/bench/cuda/moe/moe_bench --quick --filter overlap
-# The MXFP4 expert blocks as in the checkpoint and in the tiled word order (fewer decode operations), the
-# expert GEMMs alone and whole decode steps.
+# The MXFP4 expert blocks as in the checkpoint and repacked (the tiled word order: fewer decode operations;
+# kilobyte chunks of 16 rows: fewer, larger reads), the expert GEMMs alone and whole decode steps.
 for order in checkpoint tiled; do
   bench "moe-bench-word-order-$order" env ORCHID_MXFP4_WORD_ORDER=$order "$build"/bench/cuda/moe/moe_bench \
     --quick --filter mxfp4
   bench "bench-decode-20b-word-order-$order" env ORCHID_MXFP4_WORD_ORDER=$order "$bin" bench decode \
-    synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,16,64,256 --steps 32
+    synthetic:20b --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2,4,16,64,256 --steps 32
 done
 # The post-attention norm, router and routing: the chain's latency as three kernels and as one launch, and
 # decode steps with the fused launch (the default at 1-2 tokens) and without (ORCHID_NORM_ROUTE=0).
