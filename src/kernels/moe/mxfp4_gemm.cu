@@ -96,20 +96,26 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   float* red =
       reinterpret_cast<float*>(smem + tile_rows * xstride + kWarps * warp_bytes);  // [warp][nt*4][32]
 
-  // This group's first block (the repacked groups are padded to whole chunks: mxfp4_word_order.h).
-  const uint8_t* wbase =
-      p.blocks + (int64_t(e) * n + wrow0) * (kTiledOrder ? mxfp4_order::grouped_kmx(kmx) : kmx) * 16;
-  const uint8_t* sbase = p.scales + (int64_t(e) * n + wrow0) * kmx;
-  // A chunk: the group's 16 rows x 4 MX blocks (repacked, one contiguous kilobyte: mxfp4_word_order.h).
+  // A chunk: the group's 16 rows x 4 MX blocks. Repacked (mxfp4_word_order.h) it is one contiguous kilobyte,
+  // and chunk c + 1 of the group lies a whole chunk column (every 16-row group of the tensor) further on;
+  // in the checkpoint's layout it is 16 pieces of 64 bytes, the next 64 bytes further on. A lane's two
+  // pieces (rows r and r + 8, MX block mx_begin + j of chunk 0) are placed once; chunk c adds c strides.
+  const int64_t grow0 = int64_t(e) * n + wrow0;  // the group's first row in the tensor
+  const uint8_t* sbase = p.scales + grow0 * kmx;
+  const int64_t stride = kTiledOrder ? int64_t(p.num_experts) * n / 16 * 1024 : 64;
+  const int lrow = lane / 4, lmx = mx_begin + lane % 4;  // this lane's first piece; its second is 8 rows on
+  const uint8_t* src =
+      p.blocks + (kTiledOrder ? grow0 * 64 + (lmx >> 2) * stride + (lrow * 4 + (lmx & 3)) * 16
+                              : ((grow0 + lrow) * kmx + lmx) * 16);
+  const int second = kTiledOrder ? 8 * 64 : 8 * kmx * 16;
   auto issue_chunk = [&](int c) {
     uint8_t* st = ws + (c % kStages) * kStageBytes;
+    const bool valid = c < nchunks && mx_begin + 4 * c + lane % 4 < mx_end;
+    const uint8_t* from = src + c * stride;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int seg = lane + 32 * i, row = seg / 4, j = seg % 4, mx = mx_begin + 4 * c + j;
-      const bool valid = c < nchunks && mx < mx_end;
-      const int64_t block = kTiledOrder ? (mx >> 2) * 64 + row * 4 + (mx & 3) : int64_t(row) * kmx + mx;
-      cp_async_16(st + row * kStageRowBytes + j * 16, valid ? wbase + block * 16 : p.blocks, valid);
-    }
+    for (int i = 0; i < 2; ++i)
+      cp_async_16(st + (lrow + 8 * i) * kStageRowBytes + (lane % 4) * 16,
+                  valid ? from + i * second : p.blocks, valid);
     cp_async_commit();
   };
 
@@ -394,6 +400,8 @@ void mxfp4_moe_gemm(const Mxfp4GemmArgs& p, cudaStream_t stream) {
                         "mxfp4_moe_gemm: null pointer");
   if (p.max_active <= 0) return;
   ORCHID_KERNEL_REQUIRE(p.max_active <= 65535, "mxfp4_moe_gemm: too many experts");
+  ORCHID_KERNEL_REQUIRE(!p.tiled_order || p.num_experts > 0,
+                        "mxfp4_moe_gemm: repacked blocks need num_experts (their chunks span the tensor)");
   if (p.max_rows_per_expert <= 8) {
     launch_config<1>(p, stream);
   } else {

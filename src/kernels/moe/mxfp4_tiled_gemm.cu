@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
       // Stage c's weights: one box (weight_map), its 16-row groups' chunk c when repacked.
       auto copy_weights = [&](uint8_t* dst, int c, uint64_t* bar) {
         if constexpr (kTiledOrder)
-          tensor_copy_4d(dst, &wmap, 0, 0, c, wrow0 / 16, bar);
+          tensor_copy_4d(dst, &wmap, 0, 0, wrow0 / 16, c, bar);
         else
           tensor_copy_2d(dst, &wmap, c * kChunkMx * 16, wrow0, bar);
       };
@@ -611,15 +611,15 @@ CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes,
 
 // The expert blocks, one box a stage (4 MX blocks of each of the CTA's rows, 64-byte swizzled into the same
 // shared layout either way). Checkpoint layout: [E * n rows][k / 32 * 16 bytes], boxes of 64 bytes x the
-// CTA's rows. Repacked (mxfp4_word_order.h): [E * n / 16 groups][chunks][16 rows][64 bytes], boxes of one
+// CTA's rows. Repacked (mxfp4_word_order.h): [chunks][E * n / 16 groups][16 rows][64 bytes], boxes of one
 // chunk of the CTA's groups: 16 contiguous kilobytes (a 256-row CTA) instead of 256 pieces of 64 bytes.
 CUtensorMap weight_map(const Mxfp4TiledArgs& p, int cta_rows) {
   const uint64_t rows = uint64_t(p.num_experts) * uint64_t(p.n), kmx = uint64_t(p.k / 32);
   if (!p.tiled_order) return byte_tensor_map(p.blocks, rows, kmx * 16, cta_rows, "the expert blocks");
   const uint64_t chunks = uint64_t(mxfp4_order::grouped_kmx(int(kmx))) / 4;
-  const uint64_t dims[4] = {64, 16, chunks, rows / 16};
-  const uint64_t strides[3] = {64, 1024, chunks * 1024};
-  const uint32_t box[4] = {64, 16, 1, uint32_t(cta_rows / 16)};
+  const uint64_t dims[4] = {64, 16, rows / 16, chunks};
+  const uint64_t strides[3] = {64, 1024, rows / 16 * 1024};
+  const uint32_t box[4] = {64, 16, uint32_t(cta_rows / 16), 1};
   return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, p.blocks, dims, strides, box,
                            CU_TENSOR_MAP_SWIZZLE_64B, "mxfp4_tiled_gemm: the repacked expert blocks");
 }

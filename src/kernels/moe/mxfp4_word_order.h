@@ -97,13 +97,15 @@ ORCHID_MXFP4_HD uint32_t to_original_order(uint32_t s) {
   return w;
 }
 
-// The blocks' layout in the same repack: the checkpoint's [E * n rows][k / 32 MX blocks][16 bytes] becomes
-// [E * n / 16 row groups][kmxp / 4 chunks][16 rows][4 MX blocks][16 bytes] (n % 16 == 0), kmxp = k / 32
+// The blocks' layout in the same repack: the checkpoint's [rows = E * n][k / 32 MX blocks][16 bytes] becomes
+// [kmxp / 4 chunks][rows / 16 row groups][16 rows][4 MX blocks][16 bytes] (n % 16 == 0), kmxp = k / 32
 // rounded up to a multiple of 4 (the padding blocks are zero and never used). The kernels read a chunk at a
 // time, 16 rows x 4 MX blocks (an m16 tile's slice of k): in the checkpoint's layout 16 pieces of 64 bytes,
 // 16 * k / 32 bytes apart; here one kilobyte on a kilobyte boundary, each row's 64 bytes in place as the
 // kernels' shared stages hold them (H100: the tiled GEMM 6-10% faster; bench/RESULTS.md, 2026-12-06 third
-// run, with the arrangements that were slower for the streaming GEMM).
+// run, with the arrangements that were slower for the streaming GEMM). Chunk-major: the warps and CTAs
+// that stream neighbouring groups of an expert in step read neighbouring kilobytes (one sweep over the
+// expert's chunk c, then chunk c + 1), not kilobytes a whole group's span apart.
 ORCHID_MXFP4_HD constexpr int grouped_kmx(int kmx) {
   return (kmx + 3) / 4 * 4;
 }
@@ -111,9 +113,10 @@ ORCHID_MXFP4_HD constexpr int grouped_kmx(int kmx) {
 ORCHID_MXFP4_HD constexpr int64_t grouped_bytes(int64_t rows, int k) {
   return rows * grouped_kmx(k / 32) * 16;
 }
-// The index of the 16-byte block of global row r (e * n + its row in the expert) and MX block mx.
-ORCHID_MXFP4_HD constexpr int64_t grouped_block(int64_t r, int mx, int kmx) {
-  return (((r >> 4) * grouped_kmx(kmx) / 4 + mx / 4) * 16 + (r & 15)) * 4 + (mx & 3);
+// The index of the 16-byte block of row r (e * n + its row in the expert) and MX block mx, in a tensor of
+// `rows` rows.
+ORCHID_MXFP4_HD constexpr int64_t repacked_block(int64_t r, int mx, int64_t rows) {
+  return ((int64_t(mx / 4) * (rows / 16) + r / 16) * 16 + r % 16) * 4 + mx % 4;
 }
 
 }  // namespace orchid::kernels::mxfp4_order

@@ -80,7 +80,7 @@ struct BlockIn {
 
 __device__ __forceinline__ void load_block(const uint8_t* __restrict__ blocks,
                                            const uint8_t* __restrict__ scales, int n, int kmx, int e, int rb,
-                                           int cb, bool tiled_order, BlockIn& in) {
+                                           int cb, bool tiled_order, int64_t rows, BlockIn& in) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -92,9 +92,9 @@ __device__ __forceinline__ void load_block(const uint8_t* __restrict__ blocks,
     in.scale[i] = 0;
     if (in.valid[i]) {
       const int64_t idx = (int64_t(e) * n + row) * kmx + mx;
-      // the repack at load groups 16 rows (mxfp4_word_order.h)
+      // the repack at load: chunks of 16 rows, chunk-major over the tensor's rows (mxfp4_word_order.h)
       in.src[i] = reinterpret_cast<const uint4*>(
-          blocks)[tiled_order ? mxfp4_order::grouped_block(int64_t(e) * n + row, mx, kmx) : idx];
+          blocks)[tiled_order ? mxfp4_order::repacked_block(int64_t(e) * n + row, mx, rows) : idx];
       in.scale[i] = scales[idx];
     }
   }
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(256)
   const int cb = blockIdx.x, rb = blockIdx.y, e = blockIdx.z;
   if (expert_offsets && expert_offsets[e + 1] == expert_offsets[e]) return;
   BlockIn in;
-  load_block(blocks, scales, n, k / 32, e, rb, cb, tiled_order, in);
+  load_block(blocks, scales, n, k / 32, e, rb, cb, tiled_order, int64_t(gridDim.z) * n, in);
   convert_block(in, n, k, e, rb, cb, rule, out_q, out_scale, tiled_order, red);
 }
 
@@ -221,7 +221,9 @@ __global__ void __launch_bounds__(256)
     BlockIn in_next;
     if (b < total) {
       next = coord(b);
-      if (!next.skip) load_block(blocks, scales, n, kmx, next.e, next.rb, next.cb, tiled_order, in_next);
+      if (!next.skip)
+        load_block(blocks, scales, n, kmx, next.e, next.rb, next.cb, tiled_order, int64_t(experts) * n,
+                   in_next);
     }
     if (!cur.skip) {  // CTA-uniform
       convert_block(in, n, k, cur.e, cur.rb, cur.cb, rule, out_q, out_scale, tiled_order, red);
@@ -233,21 +235,22 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// One CTA per group of 16 rows: the group's blocks into shared memory, then out transposed and padded
-// (mxfp4_word_order.h's grouped_block), each word reordered.
+// One CTA per group of 16 rows: the group's blocks into shared memory, then out transposed and padded, each
+// chunk to its place in the chunk-major layout (mxfp4_word_order.h's repacked_block), each word reordered.
 __global__ void __launch_bounds__(256)
     to_tiled_order_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int kmx) {
   extern __shared__ uint4 group[];  // [16 rows][kmx]
   const int kmxp = mxfp4_order::grouped_kmx(kmx);
+  const int64_t groups = gridDim.x;
   const uint4* g = src + int64_t(blockIdx.x) * 16 * kmx;
   for (int i = threadIdx.x; i < 16 * kmx; i += blockDim.x) group[i] = g[i];
   __syncthreads();
   auto reorder = [](uint32_t w) { return mxfp4_order::to_tiled_order(w); };
-  uint4* out = dst + int64_t(blockIdx.x) * 16 * kmxp;
   for (int i = threadIdx.x; i < 16 * kmxp; i += blockDim.x) {  // i = (chunk * 16 + row) * 4 + mx % 4
-    const int mx = i / 64 * 4 + i % 4, row = i / 4 % 16;
+    const int chunk = i / 64, mx = chunk * 4 + i % 4, row = i / 4 % 16;
     const uint4 v = mx < kmx ? group[row * kmx + mx] : make_uint4(0, 0, 0, 0);
-    out[i] = make_uint4(reorder(v.x), reorder(v.y), reorder(v.z), reorder(v.w));
+    dst[(chunk * groups + blockIdx.x) * 64 + i % 64] =
+        make_uint4(reorder(v.x), reorder(v.y), reorder(v.z), reorder(v.w));
   }
 }
 

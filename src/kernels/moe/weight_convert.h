@@ -42,7 +42,7 @@ int mxfp4_to_fp8_ctas_per_sm();  // the persistent conversion's resident CTAs an
 
 // MXFP4 blocks [rows][k / 32][16 bytes] (rows % 16 == 0, 16-byte aligned) into out in the repacked form of
 // mxfp4_word_order.h (grouped_bytes(rows, k) bytes, not overlapping the input): every 32-bit word in its
-// order, the blocks grouped by 16 rows (grouped_block). Once at load, for the expert GEMMs
+// order, the blocks in chunks of 16 rows, chunk-major (repacked_block). Once at load, for the expert GEMMs
 // (ORCHID_MXFP4_WORD_ORDER=tiled, the default).
 void mxfp4_to_tiled_order(const uint8_t* blocks, uint8_t* out, int64_t rows, int k, cudaStream_t stream);
 

@@ -20,7 +20,7 @@ namespace orchid::testing {
 
 // MXFP4 blocks [rows][k / 32][16 bytes] in the form mxfp4_to_tiled_order gives them on the device at load
 // (every 32-bit word in mxfp4_word_order.h's order, the 16-byte blocks grouped by 16 rows and padded with
-// zero blocks: grouped_block), for the kernels' tiled_order runs. rows % 16 == 0.
+// zero blocks, chunk-major: repacked_block), for the kernels' tiled_order runs. rows % 16 == 0.
 inline std::vector<uint8_t> mxfp4_in_tiled_order(const std::vector<uint8_t>& blocks, int k) {
   namespace order = orchid::kernels::mxfp4_order;
   const int kmx = k / 32;
@@ -29,7 +29,7 @@ inline std::vector<uint8_t> mxfp4_in_tiled_order(const std::vector<uint8_t>& blo
   for (int64_t r = 0; r < rows; ++r)
     for (int mx = 0; mx < kmx; ++mx) {
       const uint8_t* from = blocks.data() + (r * kmx + mx) * 16;
-      uint8_t* to = out.data() + order::grouped_block(r, mx, kmx) * 16;
+      uint8_t* to = out.data() + order::repacked_block(r, mx, rows) * 16;
       for (int i = 0; i < 16; i += 4) {
         uint32_t w;
         std::memcpy(&w, from + i, 4);

@@ -57,10 +57,10 @@ TEST(Mxfp4WordOrder, DecodeEqualsTodaysPlacement) {
   for (int i = 0; i < 1000000; ++i) expect_word(uint32_t(rng()));
 }
 
-// The grouped layout: every block of whole 16-row groups has its own place inside its group's span (the
-// places left over are the padding), and the 4 MX blocks of a chunk (an m16 tile's slice of k, which the
-// kernels read at once) are one kilobyte on a kilobyte boundary.
-TEST(Mxfp4WordOrder, GroupedBlocksArePlacedInWholeAlignedChunks) {
+// The repacked layout: every block of whole 16-row groups has its own place (the places left over are the
+// padding); the 4 MX blocks of a chunk (an m16 tile's slice of k, which the kernels read at once) are one
+// kilobyte on a kilobyte boundary; and chunk c of neighbouring groups are neighbouring kilobytes.
+TEST(Mxfp4WordOrder, RepackedBlocksArePlacedInWholeAlignedChunksChunkMajor) {
   for (const int kmx : {1, 3, 4, 90}) {
     const int64_t rows = 48, kmxp = grouped_kmx(kmx);
     ASSERT_EQ(kmxp % 4, 0);
@@ -69,10 +69,9 @@ TEST(Mxfp4WordOrder, GroupedBlocksArePlacedInWholeAlignedChunks) {
     std::vector<int> hits(size_t(rows * kmxp), 0);
     for (int64_t r = 0; r < rows; ++r)
       for (int mx = 0; mx < kmx; ++mx) {
-        const int64_t b = grouped_block(r, mx, kmx);
+        const int64_t b = repacked_block(r, mx, rows);
         ASSERT_GE(b, 0);
         ASSERT_LT(b, rows * kmxp);
-        ASSERT_EQ(b / (16 * kmxp), r / 16) << "row " << r << " left its group";
         ++hits[size_t(b)];
       }
     int64_t used = 0;
@@ -81,16 +80,18 @@ TEST(Mxfp4WordOrder, GroupedBlocksArePlacedInWholeAlignedChunks) {
       used += h;
     }
     ASSERT_EQ(used, rows * kmx);
-    for (int mx0 = 0; mx0 < kmx; mx0 += 4) {  // a chunk: 64 blocks, 64-block aligned
-      int64_t lo = grouped_block(16, mx0, kmx), hi = lo;
-      for (int r = 16; r < 32; ++r)
-        for (int mx = mx0; mx < std::min(mx0 + 4, kmx); ++mx) {
-          lo = std::min(lo, grouped_block(r, mx, kmx));
-          hi = std::max(hi, grouped_block(r, mx, kmx));
-        }
-      ASSERT_EQ(lo % 64, 0) << "kmx " << kmx << " chunk at " << mx0;
-      ASSERT_LT(hi - lo, 64) << "kmx " << kmx << " chunk at " << mx0;
-    }
+    for (int64_t g = 0; g < rows / 16; ++g)
+      for (int mx0 = 0; mx0 < kmx; mx0 += 4) {  // a chunk: 64 blocks, 64-block aligned
+        int64_t lo = repacked_block(16 * g, mx0, rows), hi = lo;
+        for (int64_t r = 16 * g; r < 16 * g + 16; ++r)
+          for (int mx = mx0; mx < std::min(mx0 + 4, kmx); ++mx) {
+            lo = std::min(lo, repacked_block(r, mx, rows));
+            hi = std::max(hi, repacked_block(r, mx, rows));
+          }
+        ASSERT_EQ(lo % 64, 0) << "kmx " << kmx << " chunk at " << mx0;
+        ASSERT_LT(hi - lo, 64) << "kmx " << kmx << " chunk at " << mx0;
+        ASSERT_EQ(lo / 64, mx0 / 4 * (rows / 16) + g) << "chunk-major: kmx " << kmx << " group " << g;
+      }
   }
 }
 
