@@ -160,6 +160,9 @@ TEST(NormRoute, RefusesWhatItDoesNotFit) {
   EXPECT_FALSE(norm_route_fits(1, 2884, 32, 4));
   EXPECT_FALSE(norm_route_fits(0, 2880, 32, 4));
   EXPECT_TRUE(norm_route_fits(kNormRouteMaxTokens, 2880, 128, 8));
+  // Shared memory: (2 T + 1) rows of 3072 floats fit at 2 tokens, not at 8.
+  EXPECT_TRUE(norm_route_fits(2, 3072, 128, 4));
+  EXPECT_FALSE(norm_route_fits(kNormRouteMaxTokens, 3072, 128, 4));
 }
 
 // moe_forward with in_norm against the norm kernel and then moe_forward (BF16 experts, the split router of
