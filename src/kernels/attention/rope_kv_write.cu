@@ -108,22 +108,27 @@ __device__ __forceinline__ void load_bias8(const void* bias, int col, float (&b)
 
 template <typename T, bool kBiasFp32, bool kFp8Kv>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_constant__ RopeParams<T> p) {
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  // The step's metadata (plan, page tables) is copied in before its first kernel, so the token's position,
+  // its rotation and its KV page are worked out before the dependency wait (kernels/common/pdl.cuh): a
+  // chain of dependent loads and a double-precision sincos off the critical path. Only the qkv row waits.
   const int t = blockIdx.x;
   const int seq_idx = p.token_seq[t];
-  if (seq_idx < 0) return;  // padding token of a bucket
-  const int pos = p.token_pos[t];
-
   __shared__ float s_cos[32], s_sin[32];
-  if (threadIdx.x < 32) {
-    const float angle = __fmul_rn(float(pos), p.rope.inv_freq[threadIdx.x]);
-    double sn, cs;
-    sincospi(double(angle) * 0.31830988618379067154, &sn, &cs);  // angle / pi
-    s_cos[threadIdx.x] = __fmul_rn(float(cs), p.rope.concentration);
-    s_sin[threadIdx.x] = __fmul_rn(float(sn), p.rope.concentration);
+  int32_t page = -1;
+  int pos = 0;
+  if (seq_idx >= 0) {  // else a padding token of a bucket
+    pos = p.token_pos[t];
+    if (threadIdx.x < 32) {
+      const float angle = __fmul_rn(float(pos), p.rope.inv_freq[threadIdx.x]);
+      double sn, cs;
+      sincospi(double(angle) * 0.31830988618379067154, &sn, &cs);  // angle / pi
+      s_cos[threadIdx.x] = __fmul_rn(float(cs), p.rope.concentration);
+      s_sin[threadIdx.x] = __fmul_rn(float(sn), p.rope.concentration);
+    }
+    page = p.page_table[(&p.seqs[seq_idx].table_begin[0])[p.table_kind] + (pos >> p.page_size_log2)];
   }
-  const int32_t page =
-      p.page_table[(&p.seqs[seq_idx].table_begin[0])[p.table_kind] + (pos >> p.page_size_log2)];
+  pdl_wait();
+  if (seq_idx < 0) return;
   const int slot = pos & ((1 << p.page_size_log2) - 1);
   __syncthreads();
 

@@ -118,51 +118,61 @@ __global__ void swiglu_fp8_kernel(const __nv_bfloat16* __restrict__ u, const __n
   if (lane == 0) z_scale[r * groups + g] = s.scale;
 }
 
-// x[t, 8v .. 8v+7] (+)= the weighted sum of the token's k expert rows there: the k (row, expert, weight)
-// triples are read first, then all 2k 16-byte loads are in flight together (a decode token's combine is one
-// round trip, not k), then the sum in the fixed order j = 0..k-1. Returns the 8 values written.
+// x[t, 8v .. 8v+7] (+)= the weighted sum of the token's k expert rows there, in two parts around the
+// dependency wait. combine_routing reads what the routing wrote (the k (row, expert, weight) triples) and the
+// experts' down biases, all written two or more kernels back, so before the wait (kernels/common/pdl.cuh);
+// combine_rows then has all k expert rows (the previous kernel's output) and the residual in flight together
+// (a decode token's combine is one round trip after the wait, not two) and sums in the fixed order
+// j = 0..k-1. Returns the 8 values written.
 constexpr int kMaxK = 8;  // kMoeMaxTopK
-__device__ __forceinline__ void combine_chunk(const __nv_bfloat16* __restrict__ y,
-                                              const __nv_bfloat16* __restrict__ b2,
-                                              const int* __restrict__ topk_idx,
-                                              const float* __restrict__ topk_w,
-                                              const int* __restrict__ slot_row, int top_k, int hidden,
-                                              int expert_begin, bool store, float* __restrict__ x, int64_t t,
-                                              int v, float (&out)[8]) {
-  int64_t row[kMaxK], e[kMaxK];
+struct CombineRouting {
+  int64_t row[kMaxK];
   float w[kMaxK];
+  uint4 bias[kMaxK];
+};
+
+__device__ __forceinline__ void combine_routing(const __nv_bfloat16* __restrict__ b2,
+                                                const int* __restrict__ topk_idx,
+                                                const float* __restrict__ topk_w,
+                                                const int* __restrict__ slot_row, int top_k, int hidden,
+                                                int expert_begin, int64_t t, int v, CombineRouting& r) {
+  int64_t e[kMaxK];
 #pragma unroll
   for (int j = 0; j < kMaxK; ++j) {
     if (j < top_k) {
-      row[j] = slot_row[t * top_k + j];
+      r.row[j] = slot_row[t * top_k + j];
       e[j] = topk_idx[t * top_k + j] - expert_begin;
-      w[j] = topk_w[t * top_k + j];
+      r.w[j] = topk_w[t * top_k + j];
     }
   }
-  uint4 yy[kMaxK], bb[kMaxK];
 #pragma unroll
-  for (int j = 0; j < kMaxK; ++j) {
-    if (j < top_k && row[j] >= 0) {
-      yy[j] = *reinterpret_cast<const uint4*>(y + row[j] * hidden + v * 8);
-      bb[j] = *reinterpret_cast<const uint4*>(b2 + e[j] * hidden + v * 8);
-    }
-  }
+  for (int j = 0; j < kMaxK; ++j)
+    if (j < top_k && r.row[j] >= 0) r.bias[j] = *reinterpret_cast<const uint4*>(b2 + e[j] * hidden + v * 8);
+}
+
+__device__ __forceinline__ void combine_rows(const CombineRouting& r, const __nv_bfloat16* __restrict__ y,
+                                             int top_k, int hidden, bool store, float* __restrict__ x,
+                                             int64_t t, int v, float (&out)[8]) {
+  uint4 yy[kMaxK];
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j)
+    if (j < top_k && r.row[j] >= 0) yy[j] = *reinterpret_cast<const uint4*>(y + r.row[j] * hidden + v * 8);
   float4* xp = reinterpret_cast<float4*>(x + t * hidden + v * 8);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   const float4 x0 = store ? zero : xp[0], x1 = store ? zero : xp[1];
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < kMaxK; ++j) {
-    if (j < top_k && row[j] >= 0) {
+    if (j < top_k && r.row[j] >= 0) {
       const uint32_t yw[4] = {yy[j].x, yy[j].y, yy[j].z, yy[j].w};
-      const uint32_t bw[4] = {bb[j].x, bb[j].y, bb[j].z, bb[j].w};
+      const uint32_t bw[4] = {r.bias[j].x, r.bias[j].y, r.bias[j].z, r.bias[j].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float y0, y1, c0, c1;
         unpack_bf16x2(yw[i], y0, y1);
         unpack_bf16x2(bw[i], c0, c1);
-        acc[2 * i] += w[j] * (y0 + c0);
-        acc[2 * i + 1] += w[j] * (y1 + c1);
+        acc[2 * i] += r.w[j] * (y0 + c0);
+        acc[2 * i + 1] += r.w[j] * (y1 + c1);
       }
     }
   }
@@ -179,11 +189,14 @@ __global__ void __launch_bounds__(kCombineThreads)
                    const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
                    const int* __restrict__ slot_row, int top_k, int hidden, int expert_begin, bool store,
                    float* __restrict__ x) {
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int v = blockIdx.y * kCombineThreads + threadIdx.x;
+  CombineRouting r;
+  if (v < hidden / 8)
+    combine_routing(b2, topk_idx, topk_w, slot_row, top_k, hidden, expert_begin, blockIdx.x, v, r);
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh): y is the previous kernel's output
   if (v >= hidden / 8) return;
   float out[8];
-  combine_chunk(y, b2, topk_idx, topk_w, slot_row, top_k, hidden, expert_begin, store, x, blockIdx.x, v, out);
+  combine_rows(r, y, top_k, hidden, store, x, blockIdx.x, v, out);
 }
 
 // The combine of a token and the next layer's input RMSNorm of the residual it writes: one block per token,
@@ -198,11 +211,12 @@ __global__ void __launch_bounds__(kCombineNormMaxThreads)
                         const int* __restrict__ topk_idx, const float* __restrict__ topk_w,
                         const int* __restrict__ slot_row, int top_k, int hidden, float* __restrict__ x,
                         const float* __restrict__ gamma, float eps, __nv_bfloat16* __restrict__ out) {
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  const bool mine = int(threadIdx.x) < (hidden >> 3);
+  CombineRouting r;
+  if (mine) combine_routing(b2, topk_idx, topk_w, slot_row, top_k, hidden, 0, blockIdx.x, threadIdx.x, r);
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh): y is the previous kernel's output
   float v[1][8];
-  if (int(threadIdx.x) < (hidden >> 3))
-    combine_chunk(y, b2, topk_idx, topk_w, slot_row, top_k, hidden, 0, false, x, blockIdx.x, threadIdx.x,
-                  v[0]);
+  if (mine) combine_rows(r, y, top_k, hidden, false, x, blockIdx.x, threadIdx.x, v[0]);
   norm::detail::rmsnorm_row<1>(v, hidden, gamma, eps, out + size_t(blockIdx.x) * size_t(hidden), nullptr);
 }
 
