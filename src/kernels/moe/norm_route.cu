@@ -23,9 +23,9 @@
 //      (routing_device.cuh)
 // Every block reads the residual in phase 2 and sends its logits after that, so block 0 writes it only once
 // every block has read it.
-// Shared memory: (2 * T + 1) * H * 4 bytes (221 KB at 8 tokens of 3072) beside ~26 KB of fixed arrays. Every
-// warp reads all T rows of y for its expert, so the kernel grows with T (moe_layer.cu takes it at 1-2
-// tokens).
+// Shared memory: (2 * T + 1) * H * 4 bytes (191 KB at 8 tokens of 2880; norm_route_fits bounds it) beside
+// ~26 KB of fixed arrays. Every warp reads all T rows of y for its expert, so the kernel grows with T
+// (moe_layer.cu takes it at 1-2 tokens).
 #include "kernels/moe/norm_route.h"
 
 #include <cooperative_groups.h>
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) norm_route_kernel(Params p) {
   const int H = a.hidden, E = a.num_experts, chunks = H / 8;
   extern __shared__ __align__(128) float smem[];
   float* v = smem;                   // [T][H]: the residual, then residual + delta
-  float* y = smem + size_t(T) * H;   // [T][H]: the delta rows (bf16), then the norm output (y_layout)
+  float* y = smem + size_t(T) * H;   // the delta rows (bf16 [T][H]), then the norm output (phase 3's layout)
   float* g = y + size_t(T) * H;      // [H]: gamma
   __shared__ uint64_t s_bar;         // the bulk copies
   __shared__ uint64_t s_logits_bar;  // block 0: every block's logits
