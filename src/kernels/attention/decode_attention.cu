@@ -139,7 +139,10 @@ __global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kFp8 || kSub == 1, "BF16 tiles are taken one an iteration");
   static_assert(!kLowRows || kMTiles == 1, "the low rows of one m16 tile");
-  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  // Programmatic dependent launch (kernels/common/pdl.cuh): the plan, the page tables and every key before
+  // the step's first new one were written before the previous kernel (RoPE/KV write, which lets this one
+  // launch as soon as it runs), so the set-up and the leading K/V stages made only of such keys are
+  // requested before the wait; the queries and any tile holding a new key come after it.
   using Smem = DecodeSmem<kMTiles, kFp8, kStages, kSub>;
   using Ring = DecodeRing<kFp8, kStages, kSub>;
   constexpr int kTileBytes = Ring::kTileBytes, kSubTileBytes = Ring::kSubTileBytes;
@@ -152,7 +155,10 @@ __global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
 
   const int split = blockIdx.x, kvh = blockIdx.y, slot = blockIdx.z;
   const int seq_idx = p.decode_seqs[slot];
-  if (seq_idx < 0) return;  // padding slot of a bucket
+  if (seq_idx < 0) {  // padding slot of a bucket
+    pdl_wait();
+    return;
+  }
   const AttnSeq seq = p.seqs[seq_idx];
   const int G = p.group;
   const int hq = p.num_q_heads, hkv = p.num_kv_heads;
@@ -175,6 +181,7 @@ __global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
     return ((size_t(slot) * p.decode_q + t) * hq + head0 + (r - t * G)) * p.splits + split;
   };
   if (my_tb >= my_te) {  // empty split (only when splits > 1): weight zero in the merge
+    pdl_wait();
     for (int r = tid; r < rows; r += kThreads) p.part_lse[part_row(r)] = -INFINITY;
     return;
   }
@@ -185,9 +192,6 @@ __global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? p.v_scale[kvh] : 1.0f;
 
-  // Q rows (`rows` valid, the rest zero).
-  load_q_rows<kRows, kThreads>(sQ, p.q, size_t(seq.q_start), hq, head0, G, rows, tid);
-  cp_async_commit();
   constexpr int kElemBytes = kFp8 ? 1 : 2;
   // Each fragment row's own key range [row_lo, row_hi) (padding rows take the last token's).
   int row_lo[kMTiles][2], row_hi[kMTiles][2];
@@ -210,22 +214,21 @@ __global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
                                          mine ? j : 0, mine ? kv_begin : 0, mine ? kv_end : 0, tid);
     }
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  // Stage s holds tiles [my_tb + s kSub, ...): before the wait while every key of it precedes `first`.
+  int early = 0;
+  while (early < kStages - 1 && early < n_iters &&
+         min(my_te, my_tb + (early + 1) * kSub) * kBlockN <= first) {
+    load_kv(early, early);
+    cp_async_commit();
+    ++early;
+  }
+  pdl_wait();
+  // Q rows (`rows` valid, the rest zero) by plain loads (the loop's first barrier publishes them), as f16
+  // with an FP8 cache; then the rest of the prefetch stages, one commit group a stage as the loop expects.
+  load_q_rows_now<kRows, kThreads, kFp8>(smem, p.q, size_t(seq.q_start), hq, head0, G, rows, tid);
+  for (int s = early; s < kStages - 1; ++s) {
     if (s < n_iters) load_kv(s, s);
     cp_async_commit();
-  }
-  if constexpr (kFp8) {
-    // The queries as f16, in place: each thread converts the chunks it copied (the loop's first barrier
-    // publishes them).
-    cp_async_wait<kStages - 1>();
-    for (int i = tid; i < kRows * 8; i += kThreads) {
-      uint4* q16 = reinterpret_cast<uint4*>(smem + swz(i >> 3, i & 7));
-      uint4 v = *q16;
-      v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y), v.z = bf16x2_to_f16x2(v.z),
-      v.w = bf16x2_to_f16x2(v.w);
-      *q16 = v;
-    }
   }
   // kFp8: this warp's Q fragments in k_frags_e4m3's dim order, held in registers with one m16 tile (plain
   // decode) and re-read every key tile with more.

@@ -85,4 +85,26 @@ __device__ __forceinline__ void load_q_rows(uint32_t dst, const __nv_bfloat16* q
   }
 }
 
+// The same rows by plain loads and shared-memory stores, into the tile at `dst` (generic address of the
+// shared tile): no cp.async group, the caller's next barrier publishes them. kToF16: converted from bf16 to
+// f16 on the way (the FP8-cache decode's queries).
+template <int kRows, int kThreads, bool kToF16>
+__device__ __forceinline__ void load_q_rows_now(uint8_t* dst, const __nv_bfloat16* q, size_t tok0,
+                                                int num_q_heads, int head0, int G, int rows, int tid) {
+  for (int i = tid; i < kRows * 8; i += kThreads) {
+    const int r = i >> 3, chunk = i & 7;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      const int t = r / G;
+      v = *reinterpret_cast<const uint4*>(
+          q + ((tok0 + size_t(t)) * num_q_heads + head0 + (r - t * G)) * kHeadDim + chunk * 8);
+      if constexpr (kToF16) {
+        v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y), v.z = bf16x2_to_f16x2(v.z);
+        v.w = bf16x2_to_f16x2(v.w);
+      }
+    }
+    *reinterpret_cast<uint4*>(dst + swz(r, chunk)) = v;
+  }
+}
+
 }  // namespace orchid::kernels::attention::detail

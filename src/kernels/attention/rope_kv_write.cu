@@ -128,6 +128,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(const __grid_co
     page = p.page_table[(&p.seqs[seq_idx].table_begin[0])[p.table_kind] + (pos >> p.page_size_log2)];
   }
   pdl_wait();
+  // The decode attention kernel (next) requests the cache's older keys before its own wait: let it launch now
+  // (every CTA of this one is running by then, so it crowds out nothing of ours).
+  pdl_launch_dependents();
   if (seq_idx < 0) return;
   const int slot = pos & ((1 << p.page_size_log2) - 1);
   __syncthreads();
