@@ -21,18 +21,22 @@
 //
 // Consumer loop (per warpgroup, 64 rows), with S_j = Q K_j^T, P_j its probabilities:
 //   S_0; softmax(S_0) -> P_0
-//   for j >= 1: issue S_j (SS wgmma m64n128k16 x 4), issue O += P_{j-1} V_{j-1} (RS wgmma m64n64k16 x 8),
+//   for j >= 1: issue S_j (SS wgmma m64n128k16 x 4), issue O += P_{j-1} V_{j-1} (RS wgmma m64n72k16 x 8),
 //               wait for S_j, softmax(S_j) while P V runs, wait for P V, release stage j-1, rescale O
 //   O += P_last V_last
 // The warpgroups take turns to issue their MMAs (named barriers, see turn_wait), which staggers their
 // softmaxes against each other's MMAs: +13% at 32k over letting them run in step.
-// Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink, row sums per thread
-// reduced over the quad at the end, so the sink counts exactly once.
+// Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink. The row sums come
+// from the tensor cores: P V is m64n72, its 8 extra columns a block of ones, so each of them accumulates
+// the row's sum of P (as bf16, the P the product uses) and the sink's 1 is set there once at the start.
+// That takes 64 adds a thread and tile off the softmax, whose instructions bound the kernel (computing an
+// eighth of the exponentials on the FMA pipe instead of MUFU made it 5.6% slower: bench/RESULTS.md).
 //
-// Registers: a consumer thread holds S (64 fp32), P (32 bf16x2), O (32 fp32); setmaxnreg moves the
-// producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 32 vs 160 with three: all
-// the launch allocates; with 24 the producer's item loop spills a few bytes, as it does with two consumers).
-// Shared memory: two Q buffers of 16/24 KB + kStages x (K 16 KB + V 16 KB); one CTA per SM.
+// Registers: a consumer thread holds S (64 fp32), P (32 bf16x2), O and its row sums (36 fp32); setmaxnreg
+// moves the producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 32 vs 160 with
+// three: all the launch allocates; with 24 the producer's item loop spills a few bytes, as it does with two
+// consumers). Shared memory: two Q buffers of 16/24 KB + kStages x (K 16 KB + V 16 KB) + 2 KB of ones; one
+// CTA per SM.
 //
 // Persistent grid: one CTA per SM loops over the work items (tile x KV head) with the producer running
 // ahead into the next item (its Q into the other buffer, its K/V tiles into the ring as stages free up):
@@ -85,7 +89,8 @@ struct Shape {
   static constexpr int kQBytes = kRows * kHeadDim * 2;  // one of the two Q buffers
   static constexpr int kKOffset = 2 * kQBytes;          // from the 1024-aligned base
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
-  static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kOnesOffset = kVOffset + kStages * kTileBytes;  // 16 x 64 bf16 ones (row sums)
+  static constexpr int kBarOffset = kOnesOffset + 16 * 128;
   static constexpr int kBarriers =
       3 * kStages + 4;  // full K, full V, empty per stage; full, empty per Q buffer
   static constexpr int kSmemBytes = 1024 + kBarOffset + kBarriers * 8;
@@ -244,6 +249,13 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   const int ctid = tid & 127;
   const int lane = tid & 31, warp_in = ctid >> 5;
   const int hq = p.num_q_heads;
+  // The B operand of the row sums' 8 extra P V columns: 16 rows of bf16 ones, written by every warpgroup
+  // (the same values) and read at every k16 step.
+  reinterpret_cast<uint4*>(smem + Sh::kOnesOffset)[ctid] =
+      make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
+  fence_proxy_async_smem();
+  named_barrier_sync(1 + cw, 128);
+  const uint32_t ones = base + uint32_t(Sh::kOnesOffset);
 
   // Turns: the warpgroups issue their MMAs in a fixed order (0, 1, .., 0, ..), each after the previous one's
   // issue, so that one warpgroup's softmax runs while the others' MMAs hold the tensor cores instead of all
@@ -268,7 +280,13 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     uint8_t* const q_buf = smem + qb * Sh::kQBytes;
 
     int row_pos[2], row_lo[2];
-    float m_run[2], l_run[2];
+    float m_run[2];
+    // O and, in columns 64..71 (o[32..35]: o[32 + 2h] and o[33 + 2h] for row h), the row sum of P: P V runs
+    // as m64n72 with a block of ones for those columns, so the tensor cores add up the probabilities (as the
+    // bf16 P V sees them) instead of 64 adds a thread and tile. Every column of a row holds the whole sum.
+    float o[36];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
@@ -279,18 +297,15 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const int head = it.kvh * G + (r % G);
       if (p.sinks != nullptr) {
         m_run[h] = p.sinks[head] * kLog2e;
-        l_run[h] = (lane & 3) == 0 ? 1.0f : 0.0f;  // exp2(sink - m) = 1, held once per quad
+        o[32 + 2 * h] = o[33 + 2 * h] = 1.0f;  // exp2(sink - m)
       } else {
         m_run[h] = -INFINITY;
-        l_run[h] = 0.0f;
+        o[32 + 2 * h] = o[33 + 2 * h] = 0.0f;
       }
     }
 
     float s[kBlockN / 2];
     uint32_t pf[kKs][4];
-    float o[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
 
     auto stage_of = [&](int t) { return (g0 + t) % kStages; };
     auto phase_of = [&](int t) { return uint32_t(((g0 + t) / kStages) & 1); };
@@ -313,9 +328,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes);
       fence_operands(o);
       wgmma_fence();
+      // Columns 64..71 come from the 64-column block the leading byte offset on: the ones, the same block
+      // for every k16 step, so each step's descriptor moves the start 2048 bytes on and the offset back.
+      const uint64_t d0 = smem_desc_sw128(vb, ones - vb, 1024);
+      constexpr uint64_t kStep = (2048 >> 4) - (uint64_t(2048 >> 4) << 16);  // wraps: start +, offset -
 #pragma unroll
-      for (int kk = 0; kk < kKs; ++kk)
-        wgmma_m64n64k16_rs<1>(o, pf[kk], smem_desc_sw128(vb + kk * 2048, 1024, 1024), 1);
+      for (int kk = 0; kk < kKs; ++kk) wgmma_m64n72k16_rs<1>(o, pf[kk], d0 + uint64_t(kk) * kStep, 1);
       wgmma_commit();
     };
     // V rows of keys outside [kv_begin, kv_end) in the tile from key k0 (stage st) set to zero, for this
@@ -333,7 +351,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     };
     // Mask, running max and probabilities of S (the tile from key k0) in place; alpha = rescale of the older
     // state.
-    auto softmax = [&](int k0, float(&alpha)[2], float(&rs)[2]) {
+    auto softmax = [&](int k0, float(&alpha)[2]) {
       // Some row masks a key of the tile: above the first query's position, or below the last query's
       // window start (or below key 0: a window's lowest tile can start there, see PrefillItem).
       const bool need_mask =
@@ -348,6 +366,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
             if (t > row_pos[h] || t < row_lo[h]) s[nt * 4 + e] = -INFINITY;
           }
       }
+      // Both rows' maxima first, then their exponentials.
+      float m_new[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
@@ -355,22 +375,29 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[h], mx * p.scale_log2);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[h] = fast_exp2(m_run[h] - m_use);
-        m_run[h] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float pv = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
-            s[nt * 4 + e] = pv;
-            sum += pv;
-          }
-        }
-        rs[h] = sum;
+        m_new[h] = fmaxf(m_run[h], mx * p.scale_log2);
       }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_use = m_new[h] == -INFINITY ? 0.0f : m_new[h];
+        alpha[h] = fast_exp2(m_run[h] - m_use);
+        m_run[h] = m_new[h];
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e)
+            s[nt * 4 + e] = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
+      }
+    };
+    // O and its row sums times alpha.
+    auto rescale_o = [&](const float(&alpha)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int dt = 0; dt < 9; ++dt) {
+          o[dt * 4 + 2 * h] *= alpha[h];
+          o[dt * 4 + 2 * h + 1] *= alpha[h];
+        }
     };
     auto pack_p = [&]() {
 #pragma unroll
@@ -390,10 +417,11 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     wgmma_wait<0>();
     fence_operands(s);
     {
-      float alpha[2], rs[2];
-      softmax(it.key0(0), alpha, rs);
+      float alpha[2];
+      softmax(it.key0(0), alpha);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rs[h];  // O is still zero
+      for (int h = 0; h < 2; ++h)  // O is still zero: only the row sums (the sink's term)
+        o[32 + 2 * h] = o[33 + 2 * h] = o[32 + 2 * h] * alpha[h];
       pack_p();
     }
     for (int t = 1; t < it.n_tiles; ++t) {
@@ -407,20 +435,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       turn_pass(false);
       wgmma_wait<1>();  // S of tile t; P V of the previous tile may still run
       fence_operands(s);
-      float alpha[2], rs[2];
-      softmax(it.key0(t), alpha, rs);
+      float alpha[2];
+      softmax(it.key0(t), alpha);
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[prev]);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[h] = l_run[h] * alpha[h] + rs[h];
-#pragma unroll
-        for (int dt = 0; dt < 8; ++dt) {
-          o[dt * 4 + 2 * h] *= alpha[h];
-          o[dt * 4 + 2 * h + 1] *= alpha[h];
-        }
-      }
+      rescale_o(alpha);
       pack_p();
     }
     {
@@ -439,9 +459,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     // reading them), then whole-row 16-byte stores.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float l = l_run[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = o[32 + 2 * h];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
 #pragma unroll

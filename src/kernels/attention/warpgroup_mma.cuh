@@ -40,6 +40,14 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
   wgmma_bf16_rs<64, kTransB>(d, a, desc_b, accumulate);
 }
 
+// The same with N = 72: B's columns 64..71 are the 64-column block `lbo` bytes after the first (the leading
+// byte offset of the descriptor, for an MN-major operand).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n72k16_rs(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int accumulate) {
+  wgmma_bf16_rs<72, kTransB>(d, a, desc_b, accumulate);
+}
+
 // d (+)= A * B, m64n64k16, both operands in shared memory, K-major (A: 64 rows x 16, B: 64 rows x 16).
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                    int accumulate) {
