@@ -69,9 +69,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t k_dst, uint32_t v_dst, con
 }
 
 // kRows query rows into a swizzled [kRows][64] bf16 tile by kThreads threads: row r is token tok0 + r / G,
-// head head0 + r % G of q [tokens][Hq][64]; rows from `rows` on are zero. Thread tid copies the chunks
-// i = tid, tid + kThreads, ... (row i / 8, chunk i % 8), which is what a kernel converting its own chunks
-// afterwards relies on.
+// head head0 + r % G of q [tokens][Hq][64]; rows from `rows` on are zero (cp.async, one per 16-byte chunk).
 template <int kRows, int kThreads>
 __device__ __forceinline__ void load_q_rows(uint32_t dst, const __nv_bfloat16* q, size_t tok0,
                                             int num_q_heads, int head0, int G, int rows, int tid) {
