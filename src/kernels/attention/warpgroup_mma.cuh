@@ -1,7 +1,8 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) primitives for the attention kernels (the fences, commit / wait and
 // the descriptor encoding are shared: kernels/common/wgmma.cuh): descriptors for the 128-byte-swizzled
 // [rows][64 bf16] tiles of warp_mma.cuh (the same swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8),
-// tiles 1024-byte aligned), and the m64n64k16 / m64n128k16 bf16 -> fp32 MMAs the attention kernels issue.
+// tiles 1024-byte aligned), and the bf16 -> fp32 MMAs the attention kernels issue (Q K^T: m64n64k16 /
+// m64n128k16 from shared memory; P V: m64n72k16 with P in registers).
 //
 // Register layouts: kernels/common/wgmma.cuh (the mma.sync m16n8 C and m16n8k16 A layouts, per warp). So a
 // softmax written for mma.sync fragments applies unchanged, and P converts to A as with mma.sync.
@@ -10,8 +11,8 @@
 //   K-major operand (K tile [key][dim] as B of Q K^T): rows of 128 bytes, 8-row groups 1024 bytes apart
 //   (stride byte offset); a k16 step advances the start address by 32 bytes inside the swizzle atom.
 //   MN-major operand (V tile [key][dim] as B of P V, transposed): 64 dims = one 128-byte atom row, 8-key
-//   groups 1024 bytes apart; a k16 step (16 keys) advances the start by 2048 bytes. Only one of the two
-//   offsets is used for a 64-wide operand; both are set to 1024.
+//   groups 1024 bytes apart (stride byte offset); a k16 step (16 keys) advances the start by 2048 bytes.
+//   The leading byte offset reaches a 64-wide operand's next 64 columns (the prefill's block of ones).
 #pragma once
 
 #include <cstdint>
@@ -32,16 +33,9 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr, uin
   return wgmma_desc(smem_byte_addr, lbo_bytes, sbo_bytes, 1);  // 128-byte swizzle
 }
 
-// d (+)= a * B, m64n64k16, a: bf16 A fragment in registers, B through `desc_b` (kernels/common/wgmma.cuh).
-// kTransB = 0: B stored N x K with K contiguous ("K-major"); 1: stored K x N with N contiguous.
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
-                                                   int accumulate) {
-  wgmma_bf16_rs<64, kTransB>(d, a, desc_b, accumulate);
-}
-
-// The same with N = 72: B's columns 64..71 are the 64-column block `lbo` bytes after the first (the leading
-// byte offset of the descriptor, for an MN-major operand).
+// d (+)= a * B, m64n72k16, a: bf16 A fragment in registers, B through `desc_b` (kernels/common/wgmma.cuh;
+// kTransB = 0: B stored N x K with K contiguous, 1: K x N with N contiguous). B's columns 64..71 are the
+// 64-column block the descriptor's leading byte offset on (for an MN-major operand).
 template <int kTransB>
 __device__ __forceinline__ void wgmma_m64n72k16_rs(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b,
                                                    int accumulate) {
