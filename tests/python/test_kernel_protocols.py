@@ -10,7 +10,9 @@ tests/kernels decide; these make a wrong mapping or a missing barrier release fa
    Q buffer be overwritten while read, under random interleavings; a model with a release left out fails.
 3. The same kernel's key tiles (PrefillItem): they cover every key a query of the item reads, copy no page
    below key 0 or past the keys, take three 64-key tiles for a 24-token item under a 128-key window, and the
-   softmax masks every tile where some row must mask a key.
+   softmax masks every tile where some row must mask a key. The window tile (one 192-key stage, a 144-key
+   span per consumer warpgroup): the spans lie in the stage at whole swizzle atoms, hold every key of their
+   rows' windows, and under a 128-key window clear of key 0 leave columns 16-127 unmasked in every row.
 """
 import random
 
@@ -347,3 +349,62 @@ def test_prefill_key_tiles_cover_the_keys_and_mask_where_needed(window, page):
                 assert key_top - n_tiles * block_n <= kv_begin < key_top - (n_tiles - 1) * block_n  # no idle tile
                 if window == 128 and n_tok == tokens == 24 and page == 16:
                     assert n_tiles <= 3
+
+
+# The window tile (8 query heads a KV head, windows of at most 128 keys): PrefillItem::window_key0 and its
+# key_top, the producer's 16-row boxes, and the consumer's edges_only mask.
+WINDOW_TILE_KEYS, WINDOW_STAGE_KEYS = 144, 192
+
+
+def window_key0(p_first, c, window):  # rounds toward -inf like the C++ `& ~7` on a two's-complement int
+    return (p_first + 8 * c - window + 1) & ~7
+
+
+def window_tile_violations(window, page, tokens, p_first, n_tok, edges_only_needs_key0=True):
+    """What the kernel assumes of one window-tile item that does not hold (empty: all of it holds)."""
+    bad = []
+    kv_begin = max(0, p_first - window + 1)
+    kv_end = p_first + n_tok
+    key_top = (window_key0(p_first, 0, window) & ~15) + WINDOW_STAGE_KEYS
+    stage0 = key_top - WINDOW_STAGE_KEYS
+    box_rows = min(page, 16)
+    covered = set()
+    for lane in range(WINDOW_STAGE_KEYS // box_rows):
+        assert lane < 32  # one box a lane of the producer warp
+        t0 = stage0 + lane * box_rows
+        if t0 + box_rows <= kv_begin or t0 >= kv_end:
+            continue
+        if t0 < 0 or t0 % page + box_rows > page:
+            bad.append(("box", t0))
+        covered.update(range(t0, t0 + box_rows))
+    if not set(range(kv_begin, kv_end)) <= covered:
+        bad.append(("uncopied keys", p_first, n_tok))
+    for c in range(tokens // 8):  # consumer warpgroup c: tokens 8c .. 8c + 7
+        wk0 = window_key0(p_first, c, window)
+        if not (stage0 <= wk0 and wk0 + WINDOW_TILE_KEYS <= key_top and (wk0 - stage0) % 8 == 0):
+            bad.append(("span outside the stage", c))
+        for j in range(8 * c, min(8 * c + 8, n_tok)):
+            pos = p_first + j
+            lo = max(0, pos - window + 1)
+            if not (wk0 <= lo and pos < wk0 + WINDOW_TILE_KEYS):
+                bad.append(("row's keys outside the span", c, j))
+            edges_only = window == 128 and (wk0 >= 0 or not edges_only_needs_key0)
+            if edges_only and not (lo - wk0 <= 16 and pos - wk0 >= 127):
+                bad.append(("masked key in columns 16-127", c, j))
+    return bad
+
+
+@pytest.mark.parametrize("window", [1, 33, 128])
+@pytest.mark.parametrize("page", [8, 16, 32, 64])
+def test_window_tile_spans_hold_their_rows_keys(window, page):
+    for tokens in (16, 24):
+        for p_first in range(0, 700):
+            for n_tok in {1, 7, 9, tokens}:
+                assert window_tile_violations(window, page, tokens, p_first, n_tok) == [], (p_first, n_tok)
+
+
+def test_window_tile_edges_only_mask_needs_the_span_clear_of_key_0():
+    # Near a sequence's start the rows' window starts are clamped to key 0: columns 16-127 hold masked keys
+    # there, which is why the kernel masks every column when the warpgroup's span starts below key 0.
+    found = [p for p in range(0, 200) if window_tile_violations(128, 16, 24, p, 24, edges_only_needs_key0=False)]
+    assert found and max(found) < 127 + 8

@@ -4,7 +4,8 @@
 //
 // Tiling. A CTA owns 64 * kConsumers query rows (128 or 192) = tokens x the G query heads of one KV head,
 // row r = (token r / G, head r % G), as the mma.sync kernel (prefill_attention.cu); consumer warpgroup c
-// owns rows 64c .. 64c + 63. Keys come in tiles of 128 (kBlockN; 64 with a sliding window), visited from the
+// owns rows 64c .. 64c + 63. Keys come in tiles of 128 (kBlockN; 64 with a sliding window, or one stage a
+// window item with 8 query heads a KV head: the window tile, below Shape), visited from the
 // diagonal tile down, through a ring of kStages stages with separate K and V "full" barriers (QK^T starts as
 // soon as K has landed) and one "empty" barrier per stage that every consumer warpgroup arrives on when it is
 // done with the stage.
@@ -78,12 +79,24 @@ using kernels::tensor_copy_3d;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kTurnBarrier = 4;  // named barriers 4 .. 4 + consumers - 1 (1 .. 3: each warpgroup's own)
 
-// kBlockN keys per tile: 128 for full attention, 64 for sliding windows (a 128-key window under a tile of
-// 16-24 tokens spans ~150 keys: three 64-key tiles waste less than two or three of 128).
+// kBlockN keys per tile: 128 for full attention, 64 for sliding windows in general (a 128-key window under
+// a tile of 16-24 tokens spans ~150 keys: three 64-key tiles waste less than two or three of 128), and
+// kWindowTileKeys for windows of up to 128 keys at 8 query heads a KV head: the window tile (below).
+constexpr int kWindowTileKeys = 144;
+// The window tile: a warpgroup's 64 rows are 8 tokens, whose windows span at most 127 + 8 keys; from the
+// first one's window start rounded down to 8 that is at most 142, so one 144-key product covers them (128
+// of the 144 columns count in every row, against 128 of 192 in three 64-key tiles). The CTA's warpgroups
+// start 8 tokens apart, so their spans lie in one stage of 192 keys from a 16-aligned start, each at a
+// 1024-byte offset (a whole number of swizzle atoms): one Q K^T, one softmax and one P V a warpgroup and
+// item.
+constexpr int kWindowStageKeys = 192;
+
 template <int kConsumers, int kBlockN>
 struct Shape {
-  static constexpr int kStages = kBlockN == 128 ? 3 : 4;  // K/V ring depth
-  static constexpr int kTileBytes = kBlockN * kHeadDim * 2;
+  static constexpr bool kWindowTile = kBlockN == kWindowTileKeys;
+  static constexpr int kStageKeys = kWindowTile ? kWindowStageKeys : kBlockN;  // keys of a ring stage
+  static constexpr int kStages = kBlockN == 64 ? 4 : 3;                        // K/V ring depth
+  static constexpr int kTileBytes = kStageKeys * kHeadDim * 2;
   static constexpr int kRows = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kQBytes = kRows * kHeadDim * 2;  // one of the two Q buffers
@@ -111,8 +124,12 @@ struct HopperPrefillMaps {
 // tiles are aligned to kBlockN. A window's are aligned to the page boxes (16 keys with 16-token pages), so
 // the ~151 keys of a 24-token tile under a 128-key window always take three 64-key tiles, not 3.34 on
 // average; the lowest tile may then start below key 0, whose rows are never copied and always masked.
+// With the window tile the item has one stage of kWindowStageKeys keys from a 16-aligned start below the
+// first query's window (window_key0), the same for every page size (its boxes are 16 rows).
 template <int kBlockN>
 struct PrefillItem {
+  static constexpr bool kWindowTile = kBlockN == kWindowTileKeys;
+  static constexpr int kStageKeys = kWindowTile ? kWindowStageKeys : kBlockN;
   int kvh, seq_idx, n_tok, p_first, kv_begin, kv_end, key_top, n_tiles;
   int tok0;  // the tile's first token row of q / out
 
@@ -126,14 +143,24 @@ struct PrefillItem {
     it.p_first = seq.start_pos + tile.q0;
     it.kv_begin = p.window > 0 ? max(0, it.p_first - p.window + 1) : 0;
     it.kv_end = it.p_first + it.n_tok;  // one past the last query's position
-    const int align = p.window > 0 ? min(1 << p.page_size_log2, kBlockN) : kBlockN;
-    it.key_top = (it.kv_end + align - 1) / align * align;
-    it.n_tiles = (it.key_top - it.kv_begin / align * align + kBlockN - 1) / kBlockN;
+    if constexpr (kWindowTile) {
+      it.key_top = (window_key0(it.p_first, 0, p.window) & ~15) + kStageKeys;
+      it.n_tiles = 1;
+    } else {
+      const int align = p.window > 0 ? min(1 << p.page_size_log2, kBlockN) : kBlockN;
+      it.key_top = (it.kv_end + align - 1) / align * align;
+      it.n_tiles = (it.key_top - it.kv_begin / align * align + kBlockN - 1) / kBlockN;
+    }
     it.tok0 = seq.q_start + tile.q0;
     return it;
   }
+  // The window tile: the first key of consumer warpgroup c's 144 (its first token's window start rounded
+  // down to 8; below 0 at a sequence's start, where those rows are never copied and always masked).
+  __device__ __forceinline__ static int window_key0(int p_first, int c, int window) {
+    return (p_first + 8 * c - window + 1) & ~7;  // rounds toward -inf in two's complement
+  }
   __device__ __forceinline__ int p_last() const { return kv_end - 1; }
-  __device__ __forceinline__ int key0(int t) const { return key_top - (t + 1) * kBlockN; }
+  __device__ __forceinline__ int key0(int t) const { return key_top - (t + 1) * kStageKeys; }
 };
 
 // The items of a persistent CTA: round r of the grid takes items [r * grid, (r + 1) * grid), CTA b the b-th
@@ -196,8 +223,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     if (tid >= 32) return;
     const int lane = tid;
     const int ps_log2 = p.page_size_log2;
-    const int box_rows = min(1 << ps_log2, kBlockN);
-    const int boxes = kBlockN / box_rows;  // <= 16: pages of >= 8 tokens
+    const int box_rows = min(1 << ps_log2, Sh::kWindowTile ? 16 : kBlockN);
+    const int boxes = Sh::kStageKeys / box_rows;  // <= 24: pages of >= 8 tokens
     const uint32_t box_bytes = uint32_t(box_rows) * kHeadDim * 2;
     int g = 0;  // K/V tiles this CTA has loaded, over all its items: tile g uses stage g % kStages
     for (int k = 0; round_item(k) < num_items; ++k) {  // the CTA's item k uses Q buffer k % 2
@@ -278,6 +305,10 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     const int rows_valid = it.n_tok * G;
     const uint32_t q_rows = base + uint32_t(qb * Sh::kQBytes + cw * 64 * 128);
     uint8_t* const q_buf = smem + qb * Sh::kQBytes;
+    // The window tile: this warpgroup's keys [wk0, wk0 + kBlockN), at byte woff of the item's stage.
+    const int wk0 = Sh::kWindowTile ? Item::window_key0(it.p_first, cw, p.window) : 0;
+    const int woff = Sh::kWindowTile ? (wk0 - it.key0(0)) * kHeadDim * 2 : 0;
+    auto tile_key0 = [&](int t) { return Sh::kWindowTile ? wk0 : it.key0(t); };
 
     int row_pos[2], row_lo[2];
     float m_run[2];
@@ -310,7 +341,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     auto stage_of = [&](int t) { return (g0 + t) % kStages; };
     auto phase_of = [&](int t) { return uint32_t(((g0 + t) / kStages) & 1); };
     auto issue_qk = [&](int st) {
-      const uint32_t kb = base + uint32_t(Sh::kKOffset + st * kTileBytes);
+      const uint32_t kb = base + uint32_t(Sh::kKOffset + st * kTileBytes + woff);
       fence_operands(s);
       wgmma_fence();
 #pragma unroll
@@ -319,13 +350,15 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
                        db = smem_desc_sw128(kb + ks * 32, 16, 1024);
         if constexpr (kBlockN == 128)
           wgmma_m64n128k16_ss(s, da, db, ks > 0 ? 1 : 0);
+        else if constexpr (kBlockN == kWindowTileKeys)
+          wgmma_m64n144k16_ss(s, da, db, ks > 0 ? 1 : 0);
         else
           wgmma_m64n64k16_ss(s, da, db, ks > 0 ? 1 : 0);
       }
       wgmma_commit();
     };
     auto issue_pv = [&](int st) {
-      const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes);
+      const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes + woff);
       fence_operands(o);
       wgmma_fence();
       // Columns 64..71 come from the 64-column block the leading byte offset on: the ones, the same block
@@ -340,7 +373,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     // warpgroup's P V.
     auto fix_edge_v = [&](int k0, int st) {
       if (k0 >= it.kv_begin && k0 + kBlockN <= it.kv_end) return;
-      uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes;
+      uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes + woff;
       for (int i = ctid; i < kBlockN * 8; i += 128) {
         const int t = k0 + (i >> 3);
         if (t < it.kv_begin || t >= it.kv_end)
@@ -356,15 +389,25 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       // window start (or below key 0: a window's lowest tile can start there, see PrefillItem).
       const bool need_mask =
           (k0 + kBlockN - 1 > it.p_first) || (p.window > 0 && k0 < max(0, it.p_last() - p.window + 1));
-      if (need_mask) {
+      // The window tile under a 128-key window clear of key 0: a row's keys start within the first 15
+      // columns (its window start is at most 14 past k0) and end at or after column 127 (its position is
+      // at least k0 + 127), so only columns 0-15 and 128-143 can be masked.
+      const bool edges_only = Sh::kWindowTile && p.window == 128 && k0 >= 0;
+      auto mask_tile = [&](int nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int t = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int h = e >> 1;
+          if (t > row_pos[h] || t < row_lo[h]) s[nt * 4 + e] = -INFINITY;
+        }
+      };
+      if (edges_only) {
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
+          if (nt < 2 || nt >= 16) mask_tile(nt);
+      } else if (need_mask) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int t = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-            const int h = e >> 1;
-            if (t > row_pos[h] || t < row_lo[h]) s[nt * 4 + e] = -INFINITY;
-          }
+        for (int nt = 0; nt < kNt; ++nt) mask_tile(nt);
       }
       // Both rows' maxima first, then their exponentials.
       float m_new[2];
@@ -418,7 +461,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     fence_operands(s);
     {
       float alpha[2];
-      softmax(it.key0(0), alpha);
+      softmax(tile_key0(0), alpha);
 #pragma unroll
       for (int h = 0; h < 2; ++h)  // O is still zero: only the row sums (the sink's term)
         o[32 + 2 * h] = o[33 + 2 * h] = o[32 + 2 * h] * alpha[h];
@@ -430,13 +473,13 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       turn_wait();
       issue_qk(st);
       mbar_wait(&full_v[prev], phase_of(t - 1));
-      fix_edge_v(it.key0(t - 1), prev);
+      fix_edge_v(tile_key0(t - 1), prev);
       issue_pv(prev);
       turn_pass(false);
       wgmma_wait<1>();  // S of tile t; P V of the previous tile may still run
       fence_operands(s);
       float alpha[2];
-      softmax(it.key0(t), alpha);
+      softmax(tile_key0(t), alpha);
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[prev]);
@@ -447,7 +490,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const int last = stage_of(it.n_tiles - 1);
       mbar_wait(&full_v[last], phase_of(it.n_tiles - 1));
       turn_wait();
-      fix_edge_v(it.key0(it.n_tiles - 1), last);
+      fix_edge_v(tile_key0(it.n_tiles - 1), last);
       issue_pv(last);
       turn_pass(cta_last_item);
       wgmma_wait<0>();
@@ -512,6 +555,18 @@ void launch(const PrefillParams& p, const HopperPrefillMaps& maps, unsigned item
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
+// The kernel of kConsumers warpgroups for tiles of block_n keys (128, 64 or kWindowTileKeys).
+template <int kConsumers>
+void launch_tile(int block_n, const PrefillParams& p, const HopperPrefillMaps& maps, unsigned items, int ctas,
+                 cudaStream_t stream) {
+  if (block_n == 128)
+    launch<kConsumers, 128>(p, maps, items, ctas, stream);
+  else if (block_n == 64)
+    launch<kConsumers, 64>(p, maps, items, ctas, stream);
+  else
+    launch<kConsumers, kWindowTileKeys>(p, maps, items, ctas, stream);
+}
+
 }  // namespace
 
 int hopper_prefill_consumers(int group, int tokens_per_tile) {
@@ -524,7 +579,14 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
                            int ctas, cudaStream_t stream) {
   const int consumers = hopper_prefill_consumers(p.group, p.tokens_per_tile);
   ORCHID_KERNEL_REQUIRE(consumers != 0, "sink_attention: plan built for another prefill tile shape");
-  const int block_n = p.window > 0 && p.window <= 256 ? 64 : 128;
+  // ORCHID_PREFILL_WINDOW_TILE=0: windows on 64-key tiles only (for measurement).
+  static const bool window_tile = [] {
+    const char* v = std::getenv("ORCHID_PREFILL_WINDOW_TILE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const int block_n = p.window > 0 && p.window <= 128 && p.group == 8 && window_tile ? kWindowTileKeys
+                      : p.window > 0 && p.window <= 256                              ? 64
+                                                                                     : 128;
   HopperPrefillMaps m;
   {
     const uint64_t dims[3] = {uint64_t(kHeadDim), uint64_t(p.num_q_heads), uint64_t(num_token_rows)};
@@ -536,15 +598,16 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
   const uint64_t rows = uint64_t(num_pages) * uint64_t(p.num_kv_heads) << p.page_size_log2;
   const uint64_t dims[2] = {uint64_t(kHeadDim), rows};
   const uint64_t strides[1] = {uint64_t(kHeadDim) * 2};
-  const uint32_t box[2] = {uint32_t(kHeadDim), uint32_t(std::min(1 << p.page_size_log2, block_n))};
+  const uint32_t box[2] = {uint32_t(kHeadDim), uint32_t(std::min(1 << p.page_size_log2,
+                                                                 block_n == kWindowTileKeys ? 16 : block_n))};
   m.k = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.k_pool, dims, strides, box,
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the K pool");
   m.v = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v_pool, dims, strides, box,
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the V pool");
   if (consumers == 2)
-    block_n == 128 ? launch<2, 128>(p, m, items, ctas, stream) : launch<2, 64>(p, m, items, ctas, stream);
+    launch_tile<2>(block_n, p, m, items, ctas, stream);
   else
-    block_n == 128 ? launch<3, 128>(p, m, items, ctas, stream) : launch<3, 64>(p, m, items, ctas, stream);
+    launch_tile<3>(block_n, p, m, items, ctas, stream);
 }
 
 }  // namespace orchid::kernels::attention::detail
