@@ -90,6 +90,9 @@ constexpr int kWindowTileKeys = 144;
 // 1024-byte offset (a whole number of swizzle atoms): one Q K^T, one softmax and one P V a warpgroup and
 // item.
 constexpr int kWindowStageKeys = 192;
+// The window tile's TMA box rows (a page's piece; fewer with smaller pages): the producer's boxes and the
+// K/V tensor maps' box must agree.
+constexpr int kWindowBoxRows = 16;
 
 template <int kConsumers, int kBlockN>
 struct Shape {
@@ -223,7 +226,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     if (tid >= 32) return;
     const int lane = tid;
     const int ps_log2 = p.page_size_log2;
-    const int box_rows = min(1 << ps_log2, Sh::kWindowTile ? 16 : kBlockN);
+    const int box_rows = min(1 << ps_log2, Sh::kWindowTile ? kWindowBoxRows : kBlockN);
     const int boxes = Sh::kStageKeys / box_rows;  // <= 24: pages of >= 8 tokens
     const uint32_t box_bytes = uint32_t(box_rows) * kHeadDim * 2;
     int g = 0;  // K/V tiles this CTA has loaded, over all its items: tile g uses stage g % kStages
@@ -598,8 +601,9 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
   const uint64_t rows = uint64_t(num_pages) * uint64_t(p.num_kv_heads) << p.page_size_log2;
   const uint64_t dims[2] = {uint64_t(kHeadDim), rows};
   const uint64_t strides[1] = {uint64_t(kHeadDim) * 2};
-  const uint32_t box[2] = {uint32_t(kHeadDim), uint32_t(std::min(1 << p.page_size_log2,
-                                                                 block_n == kWindowTileKeys ? 16 : block_n))};
+  const uint32_t box[2] = {
+      uint32_t(kHeadDim),
+      uint32_t(std::min(1 << p.page_size_log2, block_n == kWindowTileKeys ? kWindowBoxRows : block_n))};
   m.k = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.k_pool, dims, strides, box,
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the K pool");
   m.v = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v_pool, dims, strides, box,
