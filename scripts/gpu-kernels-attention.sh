@@ -103,9 +103,10 @@ ORCHID_TEST_PREFILL=mma.sync run_sanitizer racecheck "$attn_test" "$race_filter"
 run_sanitizer memcheck "$attn_test" 'SinkAttention.Fp8KvMixedStepWithPadding:RopeKvWrite.Fp8Pools' \
   "memcheck fp8 kv"
 run_sanitizer racecheck "$attn_test" 'SinkAttention.Fp8KvMixedStepWithPadding' "racecheck fp8 kv"
-# The Hopper prefill kernel (the runtime's default) in both tile shapes, with sliding windows (64-key tiles).
+# The Hopper prefill kernel (the runtime's default) in both tile shapes, with sliding windows, and with split
+# keys (partial results and their merge).
 hopper_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallPrefillSlidingWindow'
-for cfg in hopper-128 hopper-192; do
+for cfg in hopper-128 hopper-192 hopper-192-split; do
   ORCHID_TEST_PREFILL=$cfg run_sanitizer racecheck "$attn_test" "$hopper_filter" "racecheck $cfg prefill"
   ORCHID_TEST_PREFILL=$cfg run_sanitizer memcheck "$attn_test" "$hopper_filter:SinkAttention.PrefillGqa*" \
     "memcheck $cfg prefill"

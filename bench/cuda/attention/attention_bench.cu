@@ -6,6 +6,8 @@
 // 4.17 TB/s HBM). Ends with the projections that the model-level targets need.
 //   attention_bench [--quick] [--prefill | --decode]   (--quick: fewer and smaller shapes; --prefill: prefill
 //   rows only; --decode: the split-KV decode rows only, BF16 and FP8 KV)
+//   attention_bench --prefill-at NUM_Q START [WINDOW]   (the three prefill kernels at one shape: NUM_Q tokens
+//   of one sequence from position START, 16-token pages; e.g. the chunk line's rounds of work items)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -236,12 +238,14 @@ struct OneSequenceStep {
   std::unique_ptr<Dev<int32_t>> blob, table;
   size_t pool = 0;  // K or V pool elements
   AttentionPlan view;
-  OneSequenceStep(int num_q, int start, int ps, uint64_t seed, int prefill_rows = kPrefillBlockM) {
+  OneSequenceStep(int num_q, int start, int ps, uint64_t seed, int prefill_rows = kPrefillBlockM,
+                  bool balance = false) {
     std::mt19937_64 rng(seed);
     pages = random_pages(start + num_q, ps, rng);
     PlanOptions o;
     o.sm_count = device_info().sm_count;
     o.prefill_rows = prefill_rows;
+    o.balance_prefill = balance && prefill_balance_enabled();  // as the runtime plans Hopper prefill
     plan.build({{0, num_q, start, 0, 0}}, num_q, o);
     blob = std::make_unique<Dev<int32_t>>(plan.blob().size());
     table = std::make_unique<Dev<int32_t>>(pages.table.size());
@@ -259,7 +263,8 @@ struct OneSequenceStep {
 // kernels' time does not depend on the values).
 double bench_prefill(int num_q, int start, int window, int ps, const char* label, PrefillVariant variant,
                      int rows = kPrefillBlockM, bool fp8 = false) {
-  const OneSequenceStep st(num_q, start, ps, 2, rows);
+  const OneSequenceStep st(num_q, start, ps, 2, rows, variant == PrefillVariant::kHopper);
+  Dev<uint8_t> workspace(std::max<size_t>(st.plan.workspace_bytes(), 16));
   const size_t pool = st.pool;
   const size_t qn = size_t(num_q) * kHq * 64;
   const int sets = rotation_sets((2 * pool + 2 * qn) * 2, 4);
@@ -295,7 +300,7 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
         x.k_pool = k[size_t(s)]->p;
         x.v_pool = v[size_t(s)]->p;
         x.out = out[size_t(s)]->p;
-        sink_attention_prefill(x, view, nullptr);
+        sink_attention_prefill(x, view, workspace.p, nullptr);
       },
       sets);
   double keys = 0;
@@ -305,7 +310,9 @@ double bench_prefill(int num_q, int start, int window, int ps, const char* label
   }
   const double flops = 4.0 * 64 * kHq * keys;
   std::string shape = std::string(label) + " q=" + std::to_string(num_q) + "@" + std::to_string(start) +
-                      (window > 0 ? " win " + std::to_string(window) : " causal") + " p" + std::to_string(ps);
+                      (window > 0 ? " win " + std::to_string(window) : " causal") + " p" +
+                      std::to_string(ps) +
+                      (view.num_split_tiles > 0 ? " split " + std::to_string(view.num_split_tiles) : "");
   const std::string kernel = variant == PrefillVariant::kHopper ? "prefill_hopper_" + std::to_string(rows)
                              : fp8                              ? "prefill_mma_fp8kv"
                                                                 : "prefill_mma_sync";
@@ -486,7 +493,12 @@ void decode_rows(bool fp8) {
   bench_decode(64, 4096, 128, 16, 1, false, fp8);
 }
 
-int run(bool quick, bool prefill_only, bool decode_only) {
+// The prefill shape of --prefill-at (num_q = 0: none).
+struct PrefillAt {
+  int num_q = 0, start = 0, window = 0;
+};
+
+int run(bool quick, bool prefill_only, bool decode_only, PrefillAt at) {
   const DeviceInfo& dev = device_info();
   cudaDeviceProp prop{};
   ORCHID_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev.device));
@@ -518,6 +530,10 @@ int run(bool quick, bool prefill_only, bool decode_only) {
         bench_prefill(num_q, start, window, ps, label, PrefillVariant::kHopper, kPrefillBlockMHopper);
     return std::min(a, std::min(b, c));
   };
+  if (at.num_q > 0) {
+    prefill(at.num_q, at.start, at.window, 16, "at");
+    return 0;
+  }
   const double full_8k = prefill(8192, 0, 0, 16, "20b");
   const double slide_8k = prefill(8192, 0, 128, 16, "20b");
   double full_32k = 0, slide_32k = 0;
@@ -582,6 +598,12 @@ int run(bool quick, bool prefill_only, bool decode_only) {
 
 int main(int argc, char** argv) {
   bool quick = false, prefill_only = false, decode_only = false;
+  orchid::kernels::attention::PrefillAt at;
+  auto number = [&](int i) {
+    char* end = nullptr;
+    const long v = i < argc ? std::strtol(argv[i], &end, 10) : -1;
+    return i < argc && *end == 0 && v >= 0 && v <= (1 << 20) ? int(v) : -1;
+  };
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -589,13 +611,20 @@ int main(int argc, char** argv) {
       prefill_only = true;
     } else if (std::strcmp(argv[i], "--decode") == 0) {
       decode_only = true;
+    } else if (std::strcmp(argv[i], "--prefill-at") == 0 && number(i + 1) > 0 && number(i + 2) >= 0) {
+      at.num_q = number(i + 1);
+      at.start = number(i + 2);
+      i += 2;
+      if (number(i + 1) >= 0) at.window = number(++i);
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--quick] [--prefill | --decode]\n");
+      std::fprintf(
+          stderr,
+          "usage: attention_bench [--quick] [--prefill | --decode | --prefill-at NUM_Q START [WINDOW]]\n");
       return 2;
     }
   }
   try {
-    return orchid::kernels::attention::run(quick, prefill_only, decode_only);
+    return orchid::kernels::attention::run(quick, prefill_only, decode_only, at);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -12,6 +12,7 @@
 // device. Replaying a captured decode step only needs the new blob copied to the same device address.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -34,6 +35,24 @@ struct PrefillTile {
   int32_t q0;
 };
 
+// A work record of the full-attention launches of the Hopper prefill kernel when the plan splits the keys of
+// some tiles (PlanOptions::balance_prefill): tile (seq, q0) whole (pieces == 1, slot -1), or its share
+// `piece` of `pieces` of the key tiles, whose unnormalised result goes to partial slot `slot` (a split
+// tile's pieces are consecutive records with consecutive slots); a merge kernel then adds the pieces up.
+struct PrefillPiece {
+  int32_t seq;
+  int32_t q0;
+  int32_t piece;
+  int32_t pieces;
+  int32_t slot;
+};
+
+// Floats of one partial result (a piece's KV head): rows x 64 of unnormalised O, then each row's (max, sum)
+// padded to 16 bytes.
+inline constexpr int64_t prefill_partial_floats(int64_t rows) {
+  return rows * 64 + ((2 * rows + 3) & ~int64_t(3));
+}
+
 // Device view of an uploaded plan. Pointers address the device blob; counts are host-known grid sizes.
 struct AttentionPlan {
   const AttnSeq* seqs = nullptr;
@@ -41,10 +60,17 @@ struct AttentionPlan {
   const int32_t* token_pos = nullptr;  // [num_tokens]: absolute position of each token
   const PrefillTile* prefill_tiles = nullptr;
   const int32_t* decode_seqs = nullptr;  // [decode_bucket]: sequence per decode slot, -1 for padding
+  // Split keys (num_split_tiles > 0): the full-attention Hopper launches' records in place of
+  // prefill_tiles, and the record index of each split tile's first piece (for the merge).
+  const PrefillPiece* prefill_pieces = nullptr;  // [num_prefill_pieces]
+  const int32_t* split_tiles = nullptr;          // [num_split_tiles]
   int32_t num_seqs = 0;
   int32_t num_tokens = 0;  // token rows (bucket size for graphs)
   int32_t num_prefill_tiles = 0;
   int32_t prefill_tokens_per_tile = 0;  // = kPrefillBlockM / group; checked by the launcher
+  int32_t num_prefill_pieces = 0;       // records of prefill_pieces (0: no split)
+  int32_t num_split_tiles = 0;
+  int32_t num_partials = 0;  // piece records = partial slots (each Hkv x the tile's rows)
   int32_t decode_bucket = 0;
   int32_t decode_q = 1;       // most query tokens of a decode slot (the workspace's token stride)
   int32_t decode_splits = 1;  // KV splits per decode (sequence, KV head); > 1 needs the merge workspace
@@ -87,6 +113,13 @@ struct PlanOptions {
   // Most query tokens a sequence may have and still go to the decode kernel (a speculative verify step has
   // 1 + k; its queries are causal among themselves). 1: only single-token decodes.
   int max_decode_queries = 1;
+  // Hopper prefill, full attention: split the keys of the tiles in the grid's last, partial round of items
+  // into pieces when that shortens the longest CTA's work by enough to pay for the merge (a chunk of 2048
+  // tokens deep in a sequence is 688 equal items on 132 SMs: 5.2 rounds that would take 6).
+  bool balance_prefill = false;
+  // Tests: > 1 splits every tile of at least two 128-key tiles into that many pieces (fewer where it has
+  // fewer key tiles), whatever the balance.
+  int prefill_pieces = 0;
 };
 
 // KV splits for a decode grid of `bucket` slots when the context is not known (CUDA graphs) or long:
@@ -109,12 +142,18 @@ class AttentionPlanBuilder {
   AttentionPlan device_view(const void* device_blob) const;
   // Bytes of the decode split-KV workspace the decode launcher needs (0 when decode_splits == 1).
   size_t decode_workspace_bytes() const;
+  // Bytes of the prefill pieces' partial results (0 without split keys).
+  size_t prefill_workspace_bytes() const;
+  // What sink_attention's workspace must hold for this plan: the larger of the two (the prefill launches
+  // are done with it before the decode launch of the same layer starts).
+  size_t workspace_bytes() const { return std::max(decode_workspace_bytes(), prefill_workspace_bytes()); }
   const AttentionPlan& sizes() const { return sizes_; }  // counts only (pointers null)
 
  private:
   std::vector<int32_t> blob_;
   AttentionPlan sizes_;
   size_t seqs_off_ = 0, token_seq_off_ = 0, token_pos_off_ = 0, tiles_off_ = 0, decode_off_ = 0;
+  size_t pieces_off_ = 0, split_tiles_off_ = 0;
 };
 
 // Bytes of decode workspace for the given sizes: partial outputs [bucket][decode_q][Hq][splits][64] fp32
@@ -123,5 +162,16 @@ size_t decode_workspace_bytes(int decode_bucket, int decode_q, int num_q_heads, 
 // The most decode workspace a plan built with `options` (automatic splits, or decode_splits_for's) needs
 // for steps of at most `max_slots` decode slots.
 size_t decode_workspace_bound(int max_slots, const PlanOptions& options);
+
+// Prefill partial results: per piece record and KV head, prefill_partial_floats(rows) fp32.
+size_t prefill_workspace_bytes(int num_partials, const PlanOptions& options);
+// The most prefill workspace a plan built with `options` needs (balance_prefill keeps the pieces' items
+// within two per multiprocessor; 0 without it).
+size_t prefill_workspace_bound(const PlanOptions& options);
+// ORCHID_PREFILL_BALANCE=0 turns PlanOptions::balance_prefill off where the runtime and the benchmarks
+// would set it (for measurement); true otherwise.
+bool prefill_balance_enabled();
+// The most blob bytes a plan of at most `max_tokens` token rows and `max_seqs` sequences takes.
+size_t plan_blob_bound(int max_tokens, int max_seqs, const PlanOptions& options);
 
 }  // namespace orchid::kernels::attention

@@ -299,7 +299,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
 
 }  // namespace
 
-void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
+void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& plan, void* workspace,
+                            cudaStream_t stream) {
   if (plan.num_prefill_tiles == 0) return;
   const int log2_page = log2_exact(a.page_size);
   ORCHID_KERNEL_REQUIRE(log2_page >= 0, "sink_attention: page_size must be a power of two");
@@ -346,7 +347,20 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
     ORCHID_KERNEL_REQUIRE(a.num_pages * plan.num_kv_heads * a.page_size < (int64_t(1) << 31),
                           "sink_attention: pools too large for 32-bit TMA row coordinates");
     ORCHID_KERNEL_REQUIRE(a.prefill_ctas >= 0, "sink_attention: negative prefill_ctas");
-    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(blocks), a.prefill_ctas, stream);
+    // Split keys apply to full attention (a window's items are short); the sliding launches take the tiles.
+    const bool split = a.window == 0 && plan.num_split_tiles > 0;
+    long long items = blocks;
+    if (split) {
+      ORCHID_KERNEL_REQUIRE(workspace != nullptr && (reinterpret_cast<uintptr_t>(workspace) & 15) == 0,
+                            "sink_attention: a plan with split prefill tiles needs its 16-byte aligned "
+                            "workspace (AttentionPlanBuilder::workspace_bytes)");
+      p.pieces = plan.prefill_pieces;
+      p.partial = static_cast<float*>(workspace);
+      items = (long long)plan.num_prefill_pieces * plan.num_kv_heads;
+      ORCHID_KERNEL_REQUIRE(items < (1ll << 31), "sink_attention: too many prefill pieces");
+    }
+    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(items), a.prefill_ctas, stream);
+    if (split) launch_prefill_merge(p, plan.split_tiles, plan.num_split_tiles, stream);
     return;
   }
   auto launch = [&](auto fp8) {

@@ -135,11 +135,26 @@ struct PrefillItem {
   static constexpr int kStageKeys = kWindowTile ? kWindowStageKeys : kBlockN;
   int kvh, seq_idx, n_tok, p_first, kv_begin, kv_end, key_top, n_tiles;
   int tok0;  // the tile's first token row of q / out
+  // Split keys (p.pieces, full attention): this item's piece of its tile (0 of 1 when whole) and the slot
+  // of its partial result (-1: whole, written to out).
+  int piece, slot;
 
   __device__ __forceinline__ static PrefillItem of(const PrefillParams& p, int w) {
     PrefillItem it;
     it.kvh = w % p.num_kv_heads;
-    const PrefillTile tile = p.tiles[w / p.num_kv_heads];
+    PrefillTile tile;
+    int pieces = 1;
+    it.piece = 0;
+    it.slot = -1;
+    if (kBlockN == 128 && p.pieces != nullptr) {
+      const PrefillPiece rec = p.pieces[w / p.num_kv_heads];
+      tile = {rec.seq, rec.q0};
+      it.piece = rec.piece;
+      pieces = rec.pieces;
+      it.slot = rec.slot;
+    } else {
+      tile = p.tiles[w / p.num_kv_heads];
+    }
     const AttnSeq seq = p.seqs[tile.seq];
     it.seq_idx = tile.seq;
     it.n_tok = min(p.tokens_per_tile, seq.num_q - tile.q0);
@@ -153,6 +168,11 @@ struct PrefillItem {
       const int align = p.window > 0 ? min(1 << p.page_size_log2, kBlockN) : kBlockN;
       it.key_top = (it.kv_end + align - 1) / align * align;
       it.n_tiles = (it.key_top - it.kv_begin / align * align + kBlockN - 1) / kBlockN;
+      if (pieces > 1) {  // key tiles [piece n / pieces, (piece + 1) n / pieces) from the top
+        const int tb = it.piece * it.n_tiles / pieces, te = (it.piece + 1) * it.n_tiles / pieces;
+        it.key_top -= tb * kBlockN;
+        it.n_tiles = te - tb;
+      }
     }
     it.tok0 = seq.q_start + tile.q0;
     return it;
@@ -329,9 +349,9 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       row_pos[h] = pos;
       row_lo[h] = p.window > 0 ? max(0, pos - p.window + 1) : 0;  // keys below 0: masked
       const int head = it.kvh * G + (r % G);
-      if (p.sinks != nullptr) {
+      if (p.sinks != nullptr) {  // the sink's term in the first piece's sum only; every piece's max
         m_run[h] = p.sinks[head] * kLog2e;
-        o[32 + 2 * h] = o[33 + 2 * h] = 1.0f;  // exp2(sink - m)
+        o[32 + 2 * h] = o[33 + 2 * h] = it.piece == 0 ? 1.0f : 0.0f;  // exp2(sink - m)
       } else {
         m_run[h] = -INFINITY;
         o[32 + 2 * h] = o[33 + 2 * h] = 0.0f;
@@ -501,28 +521,47 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       if (ctid == 0) mbar_arrive(&empty[last]);  // the ring runs on into the next item
     }
 
-    // Normalise; stage the warp's 16 rows in its own rows of the Q buffer (its warpgroup's QK^T has finished
-    // reading them), then whole-row 16-byte stores.
+    if (it.slot >= 0) {
+      // A piece: O unnormalised and each row's (max, sum) to its partial slot, for the merge.
+      const int rows = p.tokens_per_tile * G;
+      float* part =
+          p.partial + size_t(it.slot * p.num_kv_heads + it.kvh) * size_t(prefill_partial_floats(rows));
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float l = o[32 + 2 * h];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+      for (int h = 0; h < 2; ++h) {
+        const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+        if (r < rows_valid) {
 #pragma unroll
-      for (int dt = 0; dt < 8; ++dt)
-        *reinterpret_cast<uint32_t*>(q_buf + swz(r, dt) + (lane & 3) * 4) =
-            pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
-    }
-    __syncwarp();
+          for (int dt = 0; dt < 8; ++dt)
+            *reinterpret_cast<float2*>(part + r * kHeadDim + dt * 8 + (lane & 3) * 2) =
+                make_float2(o[dt * 4 + 2 * h], o[dt * 4 + 2 * h + 1]);
+          if ((lane & 3) == 0)
+            *reinterpret_cast<float2*>(part + rows * kHeadDim + 2 * r) = make_float2(m_run[h], o[32 + 2 * h]);
+        }
+      }
+    } else {
+      // Normalise; stage the warp's 16 rows in its own rows of the Q buffer (its warpgroup's QK^T has
+      // finished reading them), then whole-row 16-byte stores.
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
-      const int chunk = lane & 7;
-      if (r < rows_valid) {
-        const int tok = r / G;
-        const uint4 v = *reinterpret_cast<const uint4*>(q_buf + swz(r, chunk));
-        *reinterpret_cast<uint4*>(
-            p.out + ((size_t(it.tok0) + tok) * hq + it.kvh * G + (r - tok * G)) * kHeadDim + chunk * 8) = v;
+      for (int h = 0; h < 2; ++h) {
+        const float l = o[32 + 2 * h];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt)
+          *reinterpret_cast<uint32_t*>(q_buf + swz(r, dt) + (lane & 3) * 4) =
+              pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
+        const int chunk = lane & 7;
+        if (r < rows_valid) {
+          const int tok = r / G;
+          const uint4 v = *reinterpret_cast<const uint4*>(q_buf + swz(r, chunk));
+          *reinterpret_cast<uint4*>(
+              p.out + ((size_t(it.tok0) + tok) * hq + it.kvh * G + (r - tok * G)) * kHeadDim + chunk * 8) = v;
+        }
       }
     }
     // The Q buffer back to the producer (item k + 2's queries), its generic-proxy accesses ordered before

@@ -29,6 +29,10 @@ struct PrefillParams {
   int page_size_log2;
   int window;
   float scale_log2;  // softmax scale * log2(e)
+  // Split keys (the Hopper kernel, full attention): the launch's work records instead of `tiles`, and where
+  // pieces put their partial results (prefill_partial_floats(tokens_per_tile * group) a slot and KV head).
+  const PrefillPiece* pieces = nullptr;
+  float* partial = nullptr;
 };
 
 // The Hopper kernel (prefill_attention_sm90.cu). Consumer warpgroups of the Hopper kernel for a plan's tile
@@ -38,5 +42,10 @@ int hopper_prefill_consumers(int group, int tokens_per_tile);
 // caller, as is page_size >= 8; `ctas` > 0: that many persistent CTAs (0: prefill_attention_sm90.cu's rule).
 void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned items,
                            int ctas, cudaStream_t stream);
+
+// Adds up the pieces of the plan's `num_split_tiles` split tiles (split_tiles: each one's first record in
+// p.pieces) from p.partial and writes their rows of p.out.
+void launch_prefill_merge(const PrefillParams& p, const int32_t* split_tiles, int num_split_tiles,
+                          cudaStream_t stream);
 
 }  // namespace orchid::kernels::attention::detail

@@ -66,18 +66,21 @@ inline bool hopper_prefill_supports(const SinkAttentionArgs& a) {
   return !a.kv_fp8 && a.page_size >= 8;
 }
 
-// Prefill part of the plan (no-op without prefill tiles).
-void sink_attention_prefill(const SinkAttentionArgs& args, const AttentionPlan& plan, cudaStream_t stream);
+// Prefill part of the plan (no-op without prefill tiles). `workspace` holds the plan's workspace_bytes() when
+// it splits the keys of prefill tiles (num_split_tiles > 0; the Hopper kernel's full-attention launches
+// then write the pieces' partial results there and a merge kernel adds them up); may be null otherwise.
+void sink_attention_prefill(const SinkAttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                            cudaStream_t stream);
 
 // Decode part of the plan (no-op with decode_bucket 0). `workspace` holds decode_workspace_bytes(...) bytes
 // when plan.decode_splits > 1 (may be null otherwise).
 void sink_attention_decode(const SinkAttentionArgs& args, const AttentionPlan& plan, void* workspace,
                            cudaStream_t stream);
 
-// Both.
+// Both (the prefill launches are done with the workspace before the decode launch uses it).
 inline void sink_attention(const SinkAttentionArgs& args, const AttentionPlan& plan, void* workspace,
                            cudaStream_t stream) {
-  sink_attention_prefill(args, plan, stream);
+  sink_attention_prefill(args, plan, workspace, stream);
   sink_attention_decode(args, plan, workspace, stream);
 }
 

@@ -190,11 +190,13 @@ size_t CudaRank::plan_workspace(bool allocate) {
   // Sampled rows: one per sequence, and one more per draft.
   sampled_rows_cap_ = S * (1 + int64_t(opts_.max_draft_tokens));
   logits_rows_cap_ = std::max<int64_t>(sampled_rows_cap_, kLogitsRowsPerPass);
-  const size_t decode_ws = attn::decode_workspace_bound(int(S), plan_options_);
+  // The attention workspace: decode split-KV states, or a prefill step's split tiles' partial results.
+  const size_t attn_ws = std::max(attn::decode_workspace_bound(int(S), plan_options_),
+                                  attn::prefill_workspace_bound(plan_options_));
   const int64_t max_pages_per_seq = ceil_div(opts_.max_model_len, opts_.page_size);
   // Step metadata: tokens, the attention plan, the logits row index, both page tables; fixed offsets.
   cap_tokens_ = size_t(T) * 4;
-  cap_blob_ = size_t(8 * S + 4 * T + 64) * 4;
+  cap_blob_ = std::max(size_t(8 * S + 4 * T + 64) * 4, attn::plan_blob_bound(int(T), int(S), plan_options_));
   cap_rows_ = size_t(std::max<int64_t>(T, sampled_rows_cap_)) * 4;
   cap_table_ = size_t(S * max_pages_per_seq) * 4 * 2;  // the engine's tables keep room to grow
   off_tokens_ = 0;
@@ -215,7 +217,7 @@ size_t CudaRank::plan_workspace(bool allocate) {
       align256(size_t(T * H) * 4) + align256(h_rows * size_t(H) * 2) + align256(qkv_bytes) +
       2 * align256(size_t(T * c.q_dim()) * 2) + align256(size_t(T * H) * 2) +
       (tp ? align256(size_t(T * H) * 4) : 0) + (ep ? align256(size_t(T * H) * 4) : 0) +
-      align256(kernels::moe_workspace_bytes(moe_cfg_)) + align256(decode_ws) +
+      align256(kernels::moe_workspace_bytes(moe_cfg_)) + align256(attn_ws) +
       align256(kernels::DenseGemm::kRecommendedWorkspace) + align256(size_t(logits_rows_cap_ * H) * 4) +
       align256(size_t(logits_rows_cap_ * H) * 2) + align256(size_t(logits_rows_cap_ * V) * 4) +
       (tp ? 2 * align256(size_t(logits_rows_cap_ * V) * 4) : 0) +
@@ -241,8 +243,8 @@ size_t CudaRank::plan_workspace(bool allocate) {
   if (tp) o_f32_ = ws_.take<float>(size_t(T * H));
   if (ep) moe_part_ = ws_.take<float>(size_t(T * H));
   moe_ws_ = ws_.take_bytes(kernels::moe_workspace_bytes(moe_cfg_));
-  decode_ws_ = ws_.take_bytes(decode_ws);
-  decode_ws_bytes_ = decode_ws;
+  attn_ws_ = ws_.take_bytes(attn_ws);
+  attn_ws_bytes_ = attn_ws;
   void* gemm_ws = ws_.take_bytes(kernels::DenseGemm::kRecommendedWorkspace);
   x_sel_ = ws_.take<float>(size_t(logits_rows_cap_ * H));
   h_sel_ = ws_.take<__nv_bfloat16>(size_t(logits_rows_cap_ * H));
@@ -579,6 +581,8 @@ kernels::attention::PlanOptions CudaRank::make_plan_options() const {
   po.num_kv_heads = int(local_.num_kv_heads);
   po.sm_count = kernels::device_info().sm_count;
   po.prefill_rows = use_hopper_prefill() ? attn::kPrefillBlockMHopper : attn::kPrefillBlockM;
+  // The Hopper kernel's full-attention launches split the keys of a short last round's tiles.
+  po.balance_prefill = use_hopper_prefill() && attn::prefill_balance_enabled();
   // A verify step's 1 + k queries a sequence go to the decode kernel (split KV, one read of K/V for all).
   po.max_decode_queries = 1 + opts_.max_draft_tokens;
   for (int64_t l = 0; l < local_.num_layers; ++l)  // the sliding layers' decodes take fewer KV splits
@@ -600,9 +604,9 @@ CudaRank::StepMeta CudaRank::upload_step(const std::vector<int32_t>& tokens, con
     ps[i].sliding_table_begin = b.seqs[i].sliding_table_begin;
   }
   plan_.build(ps, b.num_tokens(), po);
-  ORCHID_CHECK(plan_.decode_workspace_bytes() <= decode_ws_bytes_,
-               "attention plan: decode needs {} bytes of workspace, {} planned",
-               plan_.decode_workspace_bytes(), decode_ws_bytes_);
+  ORCHID_CHECK(plan_.workspace_bytes() <= attn_ws_bytes_,
+               "attention plan: needs {} bytes of workspace, {} planned", plan_.workspace_bytes(),
+               attn_ws_bytes_);
   auto put = [&](size_t at, size_t cap, const void* src, size_t bytes, const char* what) {
     if (bytes > cap) fail("step metadata: {} needs {} bytes, the buffer holds {}", what, bytes, cap);
     if (bytes == 0) return;
@@ -759,7 +763,7 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
   a.window = sliding ? int(c.sliding_window) : 0;
   a.softmax_scale = float(1.0 / std::sqrt(double(c.head_dim)));
   a.out = attn_;
-  attn::sink_attention(a, m.plan, decode_ws_, stream_);
+  attn::sink_attention(a, m.plan, attn_ws_, stream_);
 
   g = {};
   g.m = int(T);

@@ -240,8 +240,8 @@ class CudaRank {
   float* o_f32_ = nullptr;     // TP > 1: the O projection's partial sums
   float* moe_part_ = nullptr;  // EP > 1: this rank's part of the MoE output
   void* moe_ws_ = nullptr;
-  void* decode_ws_ = nullptr;
-  size_t decode_ws_bytes_ = 0;  // what every plan's decode needs (decode_workspace_bound)
+  void* attn_ws_ = nullptr;
+  size_t attn_ws_bytes_ = 0;  // what every plan needs (decode and prefill workspace bounds)
   float *x_sel_ = nullptr, *logits_ = nullptr, *d_logprobs_ = nullptr;
   float *logits_mine_ = nullptr, *logits_parts_ = nullptr;  // TP > 1: this rank's vocabulary rows; gathered
   __nv_bfloat16* h_sel_ = nullptr;

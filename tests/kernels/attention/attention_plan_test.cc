@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 #include <utility>
 #include <vector>
@@ -249,6 +250,111 @@ TEST(AttentionPlan, TheDecodeSlotListEndsTheBlob) {
     const AttentionPlan v = b.device_view(blob.data());
     EXPECT_EQ(v.decode_seqs + 5, blob.data() + blob.size());  // the slot list ends the blob
   }
+}
+
+// The split records of a plan (PlanOptions::balance_prefill / prefill_pieces) describe its tiles in order:
+// each tile's pieces 0 .. pieces - 1 (at most its 128-key tiles), the split ones listed in split_tiles with
+// consecutive partial slots. Returns the pieces' work items (split records x KV heads).
+int64_t check_pieces(const AttentionPlan& p) {
+  if (p.num_split_tiles == 0) {
+    EXPECT_EQ(p.num_prefill_pieces, 0);
+    EXPECT_EQ(p.num_partials, 0);
+    return 0;
+  }
+  int rec = 0, slot = 0, split = 0;
+  for (int k = 0; k < p.num_prefill_tiles; ++k) {
+    const PrefillTile t = p.prefill_tiles[k];
+    const AttnSeq& s = p.seqs[t.seq];
+    const int last = s.start_pos + std::min(s.num_q, t.q0 + p.prefill_tokens_per_tile) - 1;
+    const int pieces = p.prefill_pieces[rec].pieces;
+    EXPECT_GE(pieces, 1);
+    EXPECT_LE(pieces, last / 128 + 1) << "more pieces than key tiles";
+    if (pieces > 1) {
+      EXPECT_LT(split, p.num_split_tiles);
+      if (split < p.num_split_tiles) EXPECT_EQ(p.split_tiles[split], rec);
+      ++split;
+    }
+    for (int q = 0; q < pieces; ++q, ++rec) {
+      const PrefillPiece& r = p.prefill_pieces[rec];
+      EXPECT_EQ(r.seq, t.seq);
+      EXPECT_EQ(r.q0, t.q0);
+      EXPECT_EQ(r.piece, q);
+      EXPECT_EQ(r.pieces, pieces);
+      EXPECT_EQ(r.slot, pieces > 1 ? slot++ : -1);
+    }
+  }
+  EXPECT_EQ(rec, p.num_prefill_pieces);
+  EXPECT_EQ(split, p.num_split_tiles);
+  EXPECT_EQ(slot, p.num_partials);
+  return int64_t(slot) * p.num_kv_heads;
+}
+
+// Balance: a chunk of 2048 tokens at 30720 (86 tiles of 24 tokens x 8 KV heads = 688 equal items on 132
+// SMs, 5.2 rounds) splits its last round's tiles; a chunk of 1584 (exactly 4 rounds) and a plan without the
+// option do not; random steps keep the records, the workspace and the blob within their bounds.
+TEST(AttentionPlan, BalancedPrefillSplitsAShortLastRound) {
+  PlanOptions o;  // 64/8 heads, 132 SMs
+  o.prefill_rows = kPrefillBlockMHopper;
+  o.balance_prefill = true;
+  AttentionPlanBuilder b;
+  b.build({{0, 2048, 30720, 0, 0}}, 2048, o);
+  AttentionPlan p = b.device_view(b.blob().data());
+  EXPECT_GT(p.num_split_tiles, 0);
+  EXPECT_LT(p.num_split_tiles, p.num_prefill_tiles);  // only the tail
+  EXPECT_EQ(p.prefill_pieces[0].pieces, 1);
+  const int64_t split_items = check_pieces(p);
+  EXPECT_LE(split_items, 2 * o.sm_count);
+  EXPECT_GT(b.prefill_workspace_bytes(), 0u);
+  EXPECT_LE(b.workspace_bytes(), std::max(prefill_workspace_bound(o), decode_workspace_bound(1, o)));
+  EXPECT_LE(b.blob_bytes(), plan_blob_bound(2048, 1, o));
+  std::printf("chunk 2048 at 30720: %d of %d tiles split into %d pieces\n", p.num_split_tiles,
+              p.num_prefill_tiles, p.prefill_pieces[p.split_tiles[0]].pieces);
+
+  b.build({{0, 1584, 30720, 0, 0}}, 1584, o);  // 66 tiles x 8 = 4 x 132 items
+  EXPECT_EQ(b.sizes().num_split_tiles, 0);
+  EXPECT_EQ(b.prefill_workspace_bytes(), 0u);
+  PlanOptions off = o;
+  off.balance_prefill = false;
+  b.build({{0, 2048, 30720, 0, 0}}, 2048, off);
+  EXPECT_EQ(b.sizes().num_split_tiles, 0);
+  EXPECT_EQ(prefill_workspace_bound(off), 0u);
+
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    PlanOptions r = o;
+    r.sm_count = std::uniform_int_distribution<int>(1, 140)(rng);
+    r.prefill_rows = trial % 2 ? kPrefillBlockM : kPrefillBlockMHopper;
+    int num_tokens = 0;
+    auto seqs = random_step(rng, std::uniform_int_distribution<int>(1, 12)(rng), &num_tokens);
+    for (auto& s : seqs) s.start_pos *= 4;  // deep chunks too (to 20000)
+    b.build(seqs, num_tokens, r);
+    p = b.device_view(b.blob().data());
+    const int64_t items = check_pieces(p);
+    EXPECT_LE(items, 2 * r.sm_count);
+    EXPECT_LE(b.workspace_bytes(),
+              std::max(prefill_workspace_bound(r), decode_workspace_bound(int(seqs.size()), r)));
+    EXPECT_LE(b.blob_bytes(), plan_blob_bound(num_tokens, int(seqs.size()), r));
+  }
+}
+
+// PlanOptions::prefill_pieces (tests): every tile of two or more key tiles in min(pieces, its key tiles).
+TEST(AttentionPlan, ForcedPiecesSplitEveryLongTile) {
+  PlanOptions o;
+  o.prefill_rows = kPrefillBlockMHopper;
+  o.prefill_pieces = 3;
+  AttentionPlanBuilder b;
+  b.build({{0, 100, 0, 0, 0}, {100, 30, 200, 0, 0}, {130, 50, 1000, 0, 0}}, 180, o);
+  const AttentionPlan p = b.device_view(b.blob().data());
+  check_pieces(p);
+  int rec = 0;
+  for (int k = 0; k < p.num_prefill_tiles; ++k) {
+    const PrefillTile t = p.prefill_tiles[k];
+    const AttnSeq& s = p.seqs[t.seq];
+    const int last = s.start_pos + std::min(s.num_q, t.q0 + p.prefill_tokens_per_tile) - 1;
+    EXPECT_EQ(p.prefill_pieces[rec].pieces, std::min(3, last / 128 + 1));
+    rec += p.prefill_pieces[rec].pieces;
+  }
+  EXPECT_THROW(prefill_workspace_bound(o), orchid::Error);  // no runtime bound for the test option
 }
 
 }  // namespace

@@ -225,7 +225,7 @@ void upload(const Problem& pr, const AttentionPlanBuilder& plan, DeviceProblem& 
   copy_into(d.blob, plan.blob(), d.blob.size());
   std::vector<uint16_t> poison(size_t(pr.token_rows) * pr.sc.hq * 64, kPoisonBf16);
   copy_into(d.out, poison, d.out.size());
-  if (d.workspace.size() < plan.decode_workspace_bytes()) d.workspace.resize(plan.decode_workspace_bytes());
+  if (d.workspace.size() < plan.workspace_bytes()) d.workspace.resize(plan.workspace_bytes());
 }
 
 SinkAttentionArgs make_args(const Problem& pr, const DeviceProblem& d) {
@@ -319,19 +319,26 @@ void check_output(const Problem& pr, const std::vector<double>& ref, const std::
 }
 
 // The prefill implementations a scenario runs: the mma.sync kernel on 128-row tiles, the Hopper kernel on
-// 128-row (two consumer warpgroups) and 192-row (three) tiles, the latter only with pages of >= 8 tokens.
+// 128-row (two consumer warpgroups) and 192-row (three) tiles, the latter only with pages of >= 8 tokens;
+// and the Hopper kernel with the keys of every tile of two or more 128-key tiles split into up to 3 pieces
+// (PlanOptions::prefill_pieces: its full-attention launches write partial results and merge them).
 struct PrefillConfig {
   const char* name;
   PrefillVariant variant;
   int rows;
+  int pieces = 0;
 };
-constexpr PrefillConfig kPrefillConfigs[] = {{"mma.sync", PrefillVariant::kMmaSync, kPrefillBlockM},
-                                             {"hopper-128", PrefillVariant::kHopper, kPrefillBlockM},
-                                             {"hopper-192", PrefillVariant::kHopper, kPrefillBlockMHopper}};
+constexpr PrefillConfig kPrefillConfigs[] = {
+    {"mma.sync", PrefillVariant::kMmaSync, kPrefillBlockM},
+    {"hopper-128", PrefillVariant::kHopper, kPrefillBlockM},
+    {"hopper-192", PrefillVariant::kHopper, kPrefillBlockMHopper},
+    {"hopper-128-split", PrefillVariant::kHopper, kPrefillBlockM, 3},
+    {"hopper-192-split", PrefillVariant::kHopper, kPrefillBlockMHopper, 3}};
 
 // Runs the scenario's step (prefill and decode launches) once per prefill implementation, each with its own
 // plan on a freshly poisoned output, and checks each against the reference (computed once).
-// ORCHID_TEST_PREFILL=NAME runs only that implementation (mma.sync, hopper-128, hopper-192).
+// ORCHID_TEST_PREFILL=NAME runs only that implementation (mma.sync, hopper-128, hopper-192,
+// hopper-128-split, hopper-192-split).
 void run_scenario(const Scenario& sc, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const Problem pr = make_problem(sc, rng);
@@ -347,6 +354,7 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
       PlanOptions o = plan_options(sc);
       o.token_bucket = pr.token_rows;
       o.prefill_rows = cfg.rows;
+      o.prefill_pieces = cfg.pieces;
       return o;
     }());
     if (!outs.empty() && plan.sizes().num_prefill_tiles == 0)
@@ -388,11 +396,12 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
       }
     }
     std::printf(
-        "  %s [%s]: %d prefill tiles, %d decode slots (<= %d queries) x %d splits (%d with the window)\n",
-        sc.describe().c_str(), cfg.name, view.num_prefill_tiles, view.decode_bucket, view.decode_q,
-        view.decode_splits, view.decode_splits_window);
+        "  %s [%s]: %d prefill tiles (%d split), %d decode slots (<= %d queries) x %d splits (%d with the "
+        "window)\n",
+        sc.describe().c_str(), cfg.name, view.num_prefill_tiles, view.num_split_tiles, view.decode_bucket,
+        view.decode_q, view.decode_splits, view.decode_splits_window);
   }
-  EXPECT_FALSE(outs.empty()) << "ORCHID_TEST_PREFILL must be mma.sync, hopper-128 or hopper-192";
+  EXPECT_FALSE(outs.empty()) << "ORCHID_TEST_PREFILL must name one of kPrefillConfigs";
   const std::vector<double> ref = reference_output(pr);
   for (size_t v = 0; v < outs.size(); ++v) {
     SCOPED_TRACE(std::string("prefill kernel ") + names[v]);
@@ -809,7 +818,8 @@ TEST_F(SinkAttention, Fp8KvRefusedByTheHopperPrefillKernel) {
   SinkAttentionArgs args = make_args(pr, d);
   args.prefill_variant = PrefillVariant::kHopper;
   EXPECT_FALSE(hopper_prefill_supports(args));
-  EXPECT_THROW(sink_attention_prefill(args, plan.device_view(d.blob.get()), nullptr), orchid::InternalError);
+  EXPECT_THROW(sink_attention_prefill(args, plan.device_view(d.blob.get()), nullptr, nullptr),
+               orchid::InternalError);
 }
 
 }  // namespace
