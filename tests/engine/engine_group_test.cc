@@ -286,11 +286,13 @@ TEST(EngineGroup, LockstepRefusedBatchFailsOnlyItsRequests) {
 TEST(EngineGroup, LockstepFailureEndsTheGroup) {
   LockstepGroup g(3);
   g.fakes[1]->fail_at = 6;
-  g.start();
   std::mt19937 rng(9);
   std::vector<std::shared_ptr<RequestStream>> streams;
+  // Every request in before the engines run: started first, the group could reach engine 1's failing
+  // forward before this thread's last submit, which the failed engine then refuses (Engine::submit throws).
   for (int i = 0; i < 3; ++i)
     streams.push_back(g.group->engine(size_t(i)).submit(greedy_req(rng, i, 1000).spec()));
+  g.start();
   for (auto& s : streams) {
     const RequestEvent all = wait_all_within(*s);
     EXPECT_EQ(all.finish, FinishReason::kError) << s->id();
