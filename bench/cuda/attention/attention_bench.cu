@@ -616,6 +616,7 @@ int main(int argc, char** argv) {
       at.start = number(i + 2);
       i += 2;
       if (number(i + 1) >= 0) at.window = number(++i);
+      prefill_only = true;
     } else {
       std::fprintf(
           stderr,

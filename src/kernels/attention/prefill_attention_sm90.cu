@@ -114,7 +114,7 @@ struct Shape {
   static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;  // what the launch allocation leaves
 };
 
-template <int kConsumers, int kBlockN>
+template <int kConsumers, int kBlockN, bool kPieces>
 struct HopperKernelTag;
 
 // Q, K and V through TMA tensor maps, encoded per launch.
@@ -129,29 +129,23 @@ struct HopperPrefillMaps {
 // average; the lowest tile may then start below key 0, whose rows are never copied and always masked.
 // With the window tile the item has one stage of kWindowStageKeys keys from a 16-aligned start below the
 // first query's window (window_key0), the same for every page size (its boxes are 16 rows).
-template <int kBlockN>
+template <int kBlockN, bool kPieces>
 struct PrefillItem {
   static constexpr bool kWindowTile = kBlockN == kWindowTileKeys;
   static constexpr int kStageKeys = kWindowTile ? kWindowStageKeys : kBlockN;
   int kvh, seq_idx, n_tok, p_first, kv_begin, kv_end, key_top, n_tiles;
   int tok0;  // the tile's first token row of q / out
-  // Split keys (p.pieces, full attention): this item's piece of its tile (0 of 1 when whole) and the slot
-  // of its partial result (-1: whole, written to out).
-  int piece, slot;
 
   __device__ __forceinline__ static PrefillItem of(const PrefillParams& p, int w) {
     PrefillItem it;
     it.kvh = w % p.num_kv_heads;
     PrefillTile tile;
-    int pieces = 1;
-    it.piece = 0;
-    it.slot = -1;
-    if (kBlockN == 128 && p.pieces != nullptr) {
+    int piece = 0, pieces = 1;
+    if constexpr (kPieces) {
       const PrefillPiece rec = p.pieces[w / p.num_kv_heads];
       tile = {rec.seq, rec.q0};
-      it.piece = rec.piece;
+      piece = rec.piece;
       pieces = rec.pieces;
-      it.slot = rec.slot;
     } else {
       tile = p.tiles[w / p.num_kv_heads];
     }
@@ -169,7 +163,7 @@ struct PrefillItem {
       it.key_top = (it.kv_end + align - 1) / align * align;
       it.n_tiles = (it.key_top - it.kv_begin / align * align + kBlockN - 1) / kBlockN;
       if (pieces > 1) {  // key tiles [piece n / pieces, (piece + 1) n / pieces) from the top
-        const int tb = it.piece * it.n_tiles / pieces, te = (it.piece + 1) * it.n_tiles / pieces;
+        const int tb = piece * it.n_tiles / pieces, te = (piece + 1) * it.n_tiles / pieces;
         it.key_top -= tb * kBlockN;
         it.n_tiles = te - tb;
       }
@@ -181,6 +175,17 @@ struct PrefillItem {
   // down to 8; below 0 at a sequence's start, where those rows are never copied and always masked).
   __device__ __forceinline__ static int window_key0(int p_first, int c, int window) {
     return (p_first + 8 * c - window + 1) & ~7;  // rounds toward -inf in two's complement
+  }
+  // Split keys (p.pieces, full attention): item w's piece of its tile (0 when whole) and the slot of its
+  // partial result (-1: whole, written to out). Read again where needed rather than held in registers
+  // through the item's key loop.
+  __device__ __forceinline__ static int piece_of(const PrefillParams& p, int w) {
+    if constexpr (kPieces) return p.pieces[w / p.num_kv_heads].piece;
+    return 0;
+  }
+  __device__ __forceinline__ static int slot_of(const PrefillParams& p, int w) {
+    if constexpr (kPieces) return p.pieces[w / p.num_kv_heads].slot;
+    return -1;
   }
   __device__ __forceinline__ int p_last() const { return kv_end - 1; }
   __device__ __forceinline__ int key0(int t) const { return key_top - (t + 1) * kStageKeys; }
@@ -200,13 +205,13 @@ __device__ __forceinline__ int round_item(int r) {
 // one-shot kernel. The producer runs ahead across
 // items: the next item's Q goes to the other Q buffer and its K/V tiles into the ring as stages free up, so
 // a short item (a sliding window's three tiles) no longer pays a CTA's start-up and pipeline fill.
-template <int kConsumers, int kBlockN>
+template <int kConsumers, int kBlockN, bool kPieces>
 __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ CUtensorMap qmap,
                           const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
                           int num_items) {
   using Sh = Shape<kConsumers, kBlockN>;
-  using Item = PrefillItem<kBlockN>;
+  using Item = PrefillItem<kBlockN, kPieces>;
   constexpr int kStages = Sh::kStages, kTileBytes = Sh::kTileBytes;
   constexpr int kNt = kBlockN / 8;   // n8 column tiles of S
   constexpr int kKs = kBlockN / 16;  // k16 steps of P V
@@ -341,6 +346,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     float o[36];
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+    const bool first_piece = Item::piece_of(p, round_item(k)) == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
@@ -351,7 +357,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const int head = it.kvh * G + (r % G);
       if (p.sinks != nullptr) {  // the sink's term in the first piece's sum only; every piece's max
         m_run[h] = p.sinks[head] * kLog2e;
-        o[32 + 2 * h] = o[33 + 2 * h] = it.piece == 0 ? 1.0f : 0.0f;  // exp2(sink - m)
+        o[32 + 2 * h] = o[33 + 2 * h] = first_piece ? 1.0f : 0.0f;  // exp2(sink - m)
       } else {
         m_run[h] = -INFINITY;
         o[32 + 2 * h] = o[33 + 2 * h] = 0.0f;
@@ -521,11 +527,10 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       if (ctid == 0) mbar_arrive(&empty[last]);  // the ring runs on into the next item
     }
 
-    if (it.slot >= 0) {
+    if (const int slot = Item::slot_of(p, round_item(k)); slot >= 0) {
       // A piece: O unnormalised and each row's (max, sum) to its partial slot, for the merge.
       const int rows = p.tokens_per_tile * G;
-      float* part =
-          p.partial + size_t(it.slot * p.num_kv_heads + it.kvh) * size_t(prefill_partial_floats(rows));
+      float* part = p.partial + size_t(slot * p.num_kv_heads + it.kvh) * size_t(prefill_partial_floats(rows));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
@@ -586,12 +591,12 @@ unsigned persistent_ctas(unsigned items, int ctas) {
   return std::min(items, unsigned(std::max(device_info().sm_count, 1)));
 }
 
-template <int kConsumers, int kBlockN>
+template <int kConsumers, int kBlockN, bool kPieces = false>
 void launch(const PrefillParams& p, const HopperPrefillMaps& maps, unsigned items, int ctas,
             cudaStream_t stream) {
   using Sh = Shape<kConsumers, kBlockN>;
-  auto kernel = prefill_hopper_kernel<kConsumers, kBlockN>;
-  ensure_dynamic_smem<HopperKernelTag<kConsumers, kBlockN>>(kernel, Sh::kSmemBytes);
+  auto kernel = prefill_hopper_kernel<kConsumers, kBlockN, kPieces>;
+  ensure_dynamic_smem<HopperKernelTag<kConsumers, kBlockN, kPieces>>(kernel, Sh::kSmemBytes);
   kernel<<<persistent_ctas(items, ctas), Sh::kThreads, Sh::kSmemBytes, stream>>>(p, maps.q, maps.k, maps.v,
                                                                                  int(items));
   ORCHID_CUDA_CHECK_LAUNCH();
@@ -602,7 +607,10 @@ template <int kConsumers>
 void launch_tile(int block_n, const PrefillParams& p, const HopperPrefillMaps& maps, unsigned items, int ctas,
                  cudaStream_t stream) {
   if (block_n == 128)
-    launch<kConsumers, 128>(p, maps, items, ctas, stream);
+    if (p.pieces != nullptr)  // split keys: the kernel that reads piece records (full attention only)
+      launch<kConsumers, 128, true>(p, maps, items, ctas, stream);
+    else
+      launch<kConsumers, 128>(p, maps, items, ctas, stream);
   else if (block_n == 64)
     launch<kConsumers, 64>(p, maps, items, ctas, stream);
   else
