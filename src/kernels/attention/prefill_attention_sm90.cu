@@ -44,6 +44,11 @@
 // a sliding window's item is only three 64-key tiles, so a CTA per item spent much of its life starting up
 // and filling the pipeline. ORCHID_PREFILL_PERSISTENT=0 launches one CTA per item instead.
 //
+// Split keys (PlanOptions::balance_prefill; full attention): the launch's items are the plan's PrefillPiece
+// records, a piece taking its share of its tile's key tiles from the top; pieces write unnormalised
+// partial results that prefill_merge.cu adds up. That is its own instantiation (kPieces), so whole-tile
+// launches run the kernel without it.
+//
 // Napkin math (20b full layer, causal 32k): 8.8e12 FLOP; at 550 TFLOP/s 16 ms per layer. Per 128-key tile
 // and warpgroup: 2.1 MFLOP of MMA (512 tensor-core cycles at ~4096 FLOP/cycle/SM) and 8192 exp2 (512
 // MUFU cycles at 16/cycle/SM): with head dim 64 the exponentials cost as much as the MMAs, so both must
