@@ -8,6 +8,8 @@
 //   rows only; --decode: the split-KV decode rows only, BF16 and FP8 KV)
 //   attention_bench --prefill-at NUM_Q START [WINDOW]   (the three prefill kernels at one shape: NUM_Q tokens
 //   of one sequence from position START, 16-token pages; e.g. the chunk line's rounds of work items)
+//   attention_bench --decode-at BATCH CTX [fp8]   (one decode shape, full attention, 16-token pages: a
+//   profiler's single kernel)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -497,8 +499,13 @@ void decode_rows(bool fp8) {
 struct PrefillAt {
   int num_q = 0, start = 0, window = 0;
 };
+// The decode shape of --decode-at (batch = 0: none).
+struct DecodeAt {
+  int batch = 0, ctx = 0;
+  bool fp8 = false;
+};
 
-int run(bool quick, bool prefill_only, bool decode_only, PrefillAt at) {
+int run(bool quick, bool prefill_only, bool decode_only, PrefillAt at, DecodeAt dat) {
   const DeviceInfo& dev = device_info();
   cudaDeviceProp prop{};
   ORCHID_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev.device));
@@ -506,6 +513,10 @@ int run(bool quick, bool prefill_only, bool decode_only, PrefillAt at) {
               dev.sm_count, dev.l2_bytes >> 20, kPeakTflops, kPeakTBs);
   std::printf("%-18s %-44s %11s  %-16s  %s\n", "kernel", "shape", "median_us", "achieved",
               "fraction of ceiling");
+  if (dat.batch > 0) {
+    bench_decode(dat.batch, dat.ctx, 0, 16, 1, false, dat.fp8);
+    return 0;
+  }
   if (decode_only) {
     for (bool fp8 : {false, true}) {
       bench_decode(1, 4096, 0, 16, 1, false, fp8);
@@ -599,6 +610,7 @@ int run(bool quick, bool prefill_only, bool decode_only, PrefillAt at) {
 int main(int argc, char** argv) {
   bool quick = false, prefill_only = false, decode_only = false;
   orchid::kernels::attention::PrefillAt at;
+  orchid::kernels::attention::DecodeAt dat;
   auto number = [&](int i) {
     char* end = nullptr;
     const long v = i < argc ? std::strtol(argv[i], &end, 10) : -1;
@@ -617,15 +629,24 @@ int main(int argc, char** argv) {
       i += 2;
       if (number(i + 1) >= 0) at.window = number(++i);
       prefill_only = true;
+    } else if (std::strcmp(argv[i], "--decode-at") == 0 && number(i + 1) > 0 && number(i + 2) > 0) {
+      dat.batch = number(i + 1);
+      dat.ctx = number(i + 2);
+      i += 2;
+      if (i + 1 < argc && std::strcmp(argv[i + 1], "fp8") == 0) {
+        dat.fp8 = true;
+        ++i;
+      }
     } else {
       std::fprintf(
           stderr,
-          "usage: attention_bench [--quick] [--prefill | --decode | --prefill-at NUM_Q START [WINDOW]]\n");
+          "usage: attention_bench [--quick] [--prefill | --decode | --prefill-at NUM_Q START [WINDOW] |\n"
+          "                        --decode-at BATCH CTX [fp8]]\n");
       return 2;
     }
   }
   try {
-    return orchid::kernels::attention::run(quick, prefill_only, decode_only, at);
+    return orchid::kernels::attention::run(quick, prefill_only, decode_only, at, dat);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;
