@@ -8,7 +8,7 @@
 //   rows only; --decode: the split-KV decode rows only, BF16 and FP8 KV)
 //   attention_bench --prefill-at NUM_Q START [WINDOW]   (the three prefill kernels at one shape: NUM_Q tokens
 //   of one sequence from position START, 16-token pages; e.g. the chunk line's rounds of work items)
-//   attention_bench --decode-at BATCH CTX [fp8]   (one decode shape, full attention, 16-token pages: a
+//   attention_bench --decode-at BATCH CTX [bf16|fp8]   (one decode shape, full attention, 16-token pages: a
 //   profiler's single kernel)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -633,15 +633,13 @@ int main(int argc, char** argv) {
       dat.batch = number(i + 1);
       dat.ctx = number(i + 2);
       i += 2;
-      if (i + 1 < argc && std::strcmp(argv[i + 1], "fp8") == 0) {
-        dat.fp8 = true;
-        ++i;
-      }
+      if (i + 1 < argc && (std::strcmp(argv[i + 1], "fp8") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
+        dat.fp8 = std::strcmp(argv[++i], "fp8") == 0;
     } else {
       std::fprintf(
           stderr,
           "usage: attention_bench [--quick] [--prefill | --decode | --prefill-at NUM_Q START [WINDOW] |\n"
-          "                        --decode-at BATCH CTX [fp8]]\n");
+          "                        --decode-at BATCH CTX [bf16|fp8]]\n");
       return 2;
     }
   }
