@@ -341,6 +341,7 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
   p.page_size_log2 = log2_page;
   p.window = a.window;
   p.scale_log2 = a.softmax_scale * kLog2e;
+  p.kv_heads = FastDivmod(uint32_t(plan.num_kv_heads));
   const long long blocks = (long long)plan.num_prefill_tiles * plan.num_kv_heads;
   ORCHID_KERNEL_REQUIRE(blocks < (1ll << 31), "sink_attention: too many prefill tiles");
   if (hopper) {

@@ -143,16 +143,18 @@ struct PrefillItem {
 
   __device__ __forceinline__ static PrefillItem of(const PrefillParams& p, int w) {
     PrefillItem it;
-    it.kvh = w % p.num_kv_heads;
+    uint32_t tile_idx, kvh;
+    p.kv_heads.divmod(uint32_t(w), tile_idx, kvh);
+    it.kvh = int(kvh);
     PrefillTile tile;
     int piece = 0, pieces = 1;
     if constexpr (kPieces) {
-      const PrefillPiece rec = p.pieces[w / p.num_kv_heads];
+      const PrefillPiece rec = p.pieces[tile_idx];
       tile = {rec.seq, rec.q0};
       piece = rec.piece;
       pieces = rec.pieces;
     } else {
-      tile = p.tiles[w / p.num_kv_heads];
+      tile = p.tiles[tile_idx];
     }
     const AttnSeq seq = p.seqs[tile.seq];
     it.seq_idx = tile.seq;
@@ -185,11 +187,11 @@ struct PrefillItem {
   // partial result (-1: whole, written to out). Read again where needed rather than held in registers
   // through the item's key loop.
   __device__ __forceinline__ static int piece_of(const PrefillParams& p, int w) {
-    if constexpr (kPieces) return p.pieces[w / p.num_kv_heads].piece;
+    if constexpr (kPieces) return p.pieces[p.kv_heads.div(uint32_t(w))].piece;
     return 0;
   }
   __device__ __forceinline__ static int slot_of(const PrefillParams& p, int w) {
-    if constexpr (kPieces) return p.pieces[w / p.num_kv_heads].slot;
+    if constexpr (kPieces) return p.pieces[p.kv_heads.div(uint32_t(w))].slot;
     return -1;
   }
   __device__ __forceinline__ int p_last() const { return kv_end - 1; }
@@ -232,7 +234,9 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  const int G = p.group;
+  // The window tile is launched for 8 query heads a KV head only: a constant turns the row -> (token, head)
+  // divisions into shifts, which a short window item would otherwise pay several times.
+  const int G = Sh::kWindowTile ? 8 : p.group;
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/attention/attention_plan.h"
+#include "kernels/common/fast_divmod.h"
 
 namespace orchid::kernels::attention::detail {
 
@@ -33,6 +34,7 @@ struct PrefillParams {
   // pieces put their partial results (prefill_partial_floats(tokens_per_tile * group) a slot and KV head).
   const PrefillPiece* pieces = nullptr;
   float* partial = nullptr;
+  FastDivmod kv_heads;  // num_kv_heads (the Hopper kernel's item -> tile, KV head)
 };
 
 // The Hopper kernel (prefill_attention_sm90.cu). Consumer warpgroups of the Hopper kernel for a plan's tile
