@@ -78,6 +78,7 @@ using kernels::mbar_arrive_expect_tx;
 using kernels::mbar_init;
 using kernels::mbar_init_fence;
 using kernels::mbar_wait;
+using kernels::mbar_wait_idle;
 using kernels::tensor_copy_2d;
 using kernels::tensor_copy_3d;
 
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const Item it = Item::of(p, round_item(k));
       const int qb = k & 1;
       if (lane == 0) {
-        if (k >= 2) mbar_wait(&q_empty[qb], uint32_t(((k >> 1) - 1) & 1));  // item k - 2 is written out
+        if (k >= 2) mbar_wait_idle(&q_empty[qb], uint32_t(((k >> 1) - 1) & 1));  // item k - 2 is written out
         mbar_arrive_expect_tx(&q_full[qb], uint32_t(G * p.tokens_per_tile * kHeadDim * 2));
         tensor_copy_3d(smem + qb * Sh::kQBytes, &qmap, 0, it.kvh * G, it.tok0, &q_full[qb]);
       }
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         const int t0 = it.key0(t) + lane * box_rows;
         const unsigned copied = __ballot_sync(0xffffffffu, page >= 0);
         if (lane == 0) {
-          if (g >= kStages) mbar_wait(&empty[st], uint32_t((g / kStages - 1) & 1));
+          if (g >= kStages) mbar_wait_idle(&empty[st], uint32_t((g / kStages - 1) & 1));
           const uint32_t bytes = uint32_t(__popc(copied)) * box_bytes;
           mbar_arrive_expect_tx(&full_k[st], bytes);
           mbar_arrive_expect_tx(&full_v[st], bytes);

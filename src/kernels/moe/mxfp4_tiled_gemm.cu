@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, Sh::kMinBlocks)
         const int blocks = c < nfull ? kChunkMx : tail;
         uint8_t* stage = smem + st * kStageBytes;
         if (c >= early) {
-          if (c >= kStages) mbar_wait(&empty[st], ((c / kStages) - 1) & 1);
+          if (c >= kStages) mbar_wait_idle(&empty[st], ((c / kStages) - 1) & 1);
           mbar_arrive_expect_tx(&full[st], kWStageBytes + blocks * kTokBlockBytes);
           copy_weights(stage, c, &full[st]);
         }
