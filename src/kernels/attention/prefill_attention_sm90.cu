@@ -26,7 +26,8 @@
 //               wait for S_j, softmax(S_j) while P V runs, wait for P V, release stage j-1, rescale O
 //   O += P_last V_last
 // The warpgroups take turns to issue their MMAs (named barriers, see turn_wait), which staggers their
-// softmaxes against each other's MMAs: +13% at 32k over letting them run in step.
+// softmaxes against each other's MMAs: +13% at 32k over letting them run in step. Not with the window tile,
+// whose items are one product of each kind a warpgroup (+2-3% on the window line without them).
 // Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink. The row sums come
 // from the tensor cores: P V is m64n72, its 8 extra columns a block of ones, so each of them accumulates
 // the row's sum of P (as bf16, the P the product uses) and the sink's 1 is set there once at the start.
@@ -328,12 +329,18 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   // predecessor arrives on; every warpgroup has n_tiles + 1 issue events an item, the chain runs on from
   // one item to the next, and the last warpgroup's last arrival of the CTA (for a turn nobody takes) is
   // left out.
-  auto turn_wait = [&]() { named_barrier_sync(kTurnBarrier + cw, 256); };
-  auto turn_pass = [&](bool cta_last_event) {
-    if (!(cta_last_event && cw == kConsumers - 1))
-      named_barrier_arrive(kTurnBarrier + (cw + 1) % kConsumers, 256);
+  // (Not for the window tile: its items are one Q K^T and one P V a warpgroup, and the turns would tie the
+  // warpgroups' short chains together.)
+  constexpr bool kTurns = !Sh::kWindowTile;
+  auto turn_wait = [&]() {
+    if constexpr (kTurns) named_barrier_sync(kTurnBarrier + cw, 256);
   };
-  if (cw == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
+  auto turn_pass = [&](bool cta_last_event) {
+    if constexpr (kTurns)
+      if (!(cta_last_event && cw == kConsumers - 1))
+        named_barrier_arrive(kTurnBarrier + (cw + 1) % kConsumers, 256);
+  };
+  if (kTurns && cw == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
 
   int g0 = 0;  // the ring position of the item's first K/V tile (the producer's count)
   for (int k = 0; round_item(k) < num_items; ++k) {  // the CTA's k-th item
