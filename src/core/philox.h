@@ -6,11 +6,7 @@
 #include <array>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ORCHID_HOST_DEVICE __host__ __device__
-#else
-#define ORCHID_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace orchid {
 

@@ -22,16 +22,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace orchid::kernels::attention {
 
 inline constexpr int kHeadDim = 64;
 inline constexpr int32_t kNoPage = -1;
-
-#if defined(__CUDACC__)
-#define ORCHID_HOST_DEVICE __host__ __device__
-#else
-#define ORCHID_HOST_DEVICE
-#endif
 
 // Offset in elements of (page, head, slot) in a K or V pool.
 ORCHID_HOST_DEVICE inline size_t kv_offset(int32_t page, int head, int slot, int num_kv_heads,

@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define ORCHID_HOST_DEVICE __host__ __device__
-#else
-#define ORCHID_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace orchid::kernels {
 
