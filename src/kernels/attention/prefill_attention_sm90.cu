@@ -329,9 +329,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   // predecessor arrives on; every warpgroup has n_tiles + 1 issue events an item, the chain runs on from
   // one item to the next, and the last warpgroup's last arrival of the CTA (for a turn nobody takes) is
   // left out.
-  // (Not for the window tile: its items are one Q K^T and one P V a warpgroup, and the turns would tie the
-  // warpgroups' short chains together.)
-  constexpr bool kTurns = !Sh::kWindowTile;
+  constexpr bool kTurns = !Sh::kWindowTile;  // not for the window tile (file comment)
   auto turn_wait = [&]() {
     if constexpr (kTurns) named_barrier_sync(kTurnBarrier + cw, 256);
   };
