@@ -115,8 +115,11 @@ def test_other_transports_give_the_same_outputs(plain, prefill_args, decode_args
 
 
 def test_decode_without_its_prefill_instance_computes_prompts_itself(plain):
+    # No health checks: one could mark the stopped instance down before the requests come, and then no
+    # request would find out by failing (the health-check path has a test of its own below).
     with OrchidServer(*MODEL, "--role", "prefill") as prefill, \
-            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", prefill.base_url) as decode:
+            OrchidServer(*MODEL, "--role", "decode", "--prefill-url", prefill.base_url,
+                         "--prefill-health-interval", "0") as decode:
         client, want_client = openai_client(decode), openai_client(plain)
         kw = dict(prompt=PHRASE * 3, max_tokens=16, temperature=0.8, seed=11, extra_body={"ignore_eos": True})
         first = run(client, "completion", kw)
