@@ -360,7 +360,8 @@ void sink_attention_prefill(const SinkAttentionArgs& a, const AttentionPlan& pla
       items = (long long)plan.num_prefill_pieces * plan.num_kv_heads;
       ORCHID_KERNEL_REQUIRE(items < (1ll << 31), "sink_attention: too many prefill pieces");
     }
-    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(items), a.prefill_ctas, stream);
+    launch_prefill_hopper(p, plan.num_tokens, a.num_pages, unsigned(items), a.prefill_ctas,
+                          a.prefill_tma_store, stream);
     if (split) launch_prefill_merge(p, plan.split_tiles, plan.num_split_tiles, stream);
     return;
   }

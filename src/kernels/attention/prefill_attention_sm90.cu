@@ -74,6 +74,9 @@
 namespace orchid::kernels::attention::detail {
 namespace {
 
+using kernels::bulk_commit;
+using kernels::bulk_wait;
+using kernels::bulk_wait_read;
 using kernels::mbar_arrive;
 using kernels::mbar_arrive_expect_tx;
 using kernels::mbar_init;
@@ -82,6 +85,7 @@ using kernels::mbar_wait;
 using kernels::mbar_wait_idle;
 using kernels::tensor_copy_2d;
 using kernels::tensor_copy_3d;
+using kernels::tensor_store_3d;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kTurnBarrier = 4;  // named barriers 4 .. 4 + consumers - 1 (1 .. 3: each warpgroup's own)
@@ -124,9 +128,11 @@ struct Shape {
 template <int kConsumers, int kBlockN, bool kPieces>
 struct HopperKernelTag;
 
-// Q, K and V through TMA tensor maps, encoded per launch.
+// Q, K and V through TMA tensor maps, encoded per launch; out (boxes of 2 tokens x 8 heads) for the window
+// tile's output when stored by TMA (ORCHID_PREFILL_TMA_STORE=1).
 struct HopperPrefillMaps {
-  CUtensorMap q, k, v;
+  CUtensorMap q, k, v, out;
+  bool store_by_tma = false;
 };
 
 // Work item w: the plan's tile w / Hkv under KV head w % Hkv, and the keys it reads. Its key tiles are
@@ -218,7 +224,7 @@ template <int kConsumers, int kBlockN, bool kPieces>
 __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ CUtensorMap qmap,
                           const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                          int num_items) {
+                          const __grid_constant__ CUtensorMap omap, int num_items, bool store_by_tma) {
   using Sh = Shape<kConsumers, kBlockN>;
   using Item = PrefillItem<kBlockN, kPieces>;
   constexpr int kStages = Sh::kStages, kTileBytes = Sh::kTileBytes;
@@ -542,6 +548,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       if (ctid == 0) mbar_arrive(&empty[last]);  // the ring runs on into the next item
     }
 
+    bool fenced = false;  // this thread's generic accesses to the Q buffer are ordered before async ones
     if (const int slot = Item::slot_of(p, round_item(k)); slot >= 0) {
       // A piece: O unnormalised and each row's (max, sum) to its partial slot, for the merge.
       const int rows = p.tokens_per_tile * G;
@@ -571,26 +578,44 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
           *reinterpret_cast<uint32_t*>(q_buf + swz(r, dt) + (lane & 3) * 4) =
               pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
       }
-      __syncwarp();
+      // The window tile with ORCHID_PREFILL_TMA_STORE=1: a warp's 16 rows are 2 whole tokens x 8 heads, laid
+      // out as the out map's box (128-byte swizzle, as Q came in), so when both tokens are real one tensor
+      // store moves them (~35 instructions a warp against ~120 for the 16-byte stores below). A partial
+      // token keeps the stores: the box would write the next tile's rows.
+      const int warp_tok = (cw * 64 + warp_in * 16) / G;
+      if (Sh::kWindowTile && store_by_tma && warp_tok + 1 < it.n_tok) {
+        fence_proxy_async_smem();
+        fenced = true;
+        __syncwarp();
+        if (lane == 0) {
+          tensor_store_3d(&omap, 0, it.kvh * G, it.tok0 + warp_tok, q_buf + (cw * 64 + warp_in * 16) * 128);
+          bulk_commit();
+          bulk_wait_read<0>();  // the buffer goes back to the producer below
+        }
+      } else {
+        __syncwarp();
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
-        const int chunk = lane & 7;
-        if (r < rows_valid) {
-          const int tok = r / G;
-          const uint4 v = *reinterpret_cast<const uint4*>(q_buf + swz(r, chunk));
-          *reinterpret_cast<uint4*>(
-              p.out + ((size_t(it.tok0) + tok) * hq + it.kvh * G + (r - tok * G)) * kHeadDim + chunk * 8) = v;
+        for (int i = 0; i < 4; ++i) {
+          const int r = cw * 64 + warp_in * 16 + i * 4 + (lane >> 3);
+          const int chunk = lane & 7;
+          if (r < rows_valid) {
+            const int tok = r / G;
+            const uint4 v = *reinterpret_cast<const uint4*>(q_buf + swz(r, chunk));
+            *reinterpret_cast<uint4*>(
+                p.out + ((size_t(it.tok0) + tok) * hq + it.kvh * G + (r - tok * G)) * kHeadDim + chunk * 8) =
+                v;
+          }
         }
       }
     }
     // The Q buffer back to the producer (item k + 2's queries), its generic-proxy accesses ordered before
     // the tensor copy that will overwrite it.
-    fence_proxy_async_smem();
+    if (!fenced) fence_proxy_async_smem();
     named_barrier_sync(1 + cw, 128);
     if (ctid == 0) mbar_arrive(&q_empty[qb]);
     g0 += it.n_tiles;
   }
+  if (Sh::kWindowTile && store_by_tma && lane == 0) bulk_wait<0>();  // the tensor stores' writes done
 }
 
 // CTAs of the persistent grid: `ctas` when given, else one per SM (its registers allow no more: 384 threads
@@ -612,8 +637,8 @@ void launch(const PrefillParams& p, const HopperPrefillMaps& maps, unsigned item
   using Sh = Shape<kConsumers, kBlockN>;
   auto kernel = prefill_hopper_kernel<kConsumers, kBlockN, kPieces>;
   ensure_dynamic_smem<HopperKernelTag<kConsumers, kBlockN, kPieces>>(kernel, Sh::kSmemBytes);
-  kernel<<<persistent_ctas(items, ctas), Sh::kThreads, Sh::kSmemBytes, stream>>>(p, maps.q, maps.k, maps.v,
-                                                                                 int(items));
+  kernel<<<persistent_ctas(items, ctas), Sh::kThreads, Sh::kSmemBytes, stream>>>(
+      p, maps.q, maps.k, maps.v, maps.out, int(items), maps.store_by_tma);
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
@@ -641,7 +666,7 @@ int hopper_prefill_consumers(int group, int tokens_per_tile) {
 }
 
 void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned items,
-                           int ctas, cudaStream_t stream) {
+                           int ctas, int tma_store, cudaStream_t stream) {
   const int consumers = hopper_prefill_consumers(p.group, p.tokens_per_tile);
   ORCHID_KERNEL_REQUIRE(consumers != 0, "sink_attention: plan built for another prefill tile shape");
   // ORCHID_PREFILL_WINDOW_TILE=0: windows on 64-key tiles only (for measurement).
@@ -652,7 +677,7 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
   const int block_n = p.window > 0 && p.window <= 128 && p.group == 8 && window_tile ? kWindowTileKeys
                       : p.window > 0 && p.window <= 256                              ? 64
                                                                                      : 128;
-  HopperPrefillMaps m;
+  HopperPrefillMaps m{};
   {
     const uint64_t dims[3] = {uint64_t(kHeadDim), uint64_t(p.num_q_heads), uint64_t(num_token_rows)};
     const uint64_t strides[2] = {uint64_t(kHeadDim) * 2, uint64_t(p.num_q_heads) * kHeadDim * 2};
@@ -670,6 +695,21 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the K pool");
   m.v = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v_pool, dims, strides, box,
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the V pool");
+  // The window tile's output rows by tensor stores: ORCHID_PREFILL_TMA_STORE=1 (off by default until
+  // measured) unless the caller says.
+  static const bool tma_store_env = [] {
+    const char* v = std::getenv("ORCHID_PREFILL_TMA_STORE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (tma_store < 0) tma_store = tma_store_env ? 1 : 0;
+  if (block_n == kWindowTileKeys && tma_store == 1 && p.pieces == nullptr) {
+    const uint64_t odims[3] = {uint64_t(kHeadDim), uint64_t(p.num_q_heads), uint64_t(num_token_rows)};
+    const uint64_t ostrides[2] = {uint64_t(kHeadDim) * 2, uint64_t(p.num_q_heads) * kHeadDim * 2};
+    const uint32_t obox[3] = {uint32_t(kHeadDim), 8, 2};  // a consumer warp's 16 rows
+    m.out = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p.out, odims, ostrides, obox,
+                              CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: out");
+    m.store_by_tma = true;
+  }
   if (consumers == 2)
     launch_tile<2>(block_n, p, m, items, ctas, stream);
   else

@@ -41,9 +41,10 @@ struct PrefillParams {
 // shape (2 for 128-row tiles, 3 for 192), 0 when the shape is neither.
 int hopper_prefill_consumers(int group, int tokens_per_tile);
 // q is [num_token_rows][Hq][64], each pool num_pages pages. `items` = tiles x KV heads, validated by the
-// caller, as is page_size >= 8; `ctas` > 0: that many persistent CTAs (0: prefill_attention_sm90.cu's rule).
+// caller, as is page_size >= 8; `ctas` > 0: that many persistent CTAs (0: prefill_attention_sm90.cu's rule);
+// `tma_store`: SinkAttentionArgs::prefill_tma_store.
 void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t num_pages, unsigned items,
-                           int ctas, cudaStream_t stream);
+                           int ctas, int tma_store, cudaStream_t stream);
 
 // Adds up the pieces of the plan's `num_split_tiles` split tiles (split_tiles: each one's first record in
 // p.pieces) from p.partial and writes their rows of p.out.

@@ -58,6 +58,10 @@ struct SinkAttentionArgs {
   // The BF16 decode kernel's K/V ring depth: 0 = by the grid (decode_attention.cu), 3 or 4 forced (tests:
   // the same bits either way).
   int decode_stages = 0;
+  // The Hopper kernel's window-tile output rows (a warp's 2 whole tokens x 8 heads) by one tensor store a
+  // warp instead of 16-byte stores: -1 = as ORCHID_PREFILL_TMA_STORE says (1: on; off by default until
+  // measured), 0 / 1 as given (tests: the same bits either way).
+  int prefill_tma_store = -1;
 };
 
 // The Hopper prefill kernel serves these arguments (BF16 pages of >= 8 tokens); callers fall back to

@@ -1,5 +1,5 @@
 // Hopper bulk copies (the TMA unit's 1-D form, and boxes of a tensor map) into shared memory, completed on an
-// mbarrier.
+// mbarrier, and boxes of a tensor map from shared memory out to global memory, completed by bulk groups.
 // One thread moves kilobytes with one instruction, and the bytes in flight are not bounded by registers or
 // by the per-thread load slots: what a weight stream needs to reach HBM bandwidth with one CTA per SM.
 //
@@ -102,6 +102,31 @@ __device__ __forceinline__ void tensor_copy_4d(void* dst, const void* map, int x
       "%5}], [%6];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_addr(bar))
       : "memory");
+}
+
+// One box of a 3-D tensor map from this CTA's shared memory to global memory (coordinates innermost first),
+// in the issuing thread's current bulk group. The TMA unit reads the box through the async proxy: threads
+// that wrote it with ordinary stores fence (fence_proxy_async_smem) and meet the issuing thread at a barrier
+// first. Then bulk_commit closes the group, and bulk_wait_read<0> waits until the box has been read (its
+// shared memory may be written again).
+__device__ __forceinline__ void tensor_store_3d(const void* map, int x, int y, int z, const void* src) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y), "r"(z), "r"(smem_addr(src))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until at most kPending of this thread's bulk groups have their shared sources still to read...
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// ... or still to complete (their global writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 }  // namespace orchid::kernels

@@ -387,6 +387,12 @@ void run_scenario(const Scenario& sc, uint64_t seed) {
       SinkAttentionArgs few = args;
       few.prefill_ctas = 2;
       expect_same_bits(few, "two persistent prefill CTAs");
+      // The window tile's output by tensor stores, and by 16-byte stores: the same staged rows.
+      for (const int tma_store : {0, 1}) {
+        SinkAttentionArgs store = args;
+        store.prefill_tma_store = tma_store;
+        expect_same_bits(store, tma_store ? "output by tensor stores" : "output by 16-byte stores");
+      }
     }
     if (view.decode_bucket > 0 && !sc.fp8 && outs.size() == 1) {
       for (const int stages : {3, 4}) {  // the BF16 decode kernel's two ring depths
