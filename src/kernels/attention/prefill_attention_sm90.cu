@@ -30,9 +30,10 @@
 // whose items are one product of each kind a warpgroup (+2-3% on the window line without them).
 // Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink. The row sums come
 // from the tensor cores: P V is m64n72, its 8 extra columns a block of ones, so each of them accumulates
-// the row's sum of P (as bf16, the P the product uses) and the sink's 1 is set there once at the start.
-// That takes 64 adds a thread and tile off the softmax, whose instructions bound the kernel (computing an
-// eighth of the exponentials on the FMA pipe instead of MUFU made it 5.6% slower: bench/RESULTS.md).
+// the row's sum of P (as bf16, the P the product uses) and the sink's term is added there after the item's
+// first P V. That takes 64 adds a thread and tile off the softmax, whose instructions bound the kernel
+// (computing an eighth of the exponentials on the FMA pipe instead of MUFU made it 5.6% slower:
+// bench/RESULTS.md).
 //
 // Registers: a consumer thread holds S (64 fp32), P (32 bf16x2), O and its row sums (36 fp32); setmaxnreg
 // moves the producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 32 vs 160 with
@@ -364,9 +365,11 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     // O and, in columns 64..71 (o[32..35]: o[32 + 2h] and o[33 + 2h] for row h), the row sum of P: P V runs
     // as m64n72 with a block of ones for those columns, so the tensor cores add up the probabilities (as the
     // bf16 P V sees them) instead of 64 adds a thread and tile. Every column of a row holds the whole sum.
+    // The item's first P V overwrites O (scale-d 0) instead of adding to zeros: zeroing the 36 registers
+    // took ~64 instructions an item (uniform moves), which the window tile's one-product items paid each
+    // time. The sink's term of the row sums (sink_l) is held apart and added once that product is done.
     float o[36];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+    float sink_l[2];
     const bool first_piece = Item::piece_of(p, round_item(k)) == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -378,10 +381,10 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const int head = it.kvh * G + (r % G);
       if (p.sinks != nullptr) {  // the sink's term in the first piece's sum only; every piece's max
         m_run[h] = p.sinks[head] * kLog2e;
-        o[32 + 2 * h] = o[33 + 2 * h] = first_piece ? 1.0f : 0.0f;  // exp2(sink - m)
+        sink_l[h] = first_piece ? 1.0f : 0.0f;  // exp2(sink - m)
       } else {
         m_run[h] = -INFINITY;
-        o[32 + 2 * h] = o[33 + 2 * h] = 0.0f;
+        sink_l[h] = 0.0f;
       }
     }
 
@@ -390,14 +393,17 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
 
     auto stage_of = [&](int t) { return (g0 + t) % kStages; };
     auto phase_of = [&](int t) { return uint32_t(((g0 + t) / kStages) & 1); };
+    // A k16 step is 32 bytes on in both operands: 2 in a descriptor's address field (address / 16), which
+    // stays below its 14 bits in 228 KB of shared memory, so the steps add to one descriptor each.
+    const uint64_t q_desc = smem_desc_sw128(q_rows, 16, 1024);
     auto issue_qk = [&](int st) {
-      const uint32_t kb = base + uint32_t(Sh::kKOffset + st * kTileBytes + woff);
+      const uint64_t k_desc =
+          smem_desc_sw128(base + uint32_t(Sh::kKOffset + st * kTileBytes + woff), 16, 1024);
       fence_operands(s);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t da = smem_desc_sw128(q_rows + ks * 32, 16, 1024),
-                       db = smem_desc_sw128(kb + ks * 32, 16, 1024);
+        const uint64_t da = q_desc + uint64_t(2 * ks), db = k_desc + uint64_t(2 * ks);
         if constexpr (kBlockN == 128)
           wgmma_m64n128k16_ss(s, da, db, ks > 0 ? 1 : 0);
         else if constexpr (kBlockN == kWindowTileKeys)
@@ -407,7 +413,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       }
       wgmma_commit();
     };
-    auto issue_pv = [&](int st) {
+    // first: the item's first P V, which overwrites O.
+    auto issue_pv = [&](int st, bool first) {
       const uint32_t vb = base + uint32_t(Sh::kVOffset + st * kTileBytes + woff);
       fence_operands(o);
       wgmma_fence();
@@ -416,19 +423,25 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       const uint64_t d0 = smem_desc_sw128(vb, ones - vb, 1024);
       constexpr uint64_t kStep = (2048 >> 4) - (uint64_t(2048 >> 4) << 16);  // wraps: start +, offset -
 #pragma unroll
-      for (int kk = 0; kk < kKs; ++kk) wgmma_m64n72k16_rs<1>(o, pf[kk], d0 + uint64_t(kk) * kStep, 1);
+      for (int kk = 0; kk < kKs; ++kk)
+        wgmma_m64n72k16_rs<1>(o, pf[kk], d0 + uint64_t(kk) * kStep, kk > 0 || !first ? 1 : 0);
       wgmma_commit();
     };
     // V rows of keys outside [kv_begin, kv_end) in the tile from key k0 (stage st) set to zero, for this
-    // warpgroup's P V.
+    // warpgroup's P V: rows [0, lo) and [hi, kBlockN), the only ones the loop visits (a window item's
+    // warpgroup has up to ~16 of its 144; visiting all of them took ~9 rounds of address work a thread).
     auto fix_edge_v = [&](int k0, int st) {
-      if (k0 >= it.kv_begin && k0 + kBlockN <= it.kv_end) return;
+      const int lo = min(max(it.kv_begin - k0, 0), kBlockN);
+      const int hi = max(min(it.kv_end - k0, kBlockN), lo);
+      if (lo == 0 && hi == kBlockN) return;
       uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes + woff;
-      for (int i = ctid; i < kBlockN * 8; i += 128) {
-        const int t = k0 + (i >> 3);
-        if (t < it.kv_begin || t >= it.kv_end)
-          *reinterpret_cast<uint4*>(vb + i * 16) = make_uint4(0, 0, 0, 0);
-      }
+      // 16 bytes a thread and round: chunk i is row i / 8.
+#pragma unroll 1
+      for (int i = ctid; i < lo * 8; i += 128)
+        *reinterpret_cast<uint4*>(vb + i * 16) = make_uint4(0, 0, 0, 0);
+#pragma unroll 1
+      for (int i = hi * 8 + ctid; i < kBlockN * 8; i += 128)
+        *reinterpret_cast<uint4*>(vb + i * 16) = make_uint4(0, 0, 0, 0);
       fence_proxy_async_smem();
       named_barrier_sync(1 + cw, 128);
     };
@@ -482,6 +495,14 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
             s[nt * 4 + e] = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
       }
     };
+    // After the item's first P V: the sink's term into the row sums.
+    auto add_sink_l = [&]() {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[32 + 2 * h] += sink_l[h];
+        o[33 + 2 * h] += sink_l[h];
+      }
+    };
     // O and its row sums times alpha.
     auto rescale_o = [&](const float(&alpha)[2]) {
 #pragma unroll
@@ -513,8 +534,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       float alpha[2];
       softmax(tile_key0(0), alpha);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)  // O is still zero: only the row sums (the sink's term)
-        o[32 + 2 * h] = o[33 + 2 * h] = o[32 + 2 * h] * alpha[h];
+      for (int h = 0; h < 2; ++h) sink_l[h] *= alpha[h];  // no O yet: only the sink's term
       pack_p();
     }
     for (int t = 1; t < it.n_tiles; ++t) {
@@ -524,7 +544,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       issue_qk(st);
       mbar_wait(&full_v[prev], phase_of(t - 1));
       fix_edge_v(tile_key0(t - 1), prev);
-      issue_pv(prev);
+      issue_pv(prev, t == 1);
       turn_pass(false);
       wgmma_wait<1>();  // S of tile t; P V of the previous tile may still run
       fence_operands(s);
@@ -533,6 +553,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[prev]);
+      if (t == 1) add_sink_l();
       rescale_o(alpha);
       pack_p();
     }
@@ -541,11 +562,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       mbar_wait(&full_v[last], phase_of(it.n_tiles - 1));
       turn_wait();
       fix_edge_v(tile_key0(it.n_tiles - 1), last);
-      issue_pv(last);
+      issue_pv(last, it.n_tiles == 1);
       turn_pass(cta_last_item);
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[last]);  // the ring runs on into the next item
+      if (it.n_tiles == 1) add_sink_l();
     }
 
     bool fenced = false;  // this thread's generic accesses to the Q buffer are ordered before async ones
@@ -571,7 +593,9 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float l = o[32 + 2 * h];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        // The approximate reciprocal (MUFU alone; l >= 1 here unless the row has no key and no sink): the
+        // IEEE one is ~12 instructions with a slow-path branch, twice a thread and item.
+        const float inv = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;
         const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
 #pragma unroll
         for (int dt = 0; dt < 8; ++dt)
