@@ -89,7 +89,8 @@ using kernels::tensor_copy_3d;
 using kernels::tensor_store_3d;
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kTurnBarrier = 4;  // named barriers 4 .. 4 + consumers - 1 (1 .. 3: each warpgroup's own)
+constexpr float kMaxSlack = 8.0f;  // how far a row's max may pass the running one before it moves (softmax)
+constexpr int kTurnBarrier = 4;    // named barriers 4 .. 4 + consumers - 1 (1 .. 3: each warpgroup's own)
 
 // kBlockN keys per tile: 128 for full attention, 64 for sliding windows in general (a 128-key window under
 // a tile of 16-24 tokens spans ~150 keys: three 64-key tiles waste less than two or three of 128), and
@@ -347,7 +348,16 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
   };
   if (kTurns && cw == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
 
-  int g0 = 0;  // the ring position of the item's first K/V tile (the producer's count)
+  // The ring position of the item's first K/V tile (the producer's count g: stage g % kStages, phase
+  // (g / kStages) & 1), advanced tile by tile rather than divided out (kStages is 3) twice a tile.
+  int ring_stage = 0;
+  uint32_t ring_phase = 0;
+  auto advance = [](int& stage, uint32_t& phase) {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  };
   for (int k = 0; round_item(k) < num_items; ++k) {  // the CTA's k-th item
     const Item it = Item::of(p, round_item(k));
     const bool cta_last_item = round_item(k + 1) >= num_items;
@@ -391,8 +401,6 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     float s[kBlockN / 2];
     uint32_t pf[kKs][4];
 
-    auto stage_of = [&](int t) { return (g0 + t) % kStages; };
-    auto phase_of = [&](int t) { return uint32_t(((g0 + t) / kStages) & 1); };
     // A k16 step is 32 bytes on in both operands: 2 in a descriptor's address field (address / 16), which
     // stays below its 14 bits in 228 KB of shared memory, so the steps add to one descriptor each.
     const uint64_t q_desc = smem_desc_sw128(q_rows, 16, 1024);
@@ -483,11 +491,17 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         m_new[h] = fmaxf(m_run[h], mx * p.scale_log2);
       }
+      // The running max moves only when a row's new max passes it by more than kMaxSlack (log2 units):
+      // the probabilities are then up to 2^kMaxSlack, well inside fp32 and bf16 (whose precision is
+      // relative), and the row sums and O carry the same factor, so the result is the same; most tiles of a
+      // long row then keep the max and need no rescale of O (alpha 1 in every row of the warp: skipped).
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float m_use = m_new[h] == -INFINITY ? 0.0f : m_new[h];
-        alpha[h] = fast_exp2(m_run[h] - m_use);
-        m_run[h] = m_new[h];
+        const bool moves = m_new[h] > m_run[h] + kMaxSlack;  // false while both are -inf
+        const float m_keep = moves ? m_new[h] : m_run[h];
+        const float m_use = m_keep == -INFINITY ? 0.0f : m_keep;
+        alpha[h] = moves ? fast_exp2(m_run[h] - m_use) : 1.0f;
+        m_run[h] = m_keep;
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
@@ -524,9 +538,11 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     };
 
     mbar_wait(&q_full[qb], uint32_t((k >> 1) & 1));
-    mbar_wait(&full_k[stage_of(0)], phase_of(0));
+    int st = ring_stage;  // tile t's stage and phase
+    uint32_t ph = ring_phase;
+    mbar_wait(&full_k[st], ph);
     turn_wait();
-    issue_qk(stage_of(0));
+    issue_qk(st);
     turn_pass(false);
     wgmma_wait<0>();
     fence_operands(s);
@@ -538,11 +554,13 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       pack_p();
     }
     for (int t = 1; t < it.n_tiles; ++t) {
-      const int st = stage_of(t), prev = stage_of(t - 1);
-      mbar_wait(&full_k[st], phase_of(t));
+      const int prev = st;
+      const uint32_t prev_ph = ph;
+      advance(st, ph);
+      mbar_wait(&full_k[st], ph);
       turn_wait();
       issue_qk(st);
-      mbar_wait(&full_v[prev], phase_of(t - 1));
+      mbar_wait(&full_v[prev], prev_ph);
       fix_edge_v(tile_key0(t - 1), prev);
       issue_pv(prev, t == 1);
       turn_pass(false);
@@ -554,12 +572,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[prev]);
       if (t == 1) add_sink_l();
-      rescale_o(alpha);
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) rescale_o(alpha);
       pack_p();
     }
     {
-      const int last = stage_of(it.n_tiles - 1);
-      mbar_wait(&full_v[last], phase_of(it.n_tiles - 1));
+      const int last = st;
+      mbar_wait(&full_v[last], ph);
       turn_wait();
       fix_edge_v(tile_key0(it.n_tiles - 1), last);
       issue_pv(last, it.n_tiles == 1);
@@ -637,7 +655,9 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     if (!fenced) fence_proxy_async_smem();
     named_barrier_sync(1 + cw, 128);
     if (ctid == 0) mbar_arrive(&q_empty[qb]);
-    g0 += it.n_tiles;
+    advance(st, ph);
+    ring_stage = st;
+    ring_phase = ph;
   }
   if (Sh::kWindowTile && store_by_tma && lane == 0) bulk_wait<0>();  // the tensor stores' writes done
 }
