@@ -13,6 +13,9 @@ tests/kernels decide; these make a wrong mapping or a missing barrier release fa
    softmax masks every tile where some row must mask a key. The window tile (one 192-key stage, a 144-key
    span per consumer warpgroup): the spans lie in the stage at whole swizzle atoms, hold every key of their
    rows' windows, and under a 128-key window clear of key 0 leave columns 16-127 unmasked in every row.
+4. The same kernel's consumer bookkeeping: the edge V rows it zeroes are exactly the keys outside the item's
+   range, its online softmax (lazy running max, first P V overwriting O, the sink's term added after it)
+   gives the softmax, and the window tile's tensor store writes the rows the 16-byte stores would.
 """
 import random
 
@@ -408,3 +411,143 @@ def test_window_tile_edges_only_mask_needs_the_span_clear_of_key_0():
     # there, which is why the kernel masks every column when the warpgroup's span starts below key 0.
     found = [p for p in range(0, 200) if window_tile_violations(128, 16, 24, p, 24, edges_only_needs_key0=False)]
     assert found and max(found) < 127 + 8
+
+
+# ---------------------------------------------------------------- 4. The consumer's per-item bookkeeping
+# prefill_attention_sm90.cu's fix_edge_v (the V rows of keys outside [kv_begin, kv_end) zeroed before P V),
+# its online softmax (the running max moving only past kMaxSlack; the item's first P V overwriting O, the
+# sink's term added after it) and the window tile's output by tensor stores.
+def edge_v_chunks(k0, kv_begin, kv_end, block_n):
+    """The 16-byte chunks (row, chunk) the warpgroup's 128 threads zero, as fix_edge_v visits them."""
+    lo = min(max(kv_begin - k0, 0), block_n)
+    hi = max(min(kv_end - k0, block_n), lo)
+    if lo == 0 and hi == block_n:
+        return None  # the early return: no barrier, nothing written
+    visited = []
+    for ctid in range(128):
+        visited += [divmod(i, 8) for i in range(ctid, lo * 8, 128)]
+        visited += [divmod(i, 8) for i in range(hi * 8 + ctid, block_n * 8, 128)]
+    return visited
+
+
+@pytest.mark.parametrize("block_n", [64, 128, 144])
+def test_edge_v_rows_are_the_keys_outside_the_range(block_n):
+    rng = random.Random(block_n)
+    cases = [(rng.randrange(-300, 300), rng.randrange(-50, 400), rng.randrange(0, 500)) for _ in range(3000)]
+    cases += [(0, 0, block_n), (5, 0, 1000), (-8, 0, 1000), (0, 7, 7), (100, 0, 50), (0, 200, 300)]
+    for k0, kv_begin, extent in cases:
+        kv_end = kv_begin + extent
+        outside = {t - k0 for t in range(k0, k0 + block_n) if t < kv_begin or t >= kv_end}
+        visited = edge_v_chunks(k0, kv_begin, kv_end, block_n)
+        if visited is None:
+            assert not outside
+            continue
+        assert len(visited) == len(set(visited))  # every chunk once
+        assert set(visited) == {(r, c) for r in outside for c in range(8)}, (k0, kv_begin, kv_end)
+
+
+def bf16(x):
+    """Round float32 values to bfloat16 (nearest, ties to even), back as float32."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def consumer_softmax(scores, v, sink, block_n, slack):
+    """One row's attention as a consumer warpgroup computes it: key tiles from the top down, the running max
+    starting at the sink, moved only when a tile's max passes it by more than `slack`, probabilities rounded
+    to bf16 for both P V and the row sum (the tensor cores' ones columns), the first P V overwriting O and the
+    sink's term added after it. Returns (out, rescales, largest probability)."""
+    scale_log2 = 1.0  # scores already in the log2 domain
+    n = len(scores)
+    tiles = [(max(0, n - (t + 1) * block_n), n - t * block_n) for t in range((n + block_n - 1) // block_n)]
+    m_run = np.float32(sink) if sink is not None else np.float32(-np.inf)
+    sink_l = np.float32(1.0 if sink is not None else 0.0)
+    o, rescales, p_max = None, 0, 0.0
+    for t, (a, b) in enumerate(tiles):
+        s = scores[a:b].astype(np.float32)
+        m_new = max(m_run, np.float32(np.max(s) * scale_log2))
+        moves = m_new > m_run + slack
+        m_keep = m_new if moves else m_run
+        m_use = np.float32(0.0) if m_keep == -np.inf else m_keep
+        alpha = np.float32(np.exp2(m_run - m_use)) if moves else np.float32(1.0)
+        m_run = m_keep
+        p = bf16(np.exp2(s * scale_log2 - m_use))
+        p_max = max(p_max, float(np.max(p)))
+        if t == 0:
+            sink_l *= alpha  # no O yet
+        elif alpha != 1.0:
+            o *= alpha
+            rescales += 1
+        pv = np.concatenate([p @ v[a:b], [np.sum(p, dtype=np.float32)]]).astype(np.float32)
+        o = pv if o is None else o + pv  # the first P V overwrites
+        if t == 0:
+            o[-1] += sink_l
+    l = o[-1]
+    return (o[:-1] / l if l > 0 else o[:-1] * 0), rescales, p_max
+
+
+def exact_attention(scores, v, sink):
+    logits = np.concatenate([scores.astype(np.float64), [sink] if sink is not None else []])
+    keep = np.isfinite(logits)
+    if not keep.any():
+        return np.zeros(v.shape[1])
+    w = np.where(keep, np.exp2(logits - np.max(logits[keep])), 0.0)
+    return (w[: len(scores)] @ v.astype(np.float64)) / np.sum(w)
+
+
+@pytest.mark.parametrize("sink", [None, 0.0, 6.0, -30.0])
+def test_lazy_running_max_gives_the_softmax(sink):
+    rng = np.random.default_rng(7)
+    block_n = 128
+    for trial in range(60):
+        n = int(rng.integers(1, 700))
+        spread = [1.0, 4.0, 30.0][trial % 3]
+        scores = (rng.standard_normal(n) * spread).astype(np.float32)
+        if trial % 4 == 1:  # a drift: the max grows tile after tile, past the slack each time
+            scores += np.linspace(0, 60, n, dtype=np.float32)[::-1].copy()
+        if trial % 5 == 2:  # causal / window masks: -inf keys, a tile of them entirely
+            scores[rng.random(n) < 0.3] = -np.inf
+            scores[: min(n, 130)] = -np.inf
+        v = rng.standard_normal((n, 64)).astype(np.float32)
+        want = exact_attention(scores, v, sink)
+        lazy, lazy_rescales, p_max = consumer_softmax(scores, v, sink, block_n, 8.0)
+        eager, eager_rescales, _ = consumer_softmax(scores, v, sink, block_n, 0.0)
+        scale = max(1.0, float(np.max(np.abs(want))))
+        assert np.max(np.abs(lazy - want)) <= 2e-2 * scale, (trial, n)
+        assert np.max(np.abs(eager - want)) <= 2e-2 * scale, (trial, n)
+        assert p_max <= 2.0 ** 8  # probabilities stay within 2^kMaxSlack
+        assert lazy_rescales <= eager_rescales
+
+
+def test_lazy_running_max_skips_most_rescales_of_a_long_row():
+    rng = np.random.default_rng(3)
+    scores = rng.standard_normal(32768).astype(np.float32) * 2.0
+    v = rng.standard_normal((32768, 64)).astype(np.float32)
+    _, lazy, _ = consumer_softmax(scores, v, 0.0, 128, 8.0)
+    _, eager, _ = consumer_softmax(scores, v, 0.0, 128, 0.0)
+    assert lazy <= 1 < eager
+
+
+def test_window_tma_store_box_is_the_warps_staged_rows():
+    # Consumer warp (cw, warp_in) stages rows r = 64 cw + 16 warp_in + i (i < 16) of its item, row r being
+    # (token r / 8, head r % 8); the 16-byte stores write row r to out row (tok0 + r / 8) * hq + 8 kvh + r % 8.
+    # The tensor store writes the box {64, 8, 2} at (0, 8 kvh, tok0 + warp_tok) from the staged buffer at row
+    # 64 cw + 16 warp_in: box element (head h, token j) is staged row 16 warp_in + 64 cw + 8 j + h.
+    hq, kvh, tok0 = 64, 5, 1000
+    for cw in range(3):
+        for warp_in in range(4):
+            base = 64 * cw + 16 * warp_in
+            warp_tok = base // 8
+            for n_tok in range(1, 25):
+                by_stores = {}
+                for i in range(16):
+                    r = base + i
+                    if r < n_tok * 8:
+                        by_stores[(tok0 + r // 8) * hq + 8 * kvh + r % 8] = r
+                if warp_tok + 1 < n_tok:  # the kernel's condition for the tensor store
+                    by_box = {(tok0 + warp_tok + j) * hq + 8 * kvh + h: base + 8 * j + h
+                              for j in range(2) for h in range(8)}
+                    assert by_box == by_stores  # the same rows, all of them real
+                else:
+                    assert len(by_stores) < 16  # a partial token: the box would write past the item
