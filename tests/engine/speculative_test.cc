@@ -260,8 +260,11 @@ TEST(Speculative, EveryDraftLengthGivesTheTokensOfPlainDecoding) {
         static_cast<long long>(m.steps), static_cast<long long>(base.metrics.steps));
 
     EngineConfig n = plain;
-    n.speculative = {
-        .method = "ngram", .num_speculative_tokens = k, .prompt_lookup_min = 1, .prompt_lookup_max = 3};
+    n.speculative = {.method = "ngram",
+                     .model = {},
+                     .num_speculative_tokens = k,
+                     .prompt_lookup_min = 1,
+                     .prompt_lookup_max = 3};
     const Outcome ng = serve(reqs, fake, n);
     for (size_t i = 0; i < reqs.size(); ++i)
       expect_same(ng.events[i], alone[i], "ngram k=" + std::to_string(k) + ", request " + std::to_string(i));
@@ -360,9 +363,9 @@ TEST(Speculative, ProposerThatOverreachesIsAnInternalError) {
 
 TEST(Speculative, RefusedWhereTheBackendCannotVerify) {
   EngineConfig c;
-  c.speculative = {.method = "ngram", .num_speculative_tokens = 20};
+  c.speculative = {.method = "ngram", .model = {}, .num_speculative_tokens = 20};
   EXPECT_THROW(test::Harness(small_vocab_fake(64, 64), c), Error);  // the fake verifies 16
-  c.speculative = {.method = "eagle", .num_speculative_tokens = 2};
+  c.speculative = {.method = "eagle", .model = {}, .num_speculative_tokens = 2};
   EXPECT_THROW(test::Harness(small_vocab_fake(64, 64), c), Error);
   c.speculative = {.method = "eagle3", .model = "synthetic", .num_speculative_tokens = 2};
   try {  // the fake has no draft head
@@ -373,7 +376,7 @@ TEST(Speculative, RefusedWhereTheBackendCannotVerify) {
   }
   testing::FakeBackendOptions instant = small_vocab_fake(64, 64);
   instant.simulate = false;
-  c.speculative = {.method = "ngram", .num_speculative_tokens = 2};
+  c.speculative = {.method = "ngram", .model = {}, .num_speculative_tokens = 2};
   EXPECT_THROW(test::Harness(instant, c), Error);
 }
 
@@ -499,8 +502,11 @@ void expect_cpu_speculation_exact(const std::string& model, const std::string& o
     for (size_t i = 0; i < reqs.size(); ++i)
       expect_same(got[i], base[i], model + " oracle k=" + std::to_string(k));
     c.proposer = nullptr;
-    c.speculative = {
-        .method = "ngram", .num_speculative_tokens = k, .prompt_lookup_min = 1, .prompt_lookup_max = 4};
+    c.speculative = {.method = "ngram",
+                     .model = {},
+                     .num_speculative_tokens = k,
+                     .prompt_lookup_min = 1,
+                     .prompt_lookup_max = 4};
     const std::vector<RequestEvent> ng = run_cpu(model, reqs, c);
     for (size_t i = 0; i < reqs.size(); ++i)
       expect_same(ng[i], base[i], model + " ngram k=" + std::to_string(k));

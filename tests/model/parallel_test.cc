@@ -163,10 +163,11 @@ TEST(ShardPlan, ReplicasShareTheExpertsWhereEpGroupsSpanThem) {
     EXPECT_EQ(k.pc.shares_experts(), k.shared);
     for (const auto& r : plan.ranks) EXPECT_EQ(r.shared_experts, k.shared) << "rank " << r.rank;
     const std::string text = plan.describe(c);
-    if (k.pc.dp > 1)
+    if (k.pc.dp > 1) {
       EXPECT_NE(text.find(k.shared ? "replicas sharing the experts" : "replicas, each holding every expert"),
                 std::string::npos)
           << text;
+    }
   }
   // EP4 DP4 TP2: two groups of four ranks, each shared by two replicas.
   const ShardPlan plan = make_shard_plan(c, {2, 4, 4}, "mxfp4");

@@ -148,10 +148,11 @@ void check_var(const std::vector<VarResult>& got, const std::vector<size_t>& row
     const size_t len = rows[size_t(r)] * width;
     ASSERT_EQ(got[size_t(r)].scattered.size(), len);
     // Segment r of the all-reduce, bit for bit (sums in rank order both).
-    if (len > 0)
+    if (len > 0) {
       EXPECT_EQ(std::memcmp(got[size_t(r)].scattered.data(), got[size_t(r)].reduced.data() + begin,
                             len * sizeof(float)),
                 0);
+    }
     begin += len;
   }
 }

@@ -271,7 +271,9 @@ int64_t check_pieces(const AttentionPlan& p) {
     EXPECT_LE(pieces, last / 128 + 1) << "more pieces than key tiles";
     if (pieces > 1) {
       EXPECT_LT(split, p.num_split_tiles);
-      if (split < p.num_split_tiles) EXPECT_EQ(p.split_tiles[split], rec);
+      if (split < p.num_split_tiles) {
+        EXPECT_EQ(p.split_tiles[split], rec);
+      }
       ++split;
     }
     for (int q = 0; q < pieces; ++q, ++rec) {

@@ -200,7 +200,9 @@ TEST_F(Ops, GreedyPickWithTiesAndLogprob) {
       EXPECT_NEAR(lp[size_t(r)], -std::log(sum), 1e-4) << rows << " rows of " << V << ", row " << r;
     }
     EXPECT_EQ(ids[0], 7);
-    if (rows > 2) EXPECT_EQ(ids[2], V - 1);
+    if (rows > 2) {
+      EXPECT_EQ(ids[2], V - 1);
+    }
   }
 }
 
