@@ -371,13 +371,15 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     auto tile_key0 = [&](int t) { return Sh::kWindowTile ? wk0 : it.key0(t); };
 
     int row_pos[2], row_lo[2];
-    float m_run[2];
+    // The running max of a row (log2 units), what its exponentials subtract (m_run, or 0 while that is
+    // -inf), and how far a tile's max may reach before it moves (softmax, below).
+    float m_run[2], m_use[2], m_move[2];
     // O and, in columns 64..71 (o[32..35]: o[32 + 2h] and o[33 + 2h] for row h), the row sum of P: P V runs
     // as m64n72 with a block of ones for those columns, so the tensor cores add up the probabilities (as the
     // bf16 P V sees them) instead of 64 adds a thread and tile. Every column of a row holds the whole sum.
     // The item's first P V overwrites O (scale-d 0) instead of adding to zeros: zeroing the 36 registers
     // took ~64 instructions an item (uniform moves), which the window tile's one-product items paid each
-    // time. The sink's term of the row sums (sink_l) is held apart and added once that product is done.
+    // time. The sink's term of the row sums (sink_l) is held apart, rescaled with O, and added at the end.
     float o[36];
     float sink_l[2];
     const bool first_piece = Item::piece_of(p, round_item(k)) == 0;
@@ -396,13 +398,14 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         m_run[h] = -INFINITY;
         sink_l[h] = 0.0f;
       }
+      m_use[h] = m_run[h] == -INFINITY ? 0.0f : m_run[h];
+      m_move[h] = m_run[h] + kMaxSlack;
     }
 
     float s[kBlockN / 2];
     uint32_t pf[kKs][4];
 
-    // A k16 step is 32 bytes on in both operands: 2 in a descriptor's address field (address / 16), which
-    // stays below its 14 bits in 228 KB of shared memory, so the steps add to one descriptor each.
+    // A k16 step is 32 bytes on in both operands (wgmma_desc_advance).
     const uint64_t q_desc = smem_desc_sw128(q_rows, 16, 1024);
     auto issue_qk = [&](int st) {
       const uint64_t k_desc =
@@ -411,7 +414,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t da = q_desc + uint64_t(2 * ks), db = k_desc + uint64_t(2 * ks);
+        const uint64_t da = wgmma_desc_advance(q_desc, 32 * ks), db = wgmma_desc_advance(k_desc, 32 * ks);
         if constexpr (kBlockN == 128)
           wgmma_m64n128k16_ss(s, da, db, ks > 0 ? 1 : 0);
         else if constexpr (kBlockN == kWindowTileKeys)
@@ -454,8 +457,8 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       named_barrier_sync(1 + cw, 128);
     };
     // Mask, running max and probabilities of S (the tile from key k0) in place; alpha = rescale of the older
-    // state.
-    auto softmax = [&](int k0, float(&alpha)[2]) {
+    // state; true when some row of the warp has alpha != 1.
+    auto softmax = [&](int k0, float(&alpha)[2]) -> bool {
       // Some row masks a key of the tile: above the first query's position, or below the last query's
       // window start (or below key 0: a window's lowest tile can start there, see PrefillItem).
       const bool need_mask =
@@ -480,8 +483,12 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) mask_tile(nt);
       }
-      // Both rows' maxima first, then their exponentials.
-      float m_new[2];
+      // Both rows' maxima first, then their exponentials. The running max moves only when a row's new max
+      // passes it by more than kMaxSlack (log2 units): the probabilities are then up to 2^kMaxSlack, well
+      // inside fp32 and bf16 (whose precision is relative), and the row sums and O carry the same factor, so
+      // the result is the same. Most tiles of a long row keep every max of the warp: one vote, and no
+      // rescale of O (the return value: whether alpha is 1 in every row of the warp).
+      float m_tile[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
@@ -489,27 +496,30 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        m_new[h] = fmaxf(m_run[h], mx * p.scale_log2);
+        m_tile[h] = mx * p.scale_log2;
       }
-      // The running max moves only when a row's new max passes it by more than kMaxSlack (log2 units):
-      // the probabilities are then up to 2^kMaxSlack, well inside fp32 and bf16 (whose precision is
-      // relative), and the row sums and O carry the same factor, so the result is the same; most tiles of a
-      // long row then keep the max and need no rescale of O (alpha 1 in every row of the warp: skipped).
+      const bool moves[2] = {m_tile[0] > m_move[0], m_tile[1] > m_move[1]};  // false for -inf
+      alpha[0] = alpha[1] = 1.0f;
+      const bool rescale = __any_sync(0xffffffffu, moves[0] || moves[1]);
+      if (rescale) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool moves = m_new[h] > m_run[h] + kMaxSlack;  // false while both are -inf
-        const float m_keep = moves ? m_new[h] : m_run[h];
-        const float m_use = m_keep == -INFINITY ? 0.0f : m_keep;
-        alpha[h] = moves ? fast_exp2(m_run[h] - m_use) : 1.0f;
-        m_run[h] = m_keep;
+        for (int h = 0; h < 2; ++h)
+          if (moves[h]) {  // m_tile is finite here
+            alpha[h] = fast_exp2(m_run[h] - m_tile[h]);
+            m_run[h] = m_use[h] = m_tile[h];
+            m_move[h] = m_tile[h] + kMaxSlack;
+          }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e)
-            s[nt * 4 + e] = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use));
-      }
+            s[nt * 4 + e] = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -m_use[h]));
+      return rescale;
     };
-    // After the item's first P V: the sink's term into the row sums.
+    // After the item's last P V: the sink's term into the row sums.
     auto add_sink_l = [&]() {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -517,15 +527,17 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
         o[33 + 2 * h] += sink_l[h];
       }
     };
-    // O and its row sums times alpha.
+    // O, its row sums and the sink's term times alpha.
     auto rescale_o = [&](const float(&alpha)[2]) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int dt = 0; dt < 9; ++dt) {
           o[dt * 4 + 2 * h] *= alpha[h];
           o[dt * 4 + 2 * h + 1] *= alpha[h];
         }
+        sink_l[h] *= alpha[h];
+      }
     };
     auto pack_p = [&]() {
 #pragma unroll
@@ -567,12 +579,11 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       wgmma_wait<1>();  // S of tile t; P V of the previous tile may still run
       fence_operands(s);
       float alpha[2];
-      softmax(tile_key0(t), alpha);
+      const bool rescale = softmax(tile_key0(t), alpha);
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[prev]);
-      if (t == 1) add_sink_l();
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) rescale_o(alpha);
+      if (rescale) rescale_o(alpha);
       pack_p();
     }
     {
@@ -585,7 +596,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       wgmma_wait<0>();
       fence_operands(o);
       if (ctid == 0) mbar_arrive(&empty[last]);  // the ring runs on into the next item
-      if (it.n_tiles == 1) add_sink_l();
+      add_sink_l();
     }
 
     bool fenced = false;  // this thread's generic accesses to the Q buffer are ordered before async ones

@@ -25,6 +25,7 @@ using orchid::kernels::fence_operands;
 using orchid::kernels::fence_proxy_async_smem;
 using orchid::kernels::wgmma_bf16_rs;
 using orchid::kernels::wgmma_commit;
+using orchid::kernels::wgmma_desc_advance;
 using orchid::kernels::wgmma_fence;
 using orchid::kernels::wgmma_wait;
 
