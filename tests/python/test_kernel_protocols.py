@@ -530,6 +530,7 @@ def test_lazy_running_max_skips_most_rescales_of_a_long_row():
 
 
 def test_window_tma_store_box_is_the_warps_staged_rows():
+    # (And the window tile's 16-byte stores by rounds of 2 x 4 heads are the same rows.)
     # Consumer warp (cw, warp_in) stages rows r = 64 cw + 16 warp_in + i (i < 16) of its item, row r being
     # (token r / 8, head r % 8); the 16-byte stores write row r to out row (tok0 + r / 8) * hq + 8 kvh + r % 8.
     # The tensor store writes the box {64, 8, 2} at (0, 8 kvh, tok0 + warp_tok) from the staged buffer at row
@@ -545,6 +546,12 @@ def test_window_tma_store_box_is_the_warps_staged_rows():
                     r = base + i
                     if r < n_tok * 8:
                         by_stores[(tok0 + r // 8) * hq + 8 * kvh + r % 8] = r
+                by_rounds = {}  # the window tile's 16-byte stores: round i, lane l (sub = l // 8)
+                for i in range(4):
+                    for sub in range(4):
+                        if warp_tok + (i >> 1) < n_tok:
+                            by_rounds[(tok0 + warp_tok + (i >> 1)) * hq + 8 * kvh + sub + 4 * (i & 1)] = base + 4 * i + sub
+                assert by_rounds == by_stores
                 if warp_tok + 1 < n_tok:  # the kernel's condition for the tensor store
                     by_box = {(tok0 + warp_tok + j) * hq + 8 * kvh + h: base + 8 * j + h
                               for j in range(2) for h in range(8)}

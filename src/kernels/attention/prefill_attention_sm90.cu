@@ -618,18 +618,25 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       }
     } else {
       // Normalise; stage the warp's 16 rows in its own rows of the Q buffer (its warpgroup's QK^T has
-      // finished reading them), then whole-row 16-byte stores.
+      // finished reading them), then whole-row 16-byte stores. A thread's two rows are 8 apart, so they
+      // share the swizzle (swz: chunk ^ row % 8) and the second is 1024 bytes on.
+      float inv[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float l = o[32 + 2 * h];
         // The approximate reciprocal (MUFU alone; l >= 1 here unless the row has no key and no sink): the
         // IEEE one is ~12 instructions with a slow-path branch, twice a thread and item.
-        const float inv = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;
-        const int r = cw * 64 + warp_in * 16 + h * 8 + (lane >> 2);
+        inv[h] = l > 0.0f ? fast_rcp(l) : 0.0f;
+      }
+      const int r0 = cw * 64 + warp_in * 16 + (lane >> 2);
+      uint8_t* const row0 = q_buf + r0 * 128 + (lane & 3) * 4;
 #pragma unroll
-        for (int dt = 0; dt < 8; ++dt)
-          *reinterpret_cast<uint32_t*>(q_buf + swz(r, dt) + (lane & 3) * 4) =
-              pack_bf16(o[dt * 4 + 2 * h] * inv, o[dt * 4 + 2 * h + 1] * inv);
+      for (int dt = 0; dt < 8; ++dt) {
+        uint8_t* const at = row0 + ((dt ^ (r0 & 7)) << 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<uint32_t*>(at + h * 1024) =
+              pack_bf16(o[dt * 4 + 2 * h] * inv[h], o[dt * 4 + 2 * h + 1] * inv[h]);
       }
       // The window tile with ORCHID_PREFILL_TMA_STORE=1: a warp's 16 rows are 2 whole tokens x 8 heads, laid
       // out as the out map's box (128-byte swizzle, as Q came in), so when both tokens are real one tensor
@@ -644,6 +651,21 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
           tensor_store_3d(&omap, 0, it.kvh * G, it.tok0 + warp_tok, q_buf + (cw * 64 + warp_in * 16) * 128);
           bulk_commit();
           bulk_wait_read<0>();  // the buffer goes back to the producer below
+        }
+      } else if constexpr (Sh::kWindowTile) {
+        // Round i: rows 4 i .. 4 i + 3 of the warp's 16, i.e. token warp_tok + i / 2, heads 4 (i % 2) ..;
+        // one output address a thread, the rounds a token's or 4 heads' stride from it.
+        __syncwarp();
+        const int sub = lane >> 3, chunk = lane & 7;
+        __nv_bfloat16* const dst =
+            p.out + (size_t(it.tok0 + warp_tok) * hq + it.kvh * 8 + sub) * kHeadDim + chunk * 8;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (warp_tok + (i >> 1) < it.n_tok) {
+            const int r = cw * 64 + warp_in * 16 + i * 4 + sub;
+            *reinterpret_cast<uint4*>(dst + (i >> 1) * size_t(hq) * kHeadDim + (i & 1) * 4 * kHeadDim) =
+                *reinterpret_cast<const uint4*>(q_buf + swz(r, chunk));
+          }
         }
       } else {
         __syncwarp();
