@@ -550,7 +550,8 @@ def test_window_tma_store_box_is_the_warps_staged_rows():
                 for i in range(4):
                     for sub in range(4):
                         if warp_tok + (i >> 1) < n_tok:
-                            by_rounds[(tok0 + warp_tok + (i >> 1)) * hq + 8 * kvh + sub + 4 * (i & 1)] = base + 4 * i + sub
+                            out_row = (tok0 + warp_tok + (i >> 1)) * hq + 8 * kvh + sub + 4 * (i & 1)
+                            by_rounds[out_row] = base + 4 * i + sub
                 assert by_rounds == by_stores
                 if warp_tok + 1 < n_tok:  # the kernel's condition for the tensor store
                     by_box = {(tok0 + warp_tok + j) * hq + 8 * kvh + h: base + 8 * j + h
