@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
       }
       // The window tile with ORCHID_PREFILL_TMA_STORE=1: a warp's 16 rows are 2 whole tokens x 8 heads, laid
       // out as the out map's box (128-byte swizzle, as Q came in), so when both tokens are real one tensor
-      // store moves them (~35 instructions a warp against ~120 for the 16-byte stores below). A partial
+      // store moves them (~35 instructions a warp against ~60 for the 16-byte stores below). A partial
       // token keeps the stores: the box would write the next tile's rows.
       const int warp_tok = (cw * 64 + warp_in * 16) / G;
       if (Sh::kWindowTile && store_by_tma && warp_tok + 1 < it.n_tok) {
