@@ -442,9 +442,9 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
     // warpgroup's P V: rows [0, lo) and [hi, kBlockN), the only ones the loop visits (a window item's
     // warpgroup has up to ~16 of its 144; visiting all of them took ~9 rounds of address work a thread).
     auto fix_edge_v = [&](int k0, int st) {
+      if (k0 >= it.kv_begin && k0 + kBlockN <= it.kv_end) return;  // an inner tile: the common case
       const int lo = min(max(it.kv_begin - k0, 0), kBlockN);
       const int hi = max(min(it.kv_end - k0, kBlockN), lo);
-      if (lo == 0 && hi == kBlockN) return;
       uint8_t* vb = smem + Sh::kVOffset + st * kTileBytes + woff;
       // 16 bytes a thread and round: chunk i is row i / 8.
 #pragma unroll 1
