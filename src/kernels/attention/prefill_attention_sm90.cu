@@ -30,10 +30,10 @@
 // whose items are one product of each kind a warpgroup (+2-3% on the window line without them).
 // Softmax as in the mma.sync kernel: log2 domain, running max initialised at the sink. The row sums come
 // from the tensor cores: P V is m64n72, its 8 extra columns a block of ones, so each of them accumulates
-// the row's sum of P (as bf16, the P the product uses) and the sink's term is added there after the item's
-// first P V. That takes 64 adds a thread and tile off the softmax, whose instructions bound the kernel
+// the row's sum of P (as bf16, the P the product uses); the sink's term is kept apart and added after the
+// item's last P V. That takes 64 adds a thread and tile off the softmax, whose instructions bound the kernel
 // (computing an eighth of the exponentials on the FMA pipe instead of MUFU made it 5.6% slower:
-// bench/RESULTS.md).
+// bench/RESULTS.md). The running max moves lazily (softmax below), so most tiles rescale nothing.
 //
 // Registers: a consumer thread holds S (64 fp32), P (32 bf16x2), O and its row sums (36 fp32); setmaxnreg
 // moves the producer warpgroup's registers to the consumers (24 vs 240 with two consumers, 32 vs 160 with
