@@ -195,9 +195,9 @@ for grid in persistent one-shot; do
   bench "attention-prefill-$grid" env ORCHID_PREFILL_PERSISTENT=$([ $grid = persistent ] && echo 1 || echo 0) \
     "$build"/bench/cuda/attention/attention_bench --prefill
 done
-# The window tile's output by tensor stores (ORCHID_PREFILL_TMA_STORE=1; off by default until measured)
-# against the persistent row above.
-bench attention-prefill-tma-store env ORCHID_PREFILL_TMA_STORE=1 "$build"/bench/cuda/attention/attention_bench \
+# The window tile's output by 16-byte stores (ORCHID_PREFILL_TMA_STORE=0) against the default's tensor stores
+# (the persistent row above).
+bench attention-prefill-no-tma-store env ORCHID_PREFILL_TMA_STORE=0 "$build"/bench/cuda/attention/attention_bench \
   --prefill
 # Long-context decode with a BF16 and an FP8 KV cache (the FP8 cache's point: half the bytes a key).
 for kv in bf16 fp8; do

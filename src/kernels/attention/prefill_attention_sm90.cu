@@ -131,7 +131,7 @@ template <int kConsumers, int kBlockN, bool kPieces>
 struct HopperKernelTag;
 
 // Q, K and V through TMA tensor maps, encoded per launch; out (boxes of 2 tokens x 8 heads) for the window
-// tile's output when stored by TMA (ORCHID_PREFILL_TMA_STORE=1).
+// tile's output when stored by TMA (the default; ORCHID_PREFILL_TMA_STORE=0 turns it off).
 struct HopperPrefillMaps {
   CUtensorMap q, k, v, out;
   bool store_by_tma = false;
@@ -638,7 +638,7 @@ __global__ void __launch_bounds__(Shape<kConsumers, kBlockN>::kThreads, 1)
           *reinterpret_cast<uint32_t*>(at + h * 1024) =
               pack_bf16(o[dt * 4 + 2 * h] * inv[h], o[dt * 4 + 2 * h + 1] * inv[h]);
       }
-      // The window tile with ORCHID_PREFILL_TMA_STORE=1: a warp's 16 rows are 2 whole tokens x 8 heads, laid
+      // The window tile with tensor stores (the default): a warp's 16 rows are 2 whole tokens x 8 heads, laid
       // out as the out map's box (128-byte swizzle, as Q came in), so when both tokens are real one tensor
       // store moves them (~35 instructions a warp against ~60 for the 16-byte stores below). A partial
       // token keeps the stores: the box would write the next tile's rows.
@@ -772,11 +772,11 @@ void launch_prefill_hopper(const PrefillParams& p, int num_token_rows, int64_t n
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the K pool");
   m.v = encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v_pool, dims, strides, box,
                           CU_TENSOR_MAP_SWIZZLE_128B, "prefill attention: the V pool");
-  // The window tile's output rows by tensor stores: ORCHID_PREFILL_TMA_STORE=1 (off by default until
-  // measured) unless the caller says.
+  // The window tile's output rows by tensor stores unless the caller says (or ORCHID_PREFILL_TMA_STORE=0):
+  // +4-7% on the window line at 32k, +9-13% at 8k (H100, bench/RESULTS.md).
   static const bool tma_store_env = [] {
     const char* v = std::getenv("ORCHID_PREFILL_TMA_STORE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   if (tma_store < 0) tma_store = tma_store_env ? 1 : 0;
   if (block_n == kWindowTileKeys && tma_store == 1 && p.pieces == nullptr) {

@@ -59,8 +59,8 @@ struct SinkAttentionArgs {
   // the same bits either way).
   int decode_stages = 0;
   // The Hopper kernel's window-tile output rows (a warp's 2 whole tokens x 8 heads) by one tensor store a
-  // warp instead of 16-byte stores: -1 = as ORCHID_PREFILL_TMA_STORE says (1: on; off by default until
-  // measured), 0 / 1 as given (tests: the same bits either way).
+  // warp instead of 16-byte stores: -1 = as ORCHID_PREFILL_TMA_STORE says (on unless it is 0), 0 / 1 as
+  // given (tests: the same bits either way).
   int prefill_tma_store = -1;
 };
 
