@@ -216,6 +216,11 @@ bench speculative-trained-tiny tools/gpu/speculative_bench.sh "$bin" models/orch
 tracer=$build/bench/cuda/trace/liborchid_kernel_trace.so
 [ -f "$tracer" ] && bench kernel-breakdown-20b python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \
   --tracer "$tracer" --model synthetic:20b --batch-sizes 1,256 --seq-len 1024
+# Where a batch-1 prefill's time goes, against compute floors (the MXFP4 path and FP8 weights).
+for w in fp8 mxfp4; do
+  [ -f "$tracer" ] && bench "prefill-breakdown-20b-$w" python3 tools/gpu/kernel_breakdown.py --orchid "$bin" \
+    --tracer "$tracer" --model synthetic:20b --weights $w --prefill-lens 8192,32768
+done
 check structured-outputs-20b tools/gpu/structured_outputs_gpu.sh "$bin"
 # A prefill and a decode instance sharing the GPU against one instance (greedy, up to BF16 ties).
 check disaggregation-tiny python3 tools/gpu/disaggregation_check.py --orchid "$bin" --model models/orchid-tiny

@@ -56,3 +56,28 @@ def test_the_gemms_after_the_final_norm_gather_are_the_lm_head():
     got = [p for p in roles(mod, names) if p.startswith("GEMM")]
     assert got[-2:] == ["GEMM: lm_head", "GEMM: lm_head"], got
     assert got[:3] == ["GEMM: QKV projection", "GEMM: O projection", "GEMM: O projection"], got
+
+
+def test_a_prefill_breakdown_takes_the_last_forward_passes_and_counts_its_floor_as_the_bench_does():
+    mod = load()
+    fwd = ["embedding_kernel(...)"] + layer(True, "void orchid::kernels::combine_kernel(...)")
+    rows = []
+    for i, name in enumerate(fwd * 3):  # a warm-up and two chunks of the measured prefill
+        rows.append({"name": name, "start_ns": str(10 * i), "end_ns": str(10 * i + 5)})
+    got = mod.last_prefill(list(reversed(rows)), 2)  # in any order: sorted by start
+    assert len(got) == 2 * len(fwd)
+    assert [int(r["start_ns"]) for r in got] == sorted(int(r["start_ns"]) for r in got)
+    assert got[0]["part"] == "embedding" and int(got[0]["start_ns"]) == 10 * len(fwd)
+    # Attention as cost_model.cc counts it: 4 * head_dim * heads FLOPs a (query, key) pair; full layers causal,
+    # sliding layers ramping up to the 128-key window.
+    T, L, per_pair = 8192, 24, 4 * 64 * 64
+    pairs = L // 2 * (T * (T + 1) / 2) + L // 2 * (128 * 129 / 2 + (T - 128) * 128)
+    f = mod.prefill_floors(mod.SHAPES["20b"], T, "fp8")
+    assert abs(f["attention"] * mod.BF16_FLOPS / (per_pair * pairs) - 1) < 1e-9
+    # Every linear layer at the FP8 ceiling, at the BF16 one with BF16 weights.
+    b = mod.prefill_floors(mod.SHAPES["20b"], T, "bf16")
+    for part in ("experts", "GEMM: QKV projection", "GEMM: O projection", "GEMM: router"):
+        assert abs(b[part] / f[part] - mod.FP8_FLOPS / mod.BF16_FLOPS) < 1e-9, part
+    assert f["attention"] < f["experts"]  # at 8k the experts dominate; at 128k attention does
+    g = mod.prefill_floors(mod.SHAPES["20b"], 128000, "fp8")
+    assert g["attention"] > 4 * g["experts"]

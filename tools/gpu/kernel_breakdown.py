@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-kernel breakdown of one decode step on the CUDA backend, against the floors of its parts.
+"""Per-kernel breakdown of one decode step (or one prefill) on the CUDA backend, against the floors of its parts.
 
 Runs `orchid bench decode MODEL --seq-lens L --batch-sizes B` under the CUPTI kernel tracer
 (bench/cuda/trace: CUDA_INJECTION64_PATH), takes the last graph-replayed step (all kernels of one graph
@@ -10,6 +10,11 @@ to last kernel end) minus the kernels' busy time is the idle time between kernel
 
   kernel_breakdown.py --orchid build/cuda/src/cli/orchid --tracer build/cuda/bench/cuda/trace/liborchid_kernel_trace.so \
       --model synthetic:20b --batch-sizes 1,256 --seq-len 1024 [--weights mxfp4] [--json OUT.json]
+
+With --prefill-lens N,... it breaks down instead the last batch-1 prefill of N tokens of `orchid bench prefill`
+(its forward passes: one a chunk of --max-num-batched-tokens, each from its embedding kernel on), against
+compute floors as `orchid bench prefill` counts them (src/model/cost_model.cc): every linear layer at the FP8
+ceiling (BF16 with --weights bf16), attention at the BF16 ceiling; the last token's lm_head by its weight bytes.
 Standard library only.
 """
 import argparse
@@ -21,6 +26,7 @@ import sys
 import tempfile
 
 HBM = 4.17e12  # bytes/s, measured device-to-device copy (hopper.md)
+FP8_FLOPS, BF16_FLOPS = 1332e12, 742e12  # dense tensor-core ceilings measured on the H200 (hopper.md)
 
 # gpt-oss-20b / 120b shapes (the spec): hidden, q dim, kv dim, vocab, intermediate, layers, experts.
 SHAPES = {"20b": dict(H=2880, Q=4096, KV=512, V=201088, I=2880, L=24, E=32, k=4),
@@ -120,6 +126,56 @@ def floors(shape, B, ctx, weights):
     }
 
 
+def prefill_floors(shape, T, weights):
+    """FLOPs each part of a batch-1 prefill of T tokens must do at least, as seconds at its ceiling."""
+    s = shape
+    linear = BF16_FLOPS if weights == "bf16" else FP8_FLOPS
+    heads, d = s["Q"] // 64, 64
+    full_pairs = T * (T + 1) / 2  # causal (query, key) pairs of a full-attention layer
+    window_pairs = sum(min(t + 1, 128) for t in range(T))  # sliding window of 128
+    attn = 4 * d * heads * (s["L"] // 2) * (full_pairs + window_pairs)  # QK^T and P V, 2 FLOPs a MAC each
+    return {
+        "experts": 6 * T * s["k"] * s["H"] * s["I"] * s["L"] / linear,
+        "attention": attn / BF16_FLOPS,
+        "GEMM: QKV projection": 2 * T * s["H"] * (s["Q"] + 2 * s["KV"]) * s["L"] / linear,
+        "GEMM: O projection": 2 * T * s["Q"] * s["H"] * s["L"] / linear,
+        "GEMM: router": 2 * T * s["H"] * s["E"] * s["L"] / linear,
+        "GEMM: lm_head": 2 * s["V"] * s["H"] / HBM,  # the last token's row only: its weight bytes
+    }
+
+
+def last_prefill(rows, forwards):
+    """The kernels of the last `forwards` forward passes of a trace (each starts with its embedding kernel),
+    in start order."""
+    rows = sorted(rows, key=lambda r: int(r["start_ns"]))
+    starts = [i for i, r in enumerate(rows) if part_of(r["name"]) == "embedding"]
+    if len(starts) < forwards:
+        sys.exit(f"kernel_breakdown: {len(starts)} forward passes in the trace, {forwards} wanted")
+    out = rows[starts[-forwards]:]
+    for r in out:
+        r["part"] = part_of(r["name"])
+    return name_gemms(out)
+
+
+def trace_prefill(args, T):
+    fd, path = tempfile.mkstemp(suffix=".csv")
+    os.close(fd)
+    env = dict(os.environ, CUDA_INJECTION64_PATH=os.path.abspath(args.tracer), ORCHID_TRACE_OUT=path)
+    cmd = [args.orchid, "bench", "prefill", args.model, "--weights", args.weights, "--input-lens", str(T),
+           "--repeats", "1", "--json"] + args.extra
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        sys.exit(f"kernel_breakdown: {' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
+    bench = json.loads(res.stdout)
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    os.unlink(path)
+    chunk = 16384
+    if "--max-num-batched-tokens" in args.extra:
+        chunk = int(args.extra[args.extra.index("--max-num-batched-tokens") + 1])
+    return last_prefill(rows, -(-T // chunk)), bench
+
+
 def trace_step(args, B):
     fd, path = tempfile.mkstemp(suffix=".csv")
     os.close(fd)
@@ -143,7 +199,7 @@ def trace_step(args, B):
     return name_gemms(step), bench
 
 
-def summarize(step, shape, B, ctx, weights):
+def summarize(step, shape, B, ctx, weights, prefill=False):
     start = min(int(r["start_ns"]) for r in step)
     end = max(int(r["end_ns"]) for r in step)
     busy, cur_s, cur_e = 0, None, None
@@ -161,12 +217,16 @@ def summarize(step, shape, B, ctx, weights):
         p = parts.setdefault(r["part"], {"launches": 0, "ns": 0})
         p["launches"] += 1
         p["ns"] += int(r["end_ns"]) - int(r["start_ns"])
-    fl = floors(shape, B, ctx, weights)
+    if prefill:
+        fl = {k: v * 1e6 for k, v in prefill_floors(shape, ctx, weights).items()}
+    else:
+        fl = {k: v / HBM * 1e6 for k, v in floors(shape, B, ctx, weights).items()}
+    attention_part = "attention: prefill tiles" if prefill else "attention: decode"
     table = []
     for name, p in sorted(parts.items(), key=lambda kv: -kv[1]["ns"]):
         key = "experts" if name.startswith("experts: MXFP4") or name.startswith("experts: FP8") or \
-            name == "experts: grouped GEMM" else "attention" if name == "attention: decode" else name
-        floor_us = fl[key] / HBM * 1e6 if key in fl else None
+            name == "experts: grouped GEMM" else "attention" if name == attention_part else name
+        floor_us = fl.get(key)
         table.append({"part": name, "launches": p["launches"], "us": p["ns"] / 1e3,
                       "share": p["ns"] / (end - start), "floor_us": floor_us})
     return {"batch": B, "seq_len": ctx, "span_us": (end - start) / 1e3, "busy_us": busy / 1e3,
@@ -181,11 +241,26 @@ def main():
     ap.add_argument("--weights", default="mxfp4")
     ap.add_argument("--batch-sizes", default="1,256")
     ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--prefill-lens", help="break down batch-1 prefills of these lengths instead (N,...)")
     ap.add_argument("--json", help="also write the breakdown as JSON here")
-    ap.add_argument("extra", nargs="*", help="more flags for orchid bench decode (after --)")
+    ap.add_argument("extra", nargs="*", help="more flags for orchid bench decode / prefill (after --)")
     args = ap.parse_args()
     shape = SHAPES["120b" if "120b" in args.model else "20b"]
     results = []
+    for T in [int(t) for t in args.prefill_lens.split(",")] if args.prefill_lens else []:
+        step, bench = trace_prefill(args, T)
+        s = summarize(step, shape, 1, T, args.weights, prefill=True)
+        row = next((r for r in bench["rows"] if r.get("input_tokens") == T), {})
+        s["bench_latency_ms"] = 1e3 * row.get("latency_s", 0)
+        s["bench_floor_ms"] = 1e3 * row.get("floor_s", 0)
+        results.append(s)
+        print(f"\n### {args.model} {args.weights}, prefill of {T} tokens: {s['bench_latency_ms']:.1f} ms (host clock; "
+              f"floor {s['bench_floor_ms']:.1f} ms), kernels' span {s['span_us'] / 1e3:.1f} ms, busy "
+              f"{s['busy_us'] / 1e3:.1f} ms, idle between kernels {s['idle_us'] / 1e3:.1f} ms, {s['kernels']} kernels")
+        print_parts(s)
+    if args.prefill_lens:
+        write_json(args, results)
+        return
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         step, bench = trace_step(args, B)
         s = summarize(step, shape, B, args.seq_len, args.weights)
@@ -196,14 +271,22 @@ def main():
         print(f"\n### {args.model} {args.weights}, batch {B}, context {args.seq_len}: step {s['bench_step_ms']:.3f} ms "
               f"(host clock; floor {s['bench_floor_ms']:.3f} ms), graph span {s['span_us']:.1f} us, kernels busy "
               f"{s['busy_us']:.1f} us, idle between kernels {s['idle_us']:.1f} us, {s['kernels']} kernels")
-        print("| part | launches | us | share of span | floor us | x floor |")
-        print("|---|---|---|---|---|---|")
-        for p in s["parts"]:
-            fl = p["floor_us"]
-            fl_text = "-" if fl is None else "%.1f" % fl
-            ratio = "-" if not fl else "%.2f" % (p["us"] / fl)
-            print("| %s | %d | %.1f | %.1f%% | %s | %s |" % (p["part"], p["launches"], p["us"], 100 * p["share"],
-                                                          fl_text, ratio))
+        print_parts(s)
+    write_json(args, results)
+
+
+def print_parts(s):
+    print("| part | launches | us | share of span | floor us | x floor |")
+    print("|---|---|---|---|---|---|")
+    for p in s["parts"]:
+        fl = p["floor_us"]
+        fl_text = "-" if fl is None else "%.1f" % fl
+        ratio = "-" if not fl else "%.2f" % (p["us"] / fl)
+        print("| %s | %d | %.1f | %.1f%% | %s | %s |" % (p["part"], p["launches"], p["us"], 100 * p["share"],
+                                                      fl_text, ratio))
+
+
+def write_json(args, results):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
