@@ -17,6 +17,7 @@
 #include "model/cost_model.h"
 #include "runtime/lockstep.h"
 #include "runtime/sequence_runner.h"
+#include "runtime/warm_up.h"
 
 namespace orchid::cli {
 
@@ -73,10 +74,9 @@ void run_prefill(const BenchArgs& a) {
   const auto& c = backend->model_config();
   const model::HardwareCeilings hw;
   nlohmann::json rows = nlohmann::json::array();
-  {  // warm-up: module loading, handles, first-touch of weights
-    runtime::SequenceRunner warm(*backend);
-    warm.feed(random_ids(std::min<int64_t>(lens.front(), 256), c.vocab_size, 1), true);
-  }
+  // The server's start-up warm-up (module loading, handles, the GEMM library's kernels for long prompts,
+  // first-touch of weights), so that the timings are those of a serving instance's requests.
+  runtime::warm_up(*backend, 1);
   for (int64_t n : lens) {
     std::vector<double> times;
     for (int r = 0; r < a.repeats; ++r) {

@@ -176,6 +176,10 @@ class Backend {
   // sequences takes the first that holds B). A size's first step runs eagerly, timing the GEMMs' choices,
   // and is captured: runtime::warm_up runs one of each before serving. Empty: no graphs.
   virtual std::vector<int32_t> decode_graph_batches() const { return {}; }
+  // Prompt lengths whose prefills runtime::warm_up also runs before serving, because the first prefill of a
+  // size pays one-time costs that a 128-token prompt does not (the GPU's GEMM library picks its kernels by
+  // size and loads each at its first launch: 1-3 ms apiece). Empty: none.
+  virtual std::vector<int32_t> prefill_warm_up_lengths() const { return {}; }
   // Whether forward() samples within StepBatch::token_masks (structured outputs). The engine refuses
   // constrained requests on a backend that does not.
   virtual bool applies_token_masks() const { return false; }

@@ -38,15 +38,39 @@ void decode_step(Backend& backend, int32_t B, const SamplingParams& params) {
   backend.forward(b);
 }
 
+// The prompt lengths warm_up feeds: 128 tokens (or one step, if less), then the backend's longer warm-up
+// lengths as far as one step and the pools hold them.
+std::vector<int32_t> prompt_lengths(const Backend& backend) {
+  const KvCacheSpec spec = backend.kv_spec();
+  const int32_t prompt = std::min<int32_t>(128, backend.max_step_tokens());
+  int64_t longest = backend.max_step_tokens();
+  longest = std::min<int64_t>(longest, int64_t(spec.num_full_pages) * spec.page_size);
+  if (spec.sliding_window > 0)  // a chunk's sliding pages, one more for a start inside a page
+    longest = std::min<int64_t>(longest, int64_t(spec.num_sliding_pages - 1) * spec.page_size);
+  std::vector<int32_t> lengths = {prompt};
+  for (const int32_t n : backend.prefill_warm_up_lengths())
+    if (n > lengths.back() && n <= longest) lengths.push_back(n);
+  return lengths;
+}
+
 }  // namespace
+
+int32_t longest_warm_up_prompt(const Backend& backend) {
+  return prompt_lengths(backend).back();
+}
 
 double warm_up(Backend& backend, int32_t max_batch) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t vocab = backend.model_config().vocab_size;
-  // A prompt short enough for any cache.
-  const int32_t prompt = std::min<int32_t>(128, backend.max_step_tokens());
-  std::vector<int32_t> ids(size_t(prompt), 0);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = warm_up_token(i, vocab);
+  auto prompt_of = [&](int32_t n) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = warm_up_token(i, vocab);
+    return ids;
+  };
+  // The longer prompts first (Backend::prefill_warm_up_lengths), then a prompt short enough for any cache.
+  const auto lengths = prompt_lengths(backend);
+  for (size_t k = 1; k < lengths.size(); ++k) SequenceRunner(backend).feed(prompt_of(lengths[k]), true);
+  const std::vector<int32_t> ids = prompt_of(lengths[0]);
   const KvCacheSpec spec = backend.kv_spec();
   for (const float temperature : {0.0f, 1.0f}) {  // arg-max and the GPU sampler: separate graphs
     SamplingParams params;

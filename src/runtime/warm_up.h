@@ -1,5 +1,6 @@
-// Start-up warm-up of a serving backend: runs once what the first requests would run (a prefill, then decode
-// steps greedy and sampled at every graph batch size) so that requests do not pay the one-time costs:
+// Start-up warm-up of a serving backend: runs once what the first requests would run (prefills of 128 tokens
+// and of the backend's prefill_warm_up_lengths, then decode steps greedy and sampled at every graph batch
+// size) so that requests do not pay the one-time costs:
 // loading the kernels' modules, choosing and timing the GEMM algorithms per shape, capturing the decode CUDA
 // graphs (on an H200 the first request after start-up, a 128-token prompt, took 246 ms to its first token,
 // where a whole 8192-token prefill takes 92 ms: bench/RESULTS.md, 2026-12-04; a first wave of 64 users paid
@@ -14,5 +15,8 @@ namespace orchid::runtime {
 // Uses the first KV pages of each pool and leaves nothing allocated: call it before an engine owns the
 // backend.
 double warm_up(Backend& backend, int32_t max_batch = 1 << 30);
+
+// The longest prompt warm_up feeds this backend (for its log line).
+int32_t longest_warm_up_prompt(const Backend& backend);
 
 }  // namespace orchid::runtime

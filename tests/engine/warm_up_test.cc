@@ -1,7 +1,8 @@
 // The start-up warm-up (runtime/warm_up.h) on the engine's checking stand-in backend: every batch it runs is
 // well formed (the fake refuses bad layouts, pages and tokens), batch 1 comes through a prompt and decode
 // steps, and every other graph batch size the backend names gets one decode step, greedy and sampled, as far
-// as --warmup-max-batch and the KV pools allow.
+// as --warmup-max-batch and the KV pools allow; the backend's longer warm-up prompts come first, as far as one
+// step and the pools hold them.
 #include "runtime/warm_up.h"
 
 #include <gtest/gtest.h>
@@ -19,11 +20,14 @@ class GraphedFake : public FakeBackend {
   GraphedFake(FakeBackendOptions options, std::vector<int32_t> batches)
       : FakeBackend(options), batches_(std::move(batches)) {}
   std::vector<int32_t> decode_graph_batches() const override { return batches_; }
+  std::vector<int32_t> prefill_warm_up_lengths() const override { return prefill_lengths; }
   runtime::StepOutput forward(const runtime::StepBatch& batch) override {
     steps.push_back(int32_t(batch.seqs.size()));
+    step_tokens.push_back(int32_t(batch.tokens.size()));
     return FakeBackend::forward(batch);
   }
-  std::vector<int32_t> steps;
+  std::vector<int32_t> steps, step_tokens;
+  std::vector<int32_t> prefill_lengths;
 
  private:
   std::vector<int32_t> batches_;
@@ -61,6 +65,21 @@ TEST(WarmUp, ABackendWithoutGraphsWarmsBatchOneOnly) {
   GraphedFake fake(options(), {});
   runtime::warm_up(fake);
   EXPECT_EQ(fake.steps, expected_steps({}));
+}
+
+TEST(WarmUp, LongerPromptsFirstAsFarAsThePoolsHoldThem) {
+  GraphedFake fake(options(), {1, 2});
+  // The fake's pools: 512 full pages and 128 sliding pages of 4 tokens; a one-sequence chunk needs a
+  // sliding page for each of its pages, so 256 tokens fit and 1024 do not. 100 is below the usual prompt.
+  fake.prefill_lengths = {100, 256, 1024, 4096};
+  runtime::warm_up(fake);
+  std::vector<int32_t> with_long = {1};
+  const auto usual = expected_steps({2});
+  with_long.insert(with_long.end(), usual.begin(), usual.end());
+  EXPECT_EQ(fake.steps, with_long);
+  ASSERT_FALSE(fake.step_tokens.empty());
+  EXPECT_EQ(fake.step_tokens[0], 256);
+  EXPECT_EQ(fake.step_tokens[1], 128);  // then the usual 128-token prompt
 }
 
 }  // namespace

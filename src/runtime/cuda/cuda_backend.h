@@ -38,6 +38,7 @@ class CudaBackend final : public Backend {
   int32_t max_step_seqs() const override { return opts_.max_step_seqs; }
   int32_t max_draft_tokens() const override { return opts_.max_draft_tokens; }
   std::vector<int32_t> decode_graph_batches() const override;
+  std::vector<int32_t> prefill_warm_up_lengths() const override;
   int32_t max_proposals() const override;
   // The GPU sampler applies StepBatch::token_masks (structured outputs), waiting for them only when it runs.
   bool applies_token_masks() const override { return true; }
