@@ -1,8 +1,8 @@
 // The start-up warm-up (runtime/warm_up.h) on the engine's checking stand-in backend: every batch it runs is
 // well formed (the fake refuses bad layouts, pages and tokens), batch 1 comes through a prompt and decode
 // steps, and every other graph batch size the backend names gets one decode step, greedy and sampled, as far
-// as --warmup-max-batch and the KV pools allow; the backend's longer warm-up prompts come first, as far as one
-// step and the pools hold them.
+// as --warmup-max-batch and the KV pools allow; the backend's longer warm-up prompts come first, as far as
+// one step and the pools hold them.
 #include "runtime/warm_up.h"
 
 #include <gtest/gtest.h>
