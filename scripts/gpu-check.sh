@@ -108,6 +108,9 @@ check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck
   --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--tp 8 --ep 8 --collectives local"
 check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
+# The MoE's FP8 quantizers (input gather, SwiGLU) a block a row instead of a warp a group (not yet timed).
+bench bench-prefill-20b-quant-rows env ORCHID_MOE_QUANT_ROWS=1 "$bin" bench prefill synthetic:20b --weights fp8 \
+  --input-lens 8192,32768 --repeats 3
 # MXFP4 prefill's per-layer conversion to FP8 on one CTA per block (the default) and on the persistent grid
 # that loads a CTA's next block while it converts one (ORCHID_MXFP4_CONVERT=pipelined), 20b and 120b.
 for cv in grid pipelined; do

@@ -43,10 +43,29 @@ orchid::ref::Permutation random_routing(std::mt19937_64& rng, int T, int E, int 
 
 class ActivationTest : public ::testing::TestWithParam<int> {};  // token count
 
+// Both forms of the FP8 quantizers (moe_set_quant_by_rows), for every test that calls them.
+class QuantForms {
+ public:
+  explicit QuantForms(bool by_rows) { moe_set_quant_by_rows(by_rows); }
+  ~QuantForms() { moe_set_quant_by_rows(false); }
+};
+
+void gather_and_quantize_fp8(int T, bool by_rows);
+void swiglu_bf16_and_fp8(int T, bool by_rows);
+
 TEST_P(ActivationTest, GatherAndQuantizeFp8) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  const int T = GetParam(), E = 32, K = 4, H = 2880, Hp = round_up_128(H), M = T * K;
-  std::mt19937_64 rng(orchid::testing::named_seed(case_name("gather_fp8_t", T).c_str()));
+  for (const bool by_rows : {false, true}) {
+    SCOPED_TRACE(by_rows ? "by rows" : "a warp a group");
+    const QuantForms forms(by_rows);
+    gather_and_quantize_fp8(GetParam(), by_rows);
+    gather_and_quantize_fp8(GetParam() * 2 + 1, by_rows);  // other row counts (rows are blocks there)
+  }
+}
+
+void gather_and_quantize_fp8(int T, bool by_rows) {
+  const int E = 32, K = 4, H = 2880, Hp = round_up_128(H), M = T * K;
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("gather_fp8_t", T).c_str()) + (by_rows ? 1 : 0));
   std::vector<int> idx;
   std::vector<float> w;
   const auto p = random_routing(rng, T, E, K, &idx, &w);
@@ -82,9 +101,17 @@ TEST_P(ActivationTest, GatherAndQuantizeFp8) {
 
 TEST_P(ActivationTest, SwigluBf16AndFp8) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  const int T = GetParam(), E = 32, K = 4, I = 2880, Ip = round_up_128(I), M = T * K;
+  for (const bool by_rows : {false, true}) {
+    SCOPED_TRACE(by_rows ? "by rows" : "a warp a group");
+    const QuantForms forms(by_rows);
+    swiglu_bf16_and_fp8(GetParam(), by_rows);
+  }
+}
+
+void swiglu_bf16_and_fp8(int T, bool by_rows) {
+  const int E = 32, K = 4, I = 2880, Ip = round_up_128(I), M = T * K;
   const SwigluParams sp;
-  std::mt19937_64 rng(orchid::testing::named_seed(case_name("swiglu_t", T).c_str()));
+  std::mt19937_64 rng(orchid::testing::named_seed(case_name("swiglu_t", T).c_str()) + (by_rows ? 1 : 0));
   std::vector<int> idx;
   std::vector<float> w;
   const auto p = random_routing(rng, T, E, K, &idx, &w);
