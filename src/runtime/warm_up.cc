@@ -38,15 +38,16 @@ void decode_step(Backend& backend, int32_t B, const SamplingParams& params) {
   backend.forward(b);
 }
 
-// The prompt lengths warm_up feeds: 128 tokens (or one step, if less), then the backend's longer warm-up
-// lengths as far as one step and the pools hold them.
+// The prompt lengths warm_up feeds: 128 tokens (fewer if one step or the pools hold fewer), then the
+// backend's longer warm-up lengths as far as one step and the pools hold them. Every prompt leaves room for
+// the three decode steps that follow the short one.
 std::vector<int32_t> prompt_lengths(const Backend& backend) {
   const KvCacheSpec spec = backend.kv_spec();
-  const int32_t prompt = std::min<int32_t>(128, backend.max_step_tokens());
   int64_t longest = backend.max_step_tokens();
-  longest = std::min<int64_t>(longest, int64_t(spec.num_full_pages) * spec.page_size);
+  longest = std::min<int64_t>(longest, int64_t(spec.num_full_pages) * spec.page_size - 4);
   if (spec.sliding_window > 0)  // a chunk's sliding pages, one more for a start inside a page
     longest = std::min<int64_t>(longest, int64_t(spec.num_sliding_pages - 1) * spec.page_size);
+  const int32_t prompt = int32_t(std::max<int64_t>(1, std::min<int64_t>(128, longest)));
   std::vector<int32_t> lengths = {prompt};
   for (const int32_t n : backend.prefill_warm_up_lengths())
     if (n > lengths.back() && n <= longest) lengths.push_back(n);

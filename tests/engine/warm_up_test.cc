@@ -82,5 +82,16 @@ TEST(WarmUp, LongerPromptsFirstAsFarAsThePoolsHoldThem) {
   EXPECT_EQ(fake.step_tokens[1], 128);  // then the usual 128-token prompt
 }
 
+TEST(WarmUp, APoolShorterThanThePromptShortensIt) {
+  FakeBackendOptions o = options();
+  o.kv.num_full_pages = 10;  // 40 tokens: a 36-token prompt and its three decode steps
+  GraphedFake fake(o, {1});
+  fake.prefill_lengths = {1024};
+  runtime::warm_up(fake);
+  ASSERT_FALSE(fake.step_tokens.empty());
+  EXPECT_EQ(fake.step_tokens[0], 36);
+  EXPECT_EQ(fake.steps, expected_steps({}));
+}
+
 }  // namespace
 }  // namespace orchid::engine::testing
