@@ -76,8 +76,10 @@ def test_a_prefill_breakdown_takes_the_last_forward_passes_and_counts_its_floor_
     assert abs(f["attention"] * mod.BF16_FLOPS / (per_pair * pairs) - 1) < 1e-9
     # Every linear layer at the FP8 ceiling, at the BF16 one with BF16 weights.
     b = mod.prefill_floors(mod.SHAPES["20b"], T, "bf16")
-    for part in ("experts", "GEMM: QKV projection", "GEMM: O projection", "GEMM: router"):
+    for part in ("experts", "GEMM: QKV projection", "GEMM: O projection"):
         assert abs(b[part] / f[part] - mod.FP8_FLOPS / mod.BF16_FLOPS) < 1e-9, part
+    # The router (32 outputs a row) by the bytes of its two BF16 input halves, in either format.
+    assert f["GEMM: router"] == b["GEMM: router"] == 2 * 2 * T * 2880 * L / mod.HBM
     assert f["attention"] < f["experts"]  # at 8k the experts dominate; at 128k attention does
     g = mod.prefill_floors(mod.SHAPES["20b"], 128000, "fp8")
     assert g["attention"] > 4 * g["experts"]

@@ -14,7 +14,8 @@ to last kernel end) minus the kernels' busy time is the idle time between kernel
 With --prefill-lens N,... it breaks down instead the last batch-1 prefill of N tokens of `orchid bench prefill`
 (its forward passes: one a chunk of --max-num-batched-tokens, each from its embedding kernel on), against
 compute floors as `orchid bench prefill` counts them (src/model/cost_model.cc): every linear layer at the FP8
-ceiling (BF16 with --weights bf16), attention at the BF16 ceiling; the last token's lm_head by its weight bytes.
+ceiling (BF16 with --weights bf16), attention at the BF16 ceiling; the router (N = experts) and the last token's
+lm_head by the bytes they must read.
 Standard library only.
 """
 import argparse
@@ -139,7 +140,9 @@ def prefill_floors(shape, T, weights):
         "attention": attn / BF16_FLOPS,
         "GEMM: QKV projection": 2 * T * s["H"] * (s["Q"] + 2 * s["KV"]) * s["L"] / linear,
         "GEMM: O projection": 2 * T * s["Q"] * s["H"] * s["L"] / linear,
-        "GEMM: router": 2 * T * s["H"] * s["E"] * s["L"] / linear,
+        # The router's N is the expert count: reading its input (two BF16 halves of the fp32-accuracy norm
+        # output, as orchid routes by default) bounds it, not its FLOPs.
+        "GEMM: router": max(2 * T * s["H"] * s["E"] / linear, 2 * 2 * T * s["H"] / HBM) * s["L"],
         "GEMM: lm_head": 2 * s["V"] * s["H"] / HBM,  # the last token's row only: its weight bytes
     }
 
