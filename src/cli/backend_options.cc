@@ -178,7 +178,7 @@ std::unique_ptr<runtime::Backend> BackendOptions::create(const std::string& mode
     auto replicas = create_replicas(model);
     return std::make_unique<runtime::LeadReplica>(std::move(replicas));
   }
-  const model::ParallelConfig pc = parallel();
+  [[maybe_unused]] const model::ParallelConfig pc = parallel();  // checks the flags on every build
   std::string which = backend;
 #if ORCHID_HAVE_CUDA
   if (which == "auto") which = runtime::cuda::cuda_device_available() ? "cuda" : "cpu";

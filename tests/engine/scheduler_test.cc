@@ -15,6 +15,13 @@
 namespace orchid::engine {
 namespace {
 
+// A stop rule of max_tokens alone.
+StopConfig stop_after(int max_tokens) {
+  StopConfig c;
+  c.max_tokens = max_tokens;
+  return c;
+}
+
 runtime::KvCacheSpec spec(int32_t full_pages, int32_t sliding_pages = 64) {
   runtime::KvCacheSpec s;
   s.page_size = 4;
@@ -181,7 +188,7 @@ TEST(Scheduler, FinishedSequencesAreReapedAndNothingIsLeft) {
 
 TEST(Scheduler, RejectsMisuse) {
   Fixture f({}, spec(8));
-  auto s = std::make_unique<Sequence>(1, StopChecker(StopConfig{.max_tokens = 4}, nullptr));
+  auto s = std::make_unique<Sequence>(1, StopChecker(stop_after(4), nullptr));
   EXPECT_THROW(f.sched.add(std::move(s)), InternalError);  // an empty prompt
   Sequence* a = f.add(3);
   f.sched.finish(a);
@@ -296,7 +303,7 @@ TEST(SchedulerAhead, LeavesOutWhatEndsTakesHistoryFromTheDrawAndStopsForExports)
   c.max_model_len = 64;
   Fixture f(c, spec(64));
   Sequence* last = f.add(5);  // its launched draw is its last (max_tokens 1)
-  last->stop = StopChecker(StopConfig{.max_tokens = 1}, nullptr);
+  last->stop = StopChecker(stop_after(1), nullptr);
   Sequence* goes_on = f.add(5);
   std::vector<ScheduledSeq> launched, next;
   ASSERT_TRUE(f.sched.schedule(launched));
