@@ -280,10 +280,13 @@ void CudaBackend::open_kv_share(const KvShare& share) {
 std::vector<int32_t> CudaBackend::prefill_warm_up_lengths() const {
   // cuBLASLt's dense GEMMs (QKV, O, router) change kernels with the row count; an 8192-token prefill after a
   // 128-token warm-up loaded six new ones on its way, 11.8 ms of a 106 ms prefill (H100, bench/RESULTS.md).
-  // Powers of 4 up to a whole step, plus the step itself.
+  // Powers of 4 up to a whole step, and that step, capped at the default step of 16384 tokens (a larger
+  // --max-num-batched-tokens would lengthen the start-up by seconds; its GEMMs are expected to keep the
+  // 16384-row choices, not yet checked by a trace).
+  const int32_t top = std::min(opts_.max_step_tokens, 16384);
   std::vector<int32_t> lengths;
-  for (int32_t n = 1024; n < opts_.max_step_tokens; n *= 4) lengths.push_back(n);
-  lengths.push_back(opts_.max_step_tokens);
+  for (int32_t n = 1024; n < top; n *= 4) lengths.push_back(n);
+  lengths.push_back(top);
   return lengths;
 }
 
