@@ -160,12 +160,12 @@ def last_prefill(rows, forwards):
     return name_gemms(out)
 
 
-def trace_prefill(args, T):
+def traced(args, bench_args):
+    """Runs `orchid bench BENCH_ARGS --json` under the kernel tracer; returns (trace rows, the bench's JSON)."""
     fd, path = tempfile.mkstemp(suffix=".csv")
     os.close(fd)
     env = dict(os.environ, CUDA_INJECTION64_PATH=os.path.abspath(args.tracer), ORCHID_TRACE_OUT=path)
-    cmd = [args.orchid, "bench", "prefill", args.model, "--weights", args.weights, "--input-lens", str(T),
-           "--repeats", "1", "--json"] + args.extra
+    cmd = [args.orchid, "bench"] + bench_args + ["--json"] + args.extra
     res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if res.returncode != 0:
         sys.exit(f"kernel_breakdown: {' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
@@ -173,6 +173,12 @@ def trace_prefill(args, T):
     with open(path) as f:
         rows = list(csv.DictReader(f))
     os.unlink(path)
+    return rows, bench
+
+
+def trace_prefill(args, T):
+    rows, bench = traced(args, ["prefill", args.model, "--weights", args.weights, "--input-lens", str(T),
+                                "--repeats", "1"])
     chunk = 16384
     if "--max-num-batched-tokens" in args.extra:
         chunk = int(args.extra[args.extra.index("--max-num-batched-tokens") + 1])
@@ -180,18 +186,8 @@ def trace_prefill(args, T):
 
 
 def trace_step(args, B):
-    fd, path = tempfile.mkstemp(suffix=".csv")
-    os.close(fd)
-    env = dict(os.environ, CUDA_INJECTION64_PATH=os.path.abspath(args.tracer), ORCHID_TRACE_OUT=path)
-    cmd = [args.orchid, "bench", "decode", args.model, "--weights", args.weights, "--seq-lens", str(args.seq_len),
-           "--batch-sizes", str(B), "--steps", "3", "--json"] + args.extra
-    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if res.returncode != 0:
-        sys.exit(f"kernel_breakdown: {' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
-    bench = json.loads(res.stdout)
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    os.unlink(path)
+    rows, bench = traced(args, ["decode", args.model, "--weights", args.weights, "--seq-lens", str(args.seq_len),
+                                "--batch-sizes", str(B), "--steps", "3"])
     graph_rows = [r for r in rows if r["graph"] != "0"]
     if not graph_rows:
         sys.exit("kernel_breakdown: no graph-launched kernels in the trace (decode graphs off?)")
