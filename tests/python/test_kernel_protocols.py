@@ -16,6 +16,9 @@ tests/kernels decide; these make a wrong mapping or a missing barrier release fa
 4. The same kernel's consumer bookkeeping: the edge V rows it zeroes are exactly the keys outside the item's
    range, its online softmax (lazy running max, first P V overwriting O, the sink's term added after it)
    gives the softmax, and the window tile's tensor store writes the rows the 16-byte stores would.
+5. The MoE's FP8 1x128 quantizers by rows (moe_activation.cu, ORCHID_MOE_QUANT_ROWS=1): each row's groups
+   are written exactly once, a group by one aligned half-warp (its amax shuffles stay inside it), every
+   thread of a block runs the same rounds, and the columns past k are written as zeros.
 """
 import random
 
@@ -559,3 +562,54 @@ def test_window_tma_store_box_is_the_warps_staged_rows():
                     assert by_box == by_stores  # the same rows, all of them real
                 else:
                     assert len(by_stores) < 16  # a partial token: the box would write past the item
+
+
+# ---------------------------------------------------------------- 5. FP8 quantizers by rows
+def quant_block(groups):  # moe_activation.cu
+    return min(512, (groups * 16 + 31) // 32 * 32)
+
+
+def quant_rows_writes(k, groups, block, loads_per_col):
+    """(group -> 16 thread ids, column -> 'value' | 'zero', thread -> rounds) of one row as the kernel runs it;
+    `loads_per_col` names what the thread's 8 columns read (the 8-wide or 4-wide load, or nothing)."""
+    rounds = (groups * 16 + block - 1) // block
+    group_threads, cols, thread_rounds = {}, {}, {}
+    for tid in range(block):
+        thread_rounds[tid] = rounds
+        sub = tid & 15
+        for rnd in range(rounds):
+            g = (rnd * block + tid) >> 4
+            col = g * 128 + sub * 8
+            if g >= groups:  # takes part in the shuffles, stores nothing
+                continue
+            group_threads.setdefault(g, []).append(rnd * block + tid)
+            if col + 8 <= k:
+                kinds = ["value"] * 8
+            elif col < k:
+                assert k - col == 4, (k, col)  # k % 8 == 4: the uint2 load
+                kinds = ["value"] * 4 + ["zero"] * 4
+            else:
+                kinds = ["zero"] * 8
+            for i, kind in enumerate(kinds):
+                assert col + i not in cols, "column written twice"
+                cols[col + i] = kind
+            loads_per_col.append((col, kinds.count("value")))
+    return group_threads, cols, thread_rounds
+
+
+@pytest.mark.parametrize("k", [4, 12, 64, 128, 132, 2880, 2884, 4096, 8192 + 4, 20000])
+def test_quantizers_by_rows_write_each_column_once_a_group_by_one_half_warp(k):
+    groups = (k + 127) // 128
+    block = quant_block(groups)
+    assert block % 32 == 0 and 32 <= block <= 512
+    loads = []
+    group_threads, cols, thread_rounds = quant_rows_writes(k, groups, block, loads)
+    assert sorted(cols) == list(range(groups * 128))  # every column of the padded row, once
+    assert all(cols[c] == ("value" if c < k else "zero") for c in cols)
+    assert sorted(group_threads) == list(range(groups))
+    for g, ids in group_threads.items():
+        assert len(ids) == 16 and ids == list(range(ids[0], ids[0] + 16)) and ids[0] % 16 == 0
+    assert len(set(thread_rounds.values())) == 1  # uniform rounds: whole warps reach every shuffle
+    # The 8-wide loads are 16-byte aligned (k % 8 == 0 rows of bf16 start 16-byte aligned; col % 8 == 0).
+    assert all(col % 8 == 0 for col, _ in loads)
+
