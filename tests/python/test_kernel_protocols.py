@@ -583,11 +583,9 @@ def quant_rows_writes(k, groups, block, loads_per_col):
             if g >= groups:  # takes part in the shuffles, stores nothing
                 continue
             group_threads.setdefault(g, []).append(rnd * block + tid)
-            if col + 8 <= k:
+            if col < k:  # the launcher takes this kernel for k % 8 == 0 only
+                assert col + 8 <= k, (k, col)
                 kinds = ["value"] * 8
-            elif col < k:
-                assert k - col == 4, (k, col)  # k % 8 == 4: the uint2 load
-                kinds = ["value"] * 4 + ["zero"] * 4
             else:
                 kinds = ["zero"] * 8
             for i, kind in enumerate(kinds):
@@ -597,7 +595,7 @@ def quant_rows_writes(k, groups, block, loads_per_col):
     return group_threads, cols, thread_rounds
 
 
-@pytest.mark.parametrize("k", [4, 12, 64, 128, 132, 2880, 2884, 4096, 8192 + 4, 20000])
+@pytest.mark.parametrize("k", [8, 64, 120, 128, 136, 2880, 4096, 8192 + 8, 20000])
 def test_quantizers_by_rows_write_each_column_once_a_group_by_one_half_warp(k):
     groups = (k + 127) // 128
     block = quant_block(groups)
@@ -610,6 +608,11 @@ def test_quantizers_by_rows_write_each_column_once_a_group_by_one_half_warp(k):
     for g, ids in group_threads.items():
         assert len(ids) == 16 and ids == list(range(ids[0], ids[0] + 16)) and ids[0] % 16 == 0
     assert len(set(thread_rounds.values())) == 1  # uniform rounds: whole warps reach every shuffle
-    # The 8-wide loads are 16-byte aligned (k % 8 == 0 rows of bf16 start 16-byte aligned; col % 8 == 0).
+    # The 16-byte loads are aligned: rows of k % 8 == 0 bf16 start on 16 bytes, and every col % 8 == 0.
     assert all(col % 8 == 0 for col, _ in loads)
+
+
+def test_the_model_refuses_rows_that_are_not_whole_16_byte_loads():
+    with pytest.raises(AssertionError):
+        quant_rows_writes(2884, 23, quant_block(23), [])
 

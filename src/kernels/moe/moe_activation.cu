@@ -161,16 +161,12 @@ __global__ void gather_quant_fp8_rows_kernel(const __nv_bfloat16* __restrict__ h
     for (int round = 0; round < rounds; ++round) {
       const int g = (round * int(blockDim.x) + int(threadIdx.x)) >> 4, col = g * 128 + sub * 8;
       float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (g < groups && col + 8 <= k) {
+      if (g < groups && col < k) {  // k % 8 == 0: rows start 16-byte aligned, a thread's 8 columns all in
         const uint4 w = *reinterpret_cast<const uint4*>(row + col);
         unpack_bf16x2(w.x, v[0], v[1]);
         unpack_bf16x2(w.y, v[2], v[3]);
         unpack_bf16x2(w.z, v[4], v[5]);
         unpack_bf16x2(w.w, v[6], v[7]);
-      } else if (g < groups && col < k) {  // k % 8 == 4: the row's last 4 columns
-        const uint2 w = *reinterpret_cast<const uint2*>(row + col);
-        unpack_bf16x2(w.x, v[0], v[1]);
-        unpack_bf16x2(w.y, v[2], v[3]);
       }
       quant8_store(v, g < groups, sub, out_q + r * kpad + col, out_scale + int64_t(r) * groups + g);
     }
@@ -339,7 +335,7 @@ void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, 
   ORCHID_KERNEL_REQUIRE(k % 4 == 0, "moe_gather_quant_fp8: k must be a multiple of 4");
   if (rows <= 0) return;
   const int groups = round_up_128(k) / 128;
-  if (quant_by_rows()) {
+  if (quant_by_rows() && k % 8 == 0) {  // 16-byte loads need 16-byte aligned rows
     gather_quant_fp8_rows_kernel<<<unsigned(rows), quant_block(groups), 0, stream>>>(
         static_cast<const __nv_bfloat16*>(h), row_token, rows, k, groups, out_q, out_scale);
     ORCHID_CUDA_CHECK_LAUNCH();

@@ -25,7 +25,8 @@ void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, 
                           float* out_scale, cudaStream_t stream);
 
 // Which kernels moe_gather_quant_fp8 and moe_swiglu_fp8 launch: a warp a 128-column group (default), or a
-// block a row with 8 columns a thread (ORCHID_MOE_QUANT_ROWS=1; not yet timed). Same results; for tests.
+// block a row with 8 columns a thread (ORCHID_MOE_QUANT_ROWS=1, for the gather where k % 8 == 0; not yet
+// timed). Same results; for tests.
 void moe_set_quant_by_rows(bool on);
 
 struct SwigluParams {
