@@ -122,10 +122,9 @@ void serve(const ServeArgs& a) {
             for (int32_t B : batches)
               if (B <= max_batch) captured = std::max(captured, B);
             spdlog::info(
-                "orchid serve: warm-up (kernels, GEMM choices, prompts of up to {} tokens, decode graphs of "
-                "1 "
-                "to {} sequences) in {:.2f} s",
-                longest_warm_up_prompt(*backend), captured, seconds);
+                "orchid serve: warm-up (kernels, GEMM choices, prompts of up to {} tokens, decode "
+                "graphs of 1 to {} sequences) in {:.2f} s",
+                runtime::longest_warm_up_prompt(*backend), captured, seconds);
           } catch (const std::exception& e) {  // e.g. a KV cache too small for the warm-up's prompt
             spdlog::warn("orchid serve: warm-up skipped: {}", e.what());
           }
