@@ -122,12 +122,14 @@ __global__ void swiglu_fp8_kernel(const __nv_bfloat16* __restrict__ u, const __n
   if (lane == 0) z_scale[r * groups + g] = s.scale;
 }
 
-// The FP8 1x128 quantizers below: a block a row (blockIdx.x, then every gridDim.x-th), 16 threads a
-// 128-column group, 8 columns a thread (16-byte loads, 8-byte stores), the group's amax over its half-warp. A
-// warp a group with 4 columns a lane and 64-bit index divisions was instruction-bound: 0.16 ms a layer for
-// the gather and 0.26 ms for SwiGLU at an 8192-token prefill of 20b on an H100, 2.4-4.4x their bytes' time.
-// Every thread of a block runs the same rounds (the half-warps' shuffles need their whole warp); columns
-// past k in the row's last group are written as zeros, as the GEMM's padded K reads them.
+// The FP8 1x128 quantizers by rows (ORCHID_MOE_QUANT_ROWS=1; off until timed on a GPU): a block a row
+// (blockIdx.x, then every gridDim.x-th), 16 threads a 128-column group, 8 columns a thread (16-byte loads,
+// 8-byte stores), the group's amax over its half-warp; the codes and scales of the kernels above. Those (a
+// warp a group, 4 columns a lane, the row found by a 64-bit division) took 0.16 ms a layer for the gather
+// and 0.26 ms for SwiGLU at an 8192-token prefill of 20b on an H100, 2.4-4.4x their bytes' time: by the
+// instruction count, few bytes in flight a warp for its index work. Every thread of a block runs the same
+// rounds (the half-warps' shuffles need their whole warp); columns past k in the row's last group are written
+// as zeros, as the GEMM's padded K reads them.
 __device__ __forceinline__ float half_warp_max(float v) {
 #pragma unroll
   for (int off = 8; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
