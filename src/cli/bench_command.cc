@@ -76,7 +76,7 @@ void run_prefill(const BenchArgs& a) {
   nlohmann::json rows = nlohmann::json::array();
   // The server's start-up warm-up (module loading, handles, the GEMM library's kernels for long prompts,
   // first-touch of weights), so that the timings are those of a serving instance's requests.
-  runtime::warm_up(*backend, 1);
+  runtime::warm_up(*backend, 1, bo.max_model_len);
   for (int64_t n : lens) {
     std::vector<double> times;
     for (int r = 0; r < a.repeats; ++r) {

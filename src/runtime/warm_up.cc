@@ -41,9 +41,9 @@ void decode_step(Backend& backend, int32_t B, const SamplingParams& params) {
 // The prompt lengths warm_up feeds: 128 tokens (fewer if one step or the pools hold fewer), then the
 // backend's longer warm-up lengths as far as one step and the pools hold them. Every prompt leaves room for
 // the three decode steps that follow the short one.
-std::vector<int32_t> prompt_lengths(const Backend& backend) {
+std::vector<int32_t> prompt_lengths(const Backend& backend, int64_t max_sequence) {
   const KvCacheSpec spec = backend.kv_spec();
-  int64_t longest = backend.max_step_tokens();
+  int64_t longest = std::min<int64_t>(backend.max_step_tokens(), max_sequence - 4);
   longest = std::min<int64_t>(longest, int64_t(spec.num_full_pages) * spec.page_size - 4);
   if (spec.sliding_window > 0)  // a chunk's sliding pages, one more for a start inside a page
     longest = std::min<int64_t>(longest, int64_t(spec.num_sliding_pages - 1) * spec.page_size);
@@ -56,11 +56,11 @@ std::vector<int32_t> prompt_lengths(const Backend& backend) {
 
 }  // namespace
 
-int32_t longest_warm_up_prompt(const Backend& backend) {
-  return prompt_lengths(backend).back();
+int32_t longest_warm_up_prompt(const Backend& backend, int64_t max_sequence) {
+  return prompt_lengths(backend, max_sequence).back();
 }
 
-double warm_up(Backend& backend, int32_t max_batch) {
+double warm_up(Backend& backend, int32_t max_batch, int64_t max_sequence) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t vocab = backend.model_config().vocab_size;
   auto prompt_of = [&](int32_t n) {
@@ -69,7 +69,7 @@ double warm_up(Backend& backend, int32_t max_batch) {
     return ids;
   };
   // The longer prompts first (Backend::prefill_warm_up_lengths), then a prompt short enough for any cache.
-  const auto lengths = prompt_lengths(backend);
+  const auto lengths = prompt_lengths(backend, max_sequence);
   for (size_t k = 1; k < lengths.size(); ++k) SequenceRunner(backend).feed(prompt_of(lengths[k]), true);
   const std::vector<int32_t> ids = prompt_of(lengths[0]);
   const KvCacheSpec spec = backend.kv_spec();

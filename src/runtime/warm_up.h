@@ -14,9 +14,11 @@ namespace orchid::runtime {
 // Returns the seconds it took. Decode graphs of up to max_batch sequences (Backend::decode_graph_batches).
 // Uses the first KV pages of each pool and leaves nothing allocated: call it before an engine owns the
 // backend.
-double warm_up(Backend& backend, int32_t max_batch = 1 << 30);
+// Prompts stay within max_sequence tokens with their decode steps (the caller's --max-model-len, where the
+// backend refuses longer sequences).
+double warm_up(Backend& backend, int32_t max_batch = 1 << 30, int64_t max_sequence = int64_t(1) << 40);
 
 // The longest prompt warm_up feeds this backend (for its log line).
-int32_t longest_warm_up_prompt(const Backend& backend);
+int32_t longest_warm_up_prompt(const Backend& backend, int64_t max_sequence = int64_t(1) << 40);
 
 }  // namespace orchid::runtime

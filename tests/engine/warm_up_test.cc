@@ -93,5 +93,15 @@ TEST(WarmUp, APoolShorterThanThePromptShortensIt) {
   EXPECT_EQ(fake.steps, expected_steps({}));
 }
 
+TEST(WarmUp, PromptsStayWithinTheLongestSequenceAsked) {
+  GraphedFake fake(options(), {1});
+  fake.prefill_lengths = {256};
+  runtime::warm_up(fake, 1, 64);  // e.g. bench prefill --input-lens 32,63: --max-model-len 64
+  ASSERT_FALSE(fake.step_tokens.empty());
+  EXPECT_EQ(fake.step_tokens[0], 60);  // no 256-token prompt; 60 tokens and three decode steps
+  EXPECT_EQ(runtime::longest_warm_up_prompt(fake, 64), 60);
+  EXPECT_EQ(runtime::longest_warm_up_prompt(fake), 256);
+}
+
 }  // namespace
 }  // namespace orchid::engine::testing

@@ -282,8 +282,9 @@ std::vector<int32_t> CudaBackend::prefill_warm_up_lengths() const {
   // 128-token warm-up loaded six new ones on its way, 11.8 ms of a 106 ms prefill (H100, bench/RESULTS.md).
   // Powers of 4 up to a whole step, and that step, capped at the default step of 16384 tokens (a larger
   // --max-num-batched-tokens would lengthen the start-up by seconds; its GEMMs are expected to keep the
-  // 16384-row choices, not yet checked by a trace).
-  const int32_t top = std::min(opts_.max_step_tokens, 16384);
+  // 16384-row choices, not yet checked by a trace) and at the longest sequence a step may hold.
+  const int64_t longest = std::min<int64_t>(config_.max_position_embeddings, opts_.max_model_len);
+  const int32_t top = int32_t(std::min<int64_t>({int64_t(opts_.max_step_tokens), 16384, longest}));
   std::vector<int32_t> lengths;
   for (int32_t n = 1024; n < top; n *= 4) lengths.push_back(n);
   lengths.push_back(top);
