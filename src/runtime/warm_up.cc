@@ -39,8 +39,8 @@ void decode_step(Backend& backend, int32_t B, const SamplingParams& params) {
 }
 
 // The prompt lengths warm_up feeds: 128 tokens (fewer if one step or the pools hold fewer), then the
-// backend's longer warm-up lengths as far as one step and the pools hold them. Every prompt leaves room for
-// the three decode steps that follow the short one.
+// backend's longer warm-up lengths, each cut to the longest prompt that one step, the pools and max_sequence
+// hold. Every prompt leaves room for the three decode steps that follow the short one.
 std::vector<int32_t> prompt_lengths(const Backend& backend, int64_t max_sequence) {
   const KvCacheSpec spec = backend.kv_spec();
   int64_t longest = std::min<int64_t>(backend.max_step_tokens(), max_sequence - 4);
@@ -49,8 +49,10 @@ std::vector<int32_t> prompt_lengths(const Backend& backend, int64_t max_sequence
     longest = std::min<int64_t>(longest, int64_t(spec.num_sliding_pages - 1) * spec.page_size);
   const int32_t prompt = int32_t(std::max<int64_t>(1, std::min<int64_t>(128, longest)));
   std::vector<int32_t> lengths = {prompt};
-  for (const int32_t n : backend.prefill_warm_up_lengths())
-    if (n > lengths.back() && n <= longest) lengths.push_back(n);
+  for (const int32_t n : backend.prefill_warm_up_lengths()) {
+    const int32_t m = int32_t(std::min<int64_t>(n, longest));  // the longest that fits stands in for n
+    if (m > lengths.back()) lengths.push_back(m);
+  }
   return lengths;
 }
 

@@ -70,16 +70,18 @@ TEST(WarmUp, ABackendWithoutGraphsWarmsBatchOneOnly) {
 TEST(WarmUp, LongerPromptsFirstAsFarAsThePoolsHoldThem) {
   GraphedFake fake(options(), {1, 2});
   // The fake's pools: 512 full pages and 128 sliding pages of 4 tokens; a one-sequence chunk needs a
-  // sliding page for each of its pages, so 256 tokens fit and 1024 do not. 100 is below the usual prompt.
+  // sliding page for each of its pages (one spare), so 508 tokens fit: 1024 and 4096 are cut to that, once.
+  // 100 is below the usual prompt.
   fake.prefill_lengths = {100, 256, 1024, 4096};
   runtime::warm_up(fake);
-  std::vector<int32_t> with_long = {1};
+  std::vector<int32_t> with_long = {1, 1};
   const auto usual = expected_steps({2});
   with_long.insert(with_long.end(), usual.begin(), usual.end());
   EXPECT_EQ(fake.steps, with_long);
-  ASSERT_FALSE(fake.step_tokens.empty());
+  ASSERT_GE(fake.step_tokens.size(), 3u);
   EXPECT_EQ(fake.step_tokens[0], 256);
-  EXPECT_EQ(fake.step_tokens[1], 128);  // then the usual 128-token prompt
+  EXPECT_EQ(fake.step_tokens[1], 508);
+  EXPECT_EQ(fake.step_tokens[2], 128);  // then the usual 128-token prompt
 }
 
 TEST(WarmUp, APoolShorterThanThePromptShortensIt) {
@@ -98,7 +100,8 @@ TEST(WarmUp, PromptsStayWithinTheLongestSequenceAsked) {
   fake.prefill_lengths = {256};
   runtime::warm_up(fake, 1, 64);  // e.g. bench prefill --input-lens 32,63: --max-model-len 64
   ASSERT_FALSE(fake.step_tokens.empty());
-  EXPECT_EQ(fake.step_tokens[0], 60);  // no 256-token prompt; 60 tokens and three decode steps
+  EXPECT_EQ(fake.step_tokens[0], 60);  // one 60-token prompt (and three decode steps), no 256-token one
+  EXPECT_EQ(fake.steps, expected_steps({}));
   EXPECT_EQ(runtime::longest_warm_up_prompt(fake, 64), 60);
   EXPECT_EQ(runtime::longest_warm_up_prompt(fake), 256);
 }
