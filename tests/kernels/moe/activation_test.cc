@@ -43,7 +43,7 @@ orchid::ref::Permutation random_routing(std::mt19937_64& rng, int T, int E, int 
 
 class ActivationTest : public ::testing::TestWithParam<int> {};  // token count
 
-// Both forms of the FP8 quantizers (moe_set_quant_by_rows), for every test that calls them.
+// Sets the form of the FP8 quantizers (moe_set_quant_by_rows) for a scope; the default form after it.
 class QuantForms {
  public:
   explicit QuantForms(bool by_rows) { moe_set_quant_by_rows(by_rows); }
