@@ -37,6 +37,8 @@ SHAPES = {"20b": dict(H=2880, Q=4096, KV=512, V=201088, I=2880, L=24, E=32, k=4)
 PARTS = [
     ("mxfp4_moe_gemm_kernel", "experts: MXFP4 streaming GEMM"),
     ("mxfp4_tiled_kernel", "experts: MXFP4 tiled GEMM"),
+    ("w4a8_activation_kernel", "experts: gather + e4m3 quant (W4A8)"),
+    ("w4a8_kernel", "experts: MXFP4 W4A8 GEMM"),
     ("tiled_prepare_kernel", "experts: tile plan + tiled-order input"),
     ("tiled_plan_kernel", "experts: tile plan"),
     ("tiled_activation_kernel", "experts: tiled-order input"),

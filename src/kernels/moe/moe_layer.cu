@@ -9,6 +9,7 @@
 #include "kernels/moe/moe_activation.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/mxfp4_w4a8_gemm.h"
 #include "kernels/moe/norm_route.h"
 #include "kernels/moe/weight_convert.h"
 #include "kernels/norm/rmsnorm.h"
@@ -61,6 +62,12 @@ bool needs_fp8_path(const MoeConfig& c) {
 bool needs_tiled(const MoeConfig& c) {
   return c.weights == MoeWeights::kMxfp4 && c.max_tokens > stream_max(c) && tiled_max(c) > stream_max(c);
 }
+// Steps above the tiled range take the W4A8 GEMM (no FP8 copies of the experts) where the config asks and
+// the layer allows.
+bool w4a8_taken(const MoeConfig& c) {
+  return c.weights == MoeWeights::kMxfp4 && c.mxfp4_w4a8 && c.mxfp4_tiled_order &&
+         mxfp4_w4a8_z_scale(SwigluParams{c.swiglu_limit, c.swiglu_alpha}) > 0.0f;
+}
 bool needs_bf16_z(const MoeConfig& c) {
   return c.weights == MoeWeights::kBf16 || c.weights == MoeWeights::kMxfp4;
 }
@@ -104,7 +111,7 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   if (needs_bf16_z(c)) b.z_bf16 = take(M * I * 2);
   b.u = take(M * 2 * I * 2);
   b.y = take(M * H * 2);
-  if (c.weights == MoeWeights::kMxfp4 && needs_fp8_path(c)) {
+  if (c.weights == MoeWeights::kMxfp4 && needs_fp8_path(c) && !w4a8_taken(c)) {
     b.w1_fp8 = static_cast<uint8_t*>(take(El * 2 * I * Hp));
     b.w1_fp8_scale = static_cast<float*>(take(El * ((2 * I + 127) / 128) * (Hp / 128) * 4));
     b.w2_fp8 = static_cast<uint8_t*>(take(El * H * Ip));
@@ -135,7 +142,7 @@ Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
   Mxfp4Path p;
   if (num_tokens <= stream_max(c)) return p;
   if (num_tokens > tiled_max(c)) {
-    p.kind = Mxfp4Path::kConvertFp8;
+    p.kind = w4a8_taken(c) ? Mxfp4Path::kW4a8 : Mxfp4Path::kConvertFp8;
     return p;
   }
   p.kind = Mxfp4Path::kTiled;
@@ -311,6 +318,39 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.cta_shape = path.down_shape;
     g.early_weights = moe_early_weights();
     mxfp4_tiled_gemm(g, stream);
+  } else if (c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kW4a8) {
+    ORCHID_KERNEL_REQUIRE(b.tiles != nullptr && b.a_q != nullptr,
+                          "moe_forward: workspace sized without the MXFP4 W4A8 path");
+    Mxfp4W4a8Args g;
+    g.num_experts = E;
+    g.offsets = b.routing.offsets;
+    g.tiles = b.tiles;
+    g.max_tiles = mxfp4_tiled_max_tiles(M, E, kMxfp4W4a8TileTokens);
+    mxfp4_tiled_plan(b.routing.offsets, E, kMxfp4W4a8TileTokens, b.tiles, g.max_tiles, stream);
+    // The permuted rows (the hi rows of a split input), e4m3 with a scale a row.
+    mxfp4_w4a8_activation(h, M, H, b.a_q, b.a_scale, stream, b.routing.row_token);
+    g.n = 2 * I;
+    g.k = H;
+    g.blocks = static_cast<const uint8_t*>(w.w1);
+    g.scales = static_cast<const uint8_t*>(w.w1_scale);
+    g.x = b.a_q;
+    g.x_row_count = M;
+    g.x_scale = b.a_scale;
+    g.y = b.z_q;  // z as e4m3 with the fixed scale, W4A8 order: the down GEMM's input as is
+    g.swiglu_bias = w.b1;
+    g.swiglu = sp;
+    g.z_scale = mxfp4_w4a8_z_scale(sp);
+    mxfp4_w4a8_gemm(g, stream);
+    g.swiglu_bias = nullptr;
+    g.n = H;
+    g.k = I;
+    g.blocks = static_cast<const uint8_t*>(w.w2);
+    g.scales = static_cast<const uint8_t*>(w.w2_scale);
+    g.x = b.z_q;
+    g.x_scale = nullptr;
+    g.x_scale_all = g.z_scale;
+    g.y = b.y;
+    mxfp4_w4a8_gemm(g, stream);
   } else if (mxfp4_stream) {
     Mxfp4GemmArgs g;
     g.num_experts = E;

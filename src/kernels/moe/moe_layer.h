@@ -49,6 +49,10 @@ struct MoeConfig {
   // MXFP4 only: the expert blocks' words are in mxfp4_word_order.h's order (mxfp4_to_tiled_order at load),
   // which every MXFP4 kernel of the layer then decodes.
   bool mxfp4_tiled_order = false;
+  // MXFP4 steps above the tiled kernel's range: the W4A8 GEMM (mxfp4_w4a8_gemm.h: the blocks as stored,
+  // e4m3 activations) instead of converting the used experts to FP8 each step. Needs the tiled order and a
+  // finite SwiGLU clamp (its output's fixed scale); otherwise the conversion runs.
+  bool mxfp4_w4a8 = false;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
   // Expert parallelism: the experts this rank holds and computes (routing.h); the layer weights' expert
   // tensors and biases then hold just these. Default: every expert.
@@ -62,7 +66,7 @@ enum class MoeOutput : uint8_t { kAddToResidual, kStorePart };
 
 // Which MXFP4 kernel a step of num_tokens tokens takes.
 struct Mxfp4Path {
-  enum Kind : uint8_t { kStream, kTiled, kConvertFp8 } kind = kStream;
+  enum Kind : uint8_t { kStream, kTiled, kConvertFp8, kW4a8 } kind = kStream;
   Mxfp4TiledShape shape = Mxfp4TiledShape::kRows128;       // kTiled: CTA shape and token rows per tile
   Mxfp4TiledShape down_shape = Mxfp4TiledShape::kRows128;  // kTiled: the down GEMM's CTA shape
   int tile_tokens = 0;

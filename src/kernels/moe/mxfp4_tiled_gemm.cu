@@ -55,6 +55,7 @@
 #include "kernels/common/tensor_map.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/moe/mxfp4_mma.cuh"
+#include "kernels/moe/mxfp4_tensor_maps.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/routing.h"
@@ -598,30 +599,15 @@ __global__ void __launch_bounds__(kActivationThreads)
 template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight, bool kMtPipe>
 struct TiledKernelTag {};
 
-// A row-major byte matrix [rows][row_bytes] as a 2-D tensor map with boxes of 64 bytes x box_rows, 64-byte
-// swizzled. Encoded per launch on the host (a graph captures it by value with the kernel's parameters).
-CUtensorMap byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes, int box_rows,
-                            const char* what) {
-  const uint64_t dims[2] = {row_bytes, rows};
-  const uint64_t strides[1] = {row_bytes};
-  const uint32_t box[2] = {64, uint32_t(box_rows)};
-  return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box,
-                           CU_TENSOR_MAP_SWIZZLE_64B, (std::string("mxfp4_tiled_gemm: ") + what).c_str());
-}
-
 // The expert blocks, one box a stage (4 MX blocks of each of the CTA's rows, 64-byte swizzled into the same
 // shared layout either way). Checkpoint layout: [E * n rows][k / 32 * 16 bytes], boxes of 64 bytes x the
-// CTA's rows. Repacked (mxfp4_word_order.h): [chunks][E * n / 16 groups][16 rows][64 bytes], boxes of one
-// chunk of the CTA's groups: 16 contiguous kilobytes (a 256-row CTA) instead of 256 pieces of 64 bytes.
+// CTA's rows. Repacked: one chunk of the CTA's groups (mxfp4_repacked_weight_map): 16 contiguous kilobytes
+// (a 256-row CTA) instead of 256 pieces of 64 bytes.
 CUtensorMap weight_map(const Mxfp4TiledArgs& p, int cta_rows) {
+  if (p.tiled_order) return mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, cta_rows);
   const uint64_t rows = uint64_t(p.num_experts) * uint64_t(p.n), kmx = uint64_t(p.k / 32);
-  if (!p.tiled_order) return byte_tensor_map(p.blocks, rows, kmx * 16, cta_rows, "the expert blocks");
-  const uint64_t chunks = uint64_t(mxfp4_order::grouped_kmx(int(kmx))) / 4;
-  const uint64_t dims[4] = {64, 16, rows / 16, chunks};
-  const uint64_t strides[3] = {64, 1024, rows / 16 * 1024};
-  const uint32_t box[4] = {64, 16, uint32_t(cta_rows / 16), 1};
-  return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, p.blocks, dims, strides, box,
-                           CU_TENSOR_MAP_SWIZZLE_64B, "mxfp4_tiled_gemm: the repacked expert blocks");
+  return mxfp4_byte_tensor_map(p.blocks, rows, kmx * 16, 64, cta_rows, CU_TENSOR_MAP_SWIZZLE_64B,
+                               "mxfp4_tiled_gemm: the expert blocks");
 }
 
 template <class Sh, int kNT, bool kSwiglu, bool kTiledOrder, bool kStraight = false, bool kMtPipe = false>
@@ -648,7 +634,8 @@ void launch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
   // block of the tile.
   const CUtensorMap wmap = weight_map(p, Sh::kRowsPerCta);
   const CUtensorMap xmap =
-      byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k) * 2, 8 * kNT, "the token rows");
+      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k) * 2, 64, 8 * kNT,
+                            CU_TENSOR_MAP_SWIZZLE_64B, "mxfp4_tiled_gemm: the token rows");
   launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
 }
 
@@ -696,6 +683,24 @@ void dispatch(const Mxfp4TiledArgs& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+CUtensorMap mxfp4_byte_tensor_map(const void* base, uint64_t rows, uint64_t row_bytes, int box_bytes,
+                                  int box_rows, CUtensorMapSwizzle swizzle, const char* what) {
+  const uint64_t dims[2] = {row_bytes, rows};
+  const uint64_t strides[1] = {row_bytes};
+  const uint32_t box[2] = {uint32_t(box_bytes), uint32_t(box_rows)};
+  return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, swizzle, what);
+}
+
+CUtensorMap mxfp4_repacked_weight_map(const void* blocks, int num_experts, int n, int k, int cta_rows) {
+  const uint64_t rows = uint64_t(num_experts) * uint64_t(n);
+  const uint64_t chunks = uint64_t(mxfp4_order::grouped_kmx(k / 32)) / 4;
+  const uint64_t dims[4] = {64, 16, rows / 16, chunks};
+  const uint64_t strides[3] = {64, 1024, rows / 16 * 1024};
+  const uint32_t box[4] = {64, 16, uint32_t(cta_rows / 16), 1};
+  return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, blocks, dims, strides, box,
+                           CU_TENSOR_MAP_SWIZZLE_64B, "mxfp4 GEMM: the repacked expert blocks");
+}
 
 int mxfp4_tiled_max_tiles(int rows, int num_experts, int tile_tokens) {
   // sum_e ceil(m_e / tt) <= floor(rows / tt) + (experts with rows)

@@ -97,6 +97,72 @@ ORCHID_MXFP4_HD uint32_t to_original_order(uint32_t s) {
   return w;
 }
 
+// ---- W4A8: a stored word as eight e4m3 bytes (the FP8 wgmma's A registers) ----
+//
+// The W4A8 GEMM (mxfp4_w4a8_gemm.h) multiplies e4m3 weights by e4m3 activations. A weight row's MX block
+// scale 2^s is folded into the bytes relative to a per-row exponent c (the epilogue multiplies by 2^(c-127)):
+// byte = e4m3(e2m1 * 2^d), d = s - c, through an 8-entry table of the magnitudes (two registers, one
+// PRMT per four bytes), the sign OR-ed in as bit 7. For d in [-5, 6] the table is two multiply-adds of s
+// (e4m3_lut); below, the magnitudes are subnormal or round, and the table is built element by element
+// (e4m3_lut_slow: exact down to d = -7, rounded to nearest even below).
+//
+// In the tiled word order the 3-bit magnitude of element i sits at: 0: 6-8, 1: 10-12, 2: 16-18, 3: {4, 5,
+// 30}, 4: 22-24, 5: 26-28, 6: 0-2, 7: {20, 21, 14} (m, e0, e1 = bits of the code); the signs at 15, 19,
+// 25, 13, 31, 3, 9, 29. Each PRMT selector takes four 3-bit codes at nibbles 0..3. Pairs of rotations fill
+// them: lo = {0, 1, 4, 5} from rotr 6 and rotr 14; hi = {6, 3, 2, 7} from the word, rotr 8 and rotl 8. The
+// two elements of a pair (i, i + 4) sit 16 bits apart, so one rotation brings both signs to bit 7 of bytes
+// two apart: rotr 8 (elements 0, 4) and rotr 4 (1, 5) for lo, rotr 2 (6, 2) and rotl 2 (3, 7) for hi.
+// 18 operations a word (7 rotations, 9 logic ops, 2 PRMT).
+//
+// Byte j of lo is element kW4a8Lo[j], byte j of hi element kW4a8Hi[j]; the activations are stored in the
+// matching order (w4a8_pos).
+inline constexpr int kW4a8Lo[4] = {0, 1, 4, 5};
+inline constexpr int kW4a8Hi[4] = {6, 3, 2, 7};
+
+// Position of element e (0..31) of an MX block in the W4A8 order: the lane t = e / 8 of the A layout holds
+// bytes 4t..4t+3 (register lo) and 16+4t..16+4t+3 (register hi) of the block's 32 k positions.
+ORCHID_MXFP4_HD constexpr int w4a8_pos(int e) {
+  constexpr int kPos[8] = {0, 1, 18, 17, 2, 3, 16, 19};  // element i of the lane's eight
+  return kPos[e & 7] + 4 * (e >> 3);
+}
+
+// The table for d = s - c in [-5, 6]: bytes 0..3 of lo_table, 4..7 of hi_table = e4m3(e2m1 code 0..7 * 2^d).
+// Code 1 (0.5) has exponent field d + 6 >= 1, code 7 (6) d + 9 <= 15 with mantissa 4 (384 at d = 6, never
+// the NaN pattern). base0 / base1 carry -c: e4m3_lut_bases.
+ORCHID_MXFP4_HD void e4m3_lut_bases(int c, uint32_t& base0, uint32_t& base1) {
+  base0 = uint32_t(6 - c) * 0x08080800u + 0x0C080000u;
+  base1 = uint32_t(6 - c) * 0x08080808u + 0x1C181410u;
+}
+ORCHID_MXFP4_HD void e4m3_lut(uint32_t s, uint32_t base0, uint32_t base1, uint32_t& t0, uint32_t& t1) {
+  t0 = s * 0x08080800u + base0;
+  t1 = s * 0x08080808u + base1;
+}
+
+ORCHID_MXFP4_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, sel);
+#else
+  const uint64_t ab = uint64_t(a) | (uint64_t(b) << 32);
+  uint32_t r = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t n = (sel >> (4 * j)) & 15u;
+    uint32_t v = uint32_t(ab >> (8 * (n & 7u))) & 0xffu;
+    if (n & 8u) v = (v & 0x80u) ? 0xffu : 0u;
+    r |= v << (8 * j);
+  }
+  return r;
+#endif
+}
+
+// A stored word's eight elements as e4m3 through the table (t0, t1): lo = elements kW4a8Lo, hi = kW4a8Hi.
+ORCHID_MXFP4_HD void to_e4m3x8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t& lo, uint32_t& hi) {
+  const uint32_t r8 = rotr(w, 8);
+  const uint32_t sel_lo = (rotr(w, 6) & 0x0077u) | (rotr(w, 14) & 0x7700u);
+  const uint32_t sel_hi = (w & 0x4037u) | (r8 & 0x3700u) | (rotr(w, 24) & 0x0040u);
+  lo = byte_perm(t0, t1, sel_lo) | (r8 & 0x00800080u) | (rotr(w, 4) & 0x80008000u);
+  hi = byte_perm(t0, t1, sel_hi) | (rotr(w, 2) & 0x00800080u) | (rotr(w, 30) & 0x80008000u);
+}
+
 // The blocks' layout in the same repack: the checkpoint's [rows = E * n][k / 32 MX blocks][16 bytes] becomes
 // [kmxp / 4 chunks][rows / 16 row groups][16 rows][4 MX blocks][16 bytes] (n % 16 == 0), kmxp = k / 32
 // rounded up to a multiple of 4 (the padding blocks are zero and never used). The kernels read a chunk at a

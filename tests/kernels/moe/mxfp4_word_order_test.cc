@@ -2,7 +2,10 @@
 // bijection, to_original_order undoes it, and each pair's decode of a stored word equals the placements of
 // the original word the kernels used before (the shift-and-mask formulas of mxfp4_mma.cuh,
 // e2m1_pair_place<I, 6> for bf16 and <I, 9> for f16) on random words, on every single-bit word and on every
-// word of one repeated nibble. The blocks' grouping by 16 rows is a permutation with contiguous chunks.
+// word of one repeated nibble. The W4A8 decode (to_e4m3x8 through e4m3_lut) gives every element of a stored
+// word as the e4m3 encoder gives e2m1 * 2^d, for d over the table's whole range, at the positions kW4a8Lo /
+// kW4a8Hi say, and w4a8_pos is a permutation that puts lane t's registers at bytes 4t and 16 + 4t. The
+// blocks' grouping by 16 rows is a permutation with contiguous chunks.
 #include "kernels/moe/mxfp4_word_order.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +14,8 @@
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "core/dtypes.h"
 
 namespace orchid::kernels::mxfp4_order {
 namespace {
@@ -55,6 +60,47 @@ TEST(Mxfp4WordOrder, DecodeEqualsTodaysPlacement) {
   expect_word(0xffffffffu);
   std::mt19937_64 rng(5);
   for (int i = 0; i < 1000000; ++i) expect_word(uint32_t(rng()));
+}
+
+// The W4A8 placement of a stored word with the table of d = s - c against the byte-wise encoder.
+TEST(Mxfp4WordOrder, W4a8DecodeEqualsTheE4m3OfEachElement) {
+  constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::mt19937_64 rng(11);
+  const int c = 119;  // any row exponent: the table depends on s - c only
+  uint32_t base0, base1;
+  e4m3_lut_bases(c, base0, base1);
+  for (int d = -5; d <= 6; ++d) {
+    uint32_t t0, t1;
+    e4m3_lut(uint32_t(c + d), base0, base1, t0, t1);
+    auto check = [&](uint32_t w) {
+      uint32_t lo, hi;
+      to_e4m3x8(to_tiled_order(w), t0, t1, lo, hi);
+      for (int j = 0; j < 4; ++j)
+        for (const auto& [reg, el] : {std::pair{lo, kW4a8Lo[j]}, std::pair{hi, kW4a8Hi[j]}}) {
+          const uint32_t nib = (w >> (4 * el)) & 15u;
+          const float v = std::ldexp((nib & 8u) ? -kE2m1[nib & 7u] : kE2m1[nib & 7u], d);
+          const uint8_t want = nib == 8u ? 0x80 : float_to_fp8e4m3(v);  // -0 keeps its sign bit
+          ASSERT_EQ(uint32_t((reg >> (8 * j)) & 0xffu), uint32_t(want))
+              << std::hex << "word " << w << std::dec << " d " << d << " element " << el;
+        }
+    };
+    for (int b = 0; b < 32; ++b) check(1u << b);
+    for (uint32_t n = 0; n < 16; ++n) check(n * 0x11111111u);
+    for (int i = 0; i < 100000; ++i) check(uint32_t(rng()));
+  }
+}
+
+TEST(Mxfp4WordOrder, W4a8PositionsAreTheALayout) {
+  bool seen[32] = {};
+  for (int e = 0; e < 32; ++e) {
+    const int p = w4a8_pos(e), t = e / 8;
+    ASSERT_FALSE(seen[p]) << e;
+    seen[p] = true;
+    const int lo_byte = 4 * t, hi_byte = 16 + 4 * t;
+    ASSERT_TRUE((p >= lo_byte && p < lo_byte + 4) || (p >= hi_byte && p < hi_byte + 4)) << e;
+    const int j = p % 4;
+    EXPECT_EQ(e % 8, p < 16 ? kW4a8Lo[j] : kW4a8Hi[j]) << e;
+  }
 }
 
 // The repacked layout: every block of whole 16-row groups has its own place (the places left over are the

@@ -1,0 +1,385 @@
+// MXFP4 W4A8 expert GEMM (see mxfp4_w4a8_gemm.h).
+//
+// Napkin math, gpt-oss-20b prefill of 8192 tokens (1024 rows an expert, 32 experts), one layer: gate_up
+// 2 * 32768 * 5760 * 2880 = 1.09 TFLOP, down 0.54: 1.2 ms at ~1330 TFLOP/s (FP8 dense), against the
+// conversion path's 0.39 ms of conversion plus its FP8 GEMMs. Weight bytes are read once per token tile
+// (four times at 1024 rows an expert), from L2 for all but the first.
+//
+// What bounds it: the dequantization. Per MX block a consumer warp places two words (its rows g and g + 8,
+// 8 weights each) into e4m3 at 18 integer operations a word (mxfp4_order::to_e4m3x8) plus the table's two
+// multiply-adds a row, and issues one wgmma m64nNk32 for its warpgroup's 64 rows x the tile's tokens. At
+// 256 tokens that wgmma is 128 tensor cycles of the SM; two warpgroups' integer work (2 warps x 2 words x
+// ~20 ops x 2 cycles a scheduler) is ~160 of their 256: the tile must be wide. Below ~128 rows an expert the
+// tiled bf16 kernel is the better choice (mxfp4_path).
+//
+// Structure: 3 warpgroups. Warpgroups 0 and 1 (consumers, 232 registers: the 128 fp32 accumulators of
+// m64n256) own 64 weight rows each; warpgroup 2's first thread is the producer (its warpgroup gives its
+// registers back). The producer fills a ring of 5 stages of k 128 (4 MX blocks): the CTA's weights as one
+// 4-D tensor copy of the repacked chunk (8 KB, 64-byte swizzle), the tile's 256 token rows as one 2-D copy
+// of 128 bytes a row (32 KB, 128-byte swizzle: the K-major layout the wgmma descriptor reads), the CTA's MX
+// scales once. The repacked blocks are padded with zero blocks to whole chunks and the token copy zero-fills
+// past k, so every stage runs all 4 blocks. Each consumer warp computes its rows' exponents c from the
+// scales, then per MX block: two shared loads, the tables, the placement into the A registers, one wgmma;
+// two register sets, so one block is placed while the previous block's wgmma runs. A stage goes back to the
+// producer once the first wgmma of the next stage has been waited for behind it.
+#include "kernels/moe/mxfp4_w4a8_gemm.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/device_info.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/smem_attribute.h"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/common/wgmma_fp8.cuh"
+#include "kernels/moe/mxfp4_tensor_maps.h"
+#include "kernels/moe/mxfp4_word_order.h"
+#include "kernels/moe/swiglu.cuh"
+
+namespace orchid::kernels {
+namespace {
+
+namespace order = mxfp4_order;
+
+constexpr int kRows = 128;                          // weight rows a CTA (two consumer warpgroups x 64)
+constexpr int kTokens = kMxfp4W4a8TileTokens;       // token rows a tile
+constexpr int kThreads = 384;                       // two consumer warpgroups + the producer's
+constexpr int kWStageBytes = kRows * 64;            // 4 MX blocks of 16 bytes a row
+constexpr int kXStageBytes = kTokens * 128;         // 128 e4m3 a token row
+constexpr int kStageBytes = kWStageBytes + kXStageBytes;
+constexpr int kStages = 5;
+constexpr int kConsumerRegs = 232, kProducerRegs = 40;  // 2 x 128 x 232 + 128 x 40 <= 64 K
+
+__host__ __device__ constexpr int scale_bytes(int k) {
+  return (kRows * (k / 32) + 15) / 16 * 16;
+}
+constexpr int smem_bytes(int k) {
+  return 1024 + kStages * kStageBytes + scale_bytes(k) + (2 * kStages + 1) * 8;
+}
+
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// The table for d = s - c below -5 (rare: a block 12 binades under its row's largest): element by element.
+__device__ __noinline__ void e4m3_lut_slow(int d, uint32_t& t0, uint32_t& t1) {
+  constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  uint32_t t[2] = {0, 0};
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t b = __nv_cvt_float_to_fp8(ldexpf(kE2m1[i], d), __NV_SATFINITE, __NV_E4M3);
+    t[i / 4] |= b << (8 * (i % 4));
+  }
+  t0 = t[0];
+  t1 = t[1];
+}
+
+template <int V, int kMax, class F>
+__device__ __forceinline__ void with_width(int v, F&& run) {
+  if constexpr (V >= kMax) {
+    run(std::integral_constant<int, kMax>{});
+  } else {
+    if (v <= V)
+      run(std::integral_constant<int, V>{});
+    else
+      with_width<V + 1, kMax>(v, run);
+  }
+}
+
+template <bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 1)
+    w4a8_kernel(Mxfp4W4a8Args p, const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+
+  const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.x];
+  const int e = tile.x;
+  if (e < 0) return;
+  const int rbase = p.offsets[e] + tile.y;  // first permuted row of this tile
+  const int m = min(p.offsets[e + 1] - rbase, kTokens);
+  const int n = p.n, k = p.k, kmx = k / 32;
+  const int nchunks = order::grouped_kmx(kmx) / 4;
+  const int n0 = blockIdx.y * kRows;
+  const int cta_rows = min(kRows, n - n0);  // a multiple of 16; rows past it compute and are dropped
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  uint8_t* ss = smem + kStages * kStageBytes;  // scales [kRows][kmx]
+  uint64_t* full = reinterpret_cast<uint64_t*>(ss + scale_bytes(k));
+  uint64_t* empty = full + kStages;
+  uint64_t& scales_ready = empty[kStages];
+
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], 8);  // the consumer warps
+    }
+    mbar_init(&scales_ready, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp >= 8) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (warp == 8 && lane == 0) {
+      const uint32_t bytes = uint32_t(cta_rows * kmx);  // 16 * kmx * (cta_rows / 16)
+      mbar_arrive_expect_tx(&scales_ready, bytes);
+      bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
+      const int wgroup0 = (e * n + n0) / 16;  // the CTA's first 16-row group in the weight map
+      for (int c = 0; c < nchunks; ++c) {
+        const int st = c % kStages;
+        uint8_t* stage = smem + st * kStageBytes;
+        if (c >= kStages) mbar_wait_idle(&empty[st], ((c / kStages) - 1) & 1);
+        mbar_arrive_expect_tx(&full[st], kStageBytes);
+        tensor_copy_4d(stage, &wmap, 0, 0, wgroup0, c, &full[st]);
+        tensor_copy_2d(stage + kWStageBytes, &xmap, c * 128, rbase, &full[st]);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+
+  // This lane's rows in the CTA: ra (= g of the warp's m16 tile) and ra + 8.
+  const int ra = 16 * warp + g;
+  const int wsw = (g >> 1) & 3;  // 64-byte swizzle of rows ra and ra + 8
+  const uint8_t* sa = ss + ra * kmx;
+  const uint8_t* sb = ss + (ra + 8) * kmx;
+
+  // Each row's exponent c = max s - 6: the four lanes of a row each take every fourth scale.
+  mbar_wait(&scales_ready, 0);
+  int ca, cb;
+  {
+    uint32_t ma = 0, mb = 0;
+    for (int i = t; i < kmx; i += 4) {
+      ma = max(ma, uint32_t(sa[i]));
+      mb = max(mb, uint32_t(sb[i]));
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      ma = max(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+      mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+    }
+    ca = int(ma) - 6;
+    cb = int(mb) - 6;
+  }
+  uint32_t base_a0, base_a1, base_b0, base_b1;
+  order::e4m3_lut_bases(ca, base_a0, base_a1);
+  order::e4m3_lut_bases(cb, base_b0, base_b1);
+
+  // One MX block's A registers: [0] row ra, k 4t..; [1] row ra + 8; [2] row ra, k 16 + 4t..; [3] row ra + 8.
+  auto place = [&](uint32_t(&a)[4], const uint8_t* wst, int j, int mx) {
+    const uint32_t wa = lds32(wst + ra * 64 + ((j ^ wsw) * 16) + 4 * t);
+    const uint32_t wb = lds32(wst + (ra + 8) * 64 + ((j ^ wsw) * 16) + 4 * t);
+    const int s_a = sa[mx], s_b = sb[mx];
+    uint32_t ta0, ta1, tb0, tb1;
+    order::e4m3_lut(uint32_t(s_a), base_a0, base_a1, ta0, ta1);
+    order::e4m3_lut(uint32_t(s_b), base_b0, base_b1, tb0, tb1);
+    if (s_a - ca < -5) e4m3_lut_slow(s_a - ca, ta0, ta1);
+    if (s_b - cb < -5) e4m3_lut_slow(s_b - cb, tb0, tb1);
+    order::to_e4m3x8(wa, ta0, ta1, a[0], a[2]);
+    order::to_e4m3x8(wb, tb0, tb1, a[1], a[3]);
+  };
+
+  constexpr int kMaxAcc = kTokens / 2;  // m64n256: 128 fp32 a thread
+  float acc[kMaxAcc];
+#pragma unroll
+  for (int i = 0; i < kMaxAcc; ++i) acc[i] = 0.0f;
+
+  auto run = [&](auto v) {
+    constexpr int kN = 64 * decltype(v)::value;  // token columns the MMAs cover
+    uint32_t a[2][4];
+    // K-major token rows, 128-byte swizzle: 8-row groups 1024 bytes apart, an MX block = 32 bytes.
+    const uint64_t desc0 = wgmma_desc(smem_addr(smem + kWStageBytes), 16, 1024, 1);
+    fence_operands(acc);
+    for (int c = 0; c < nchunks; ++c) {
+      const int st = c % kStages;
+      mbar_wait(&full[st], (c / kStages) & 1);
+      const uint8_t* wst = smem + st * kStageBytes;
+      const uint64_t desc = wgmma_desc_advance(desc0, uint32_t(st * kStageBytes));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        place(a[j & 1], wst, j, 4 * c + j);
+        wgmma_fence();
+        wgmma_e4m3_rs<kN>(acc, a[j & 1], wgmma_desc_advance(desc, uint32_t(32 * j)), 1);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous block's group is done: its registers may be placed again
+        if (j == 0 && c > 0) {
+          // ... and with it every wgmma that read the previous stage.
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
+        }
+      }
+    }
+    wgmma_wait<0>();
+    fence_operands(acc);
+  };
+  with_width<1, kTokens / 64>((m + 63) / 64, run);
+  pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
+
+  // 2^(c - 127) for rows ra and ra + 8 (c >= -6: a normal or subnormal float, never zero).
+  const float fa = ldexpf(1.0f, ca - 127), fb = ldexpf(1.0f, cb - 127);
+  const int row_a = n0 + ra;
+  if constexpr (!kSwiglu) {
+    __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
+#pragma unroll
+    for (int nt = 0; nt < kTokens / 8; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = nt * 8 + 2 * t + (q & 1);
+        if (tok < m) {
+          const float xs = p.x_scale ? p.x_scale[rbase + tok] : p.x_scale_all;
+          const int row = row_a + (q >> 1) * 8;
+          if (row < n) y[(int64_t(rbase) + tok) * n + row] = __float2bfloat16_rn(acc[4 * nt + q] * xs * (q >> 1 ? fb : fa));
+        }
+      }
+    }
+  } else {
+    // Row g's partner row g ^ 1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2.
+    const __nv_bfloat16* b1 = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
+    uint8_t* z = static_cast<uint8_t*>(p.y);
+    const int zn = n / 2;
+    const float inv_z = 1.0f / p.z_scale;  // a power of two: exact
+#pragma unroll
+    for (int nt = 0; nt < kTokens / 8; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = nt * 8 + 2 * t + (q & 1);
+        const float xs = p.x_scale ? p.x_scale[rbase + min(tok, m - 1)] : p.x_scale_all;
+        const float v = acc[4 * nt + q] * xs * (q >> 1 ? fb : fa);
+        const float other = __shfl_xor_sync(0xffffffffu, v, 4);
+        const int r = row_a + (q >> 1) * 8;
+        if ((g & 1) == 0 && tok < m && r < n) {
+          const float gate = v + __bfloat162float(b1[r]);
+          const float up = other + __bfloat162float(b1[r + 1]);
+          const int i = r / 2;
+          const float zv = swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha) * inv_z;
+          z[(int64_t(rbase) + tok) * zn + (i & ~31) + order::w4a8_pos(i & 31)] =
+              __nv_cvt_float_to_fp8(zv, __NV_SATFINITE, __NV_E4M3);
+        }
+      }
+    }
+  }
+}
+
+// A block a row: the row's amax (16-byte loads, 8 columns a thread-step), then the quantized bytes, each
+// 8-column group (elements 8t..8t+7 of an MX block) as two words at their W4A8 positions 4t and 16 + 4t.
+constexpr int kActThreads = 128;
+__global__ void __launch_bounds__(kActThreads)
+    w4a8_activation_kernel(const uint4* __restrict__ x, const int* __restrict__ row_map, int k,
+                           uint8_t* __restrict__ out, float* __restrict__ scale) {
+  pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
+  const int r = blockIdx.x;
+  const int src = row_map ? row_map[r] : r;
+  const int groups = k / 8;
+  const uint4* row = x + int64_t(src) * groups;
+  float amax = 0.0f;
+  for (int q = threadIdx.x; q < groups; q += kActThreads) {
+    const uint4 v = row[q];
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xffff0000u))));
+  }
+  __shared__ float red[kActThreads / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = red[0];
+#pragma unroll
+  for (int i = 1; i < kActThreads / 32; ++i) amax = fmaxf(amax, red[i]);
+  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float inv = amax > 0.0f ? 448.0f / amax : 1.0f;
+  if (threadIdx.x == 0) scale[r] = s;
+  uint8_t* orow = out + int64_t(r) * k;
+  for (int q = threadIdx.x; q < groups; q += kActThreads) {
+    const uint4 v = row[q];
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16) * inv;
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * inv;
+    }
+    auto pack = [&](const int (&el)[4]) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        word |= uint32_t(__nv_cvt_float_to_fp8(f[el[j]], __NV_SATFINITE, __NV_E4M3)) << (8 * j);
+      return word;
+    };
+    constexpr int kLo[4] = {order::kW4a8Lo[0], order::kW4a8Lo[1], order::kW4a8Lo[2], order::kW4a8Lo[3]};
+    constexpr int kHi[4] = {order::kW4a8Hi[0], order::kW4a8Hi[1], order::kW4a8Hi[2], order::kW4a8Hi[3]};
+    const int mx = q / 4, tq = q % 4;
+    uint32_t* o = reinterpret_cast<uint32_t*>(orow + mx * 32);
+    o[tq] = pack(kLo);
+    o[4 + tq] = pack(kHi);
+  }
+}
+
+struct W4a8Tag {};
+struct W4a8SwigluTag {};
+
+template <bool kSwiglu>
+void launch(const Mxfp4W4a8Args& p, cudaStream_t stream) {
+  const int bytes = smem_bytes(p.k);
+  ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
+                        "mxfp4_w4a8_gemm: k too large for the shared scale tile");
+  auto kernel = w4a8_kernel<kSwiglu>;
+  ensure_dynamic_smem<std::conditional_t<kSwiglu, W4a8SwigluTag, W4a8Tag>>(
+      kernel, device_info().max_smem_per_block_optin);
+  const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + kRows - 1) / kRows));
+  const CUtensorMap wmap = mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, kRows);
+  const CUtensorMap xmap = mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens,
+                                                 CU_TENSOR_MAP_SWIZZLE_128B, "mxfp4_w4a8_gemm: the token rows");
+  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
+}
+
+}  // namespace
+
+float mxfp4_w4a8_z_scale(const SwigluParams& sp) {
+  if (!(sp.limit > 0.0f) || !std::isfinite(sp.limit) || !(sp.alpha > 0.0f)) return 0.0f;
+  // |g * sigmoid(alpha g)| <= max(limit, 0.2785 / alpha) for g <= limit; |clamped up + 1| <= limit + 1.
+  const double bound = std::max(double(sp.limit), 0.2785 / double(sp.alpha)) * (double(sp.limit) + 1.0);
+  return float(std::ldexp(1.0, int(std::ceil(std::log2(bound / 448.0)))));
+}
+
+void mxfp4_w4a8_activation(const void* x, int rows, int k, uint8_t* out, float* scale, cudaStream_t stream,
+                           const int* row_map) {
+  ORCHID_KERNEL_REQUIRE(k % 32 == 0, "mxfp4_w4a8_activation: k must be a multiple of 32");
+  ORCHID_KERNEL_REQUIRE(x && out && scale, "mxfp4_w4a8_activation: null pointer");
+  if (rows <= 0) return;
+  launch_pdl(w4a8_activation_kernel, dim3(unsigned(rows)), dim3(kActThreads), 0, stream,
+             static_cast<const uint4*>(x), row_map, k, out, scale);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(p.n > 0 && p.n % 16 == 0, "mxfp4_w4a8_gemm: n must be a positive multiple of 16");
+  ORCHID_KERNEL_REQUIRE(p.k > 0 && p.k % 32 == 0, "mxfp4_w4a8_gemm: k must be a positive multiple of 32");
+  ORCHID_KERNEL_REQUIRE(p.offsets && p.tiles && p.blocks && p.scales && p.x && p.y,
+                        "mxfp4_w4a8_gemm: null pointer");
+  ORCHID_KERNEL_REQUIRE(!p.swiglu_bias || p.n % 64 == 0,
+                        "mxfp4_w4a8_gemm: the SwiGLU output (n / 2 columns) must be whole MX blocks");
+  ORCHID_KERNEL_REQUIRE(!p.swiglu_bias || p.z_scale > 0.0f,
+                        "mxfp4_w4a8_gemm: the SwiGLU output needs a finite clamp (mxfp4_w4a8_z_scale)");
+  ORCHID_KERNEL_REQUIRE(p.x_row_count > 0 || p.max_tiles <= 0,
+                        "mxfp4_w4a8_gemm: x_row_count must count the rows of x");
+  ORCHID_KERNEL_REQUIRE((reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.blocks) |
+                         reinterpret_cast<uintptr_t>(p.scales)) %
+                                16 ==
+                            0,
+                        "mxfp4_w4a8_gemm: x, blocks and scales must be 16-byte aligned");
+  if (p.max_tiles <= 0) return;
+  if (p.swiglu_bias)
+    launch<true>(p, stream);
+  else
+    launch<false>(p, stream);
+}
+
+}  // namespace orchid::kernels
