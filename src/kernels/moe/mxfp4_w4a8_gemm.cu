@@ -48,11 +48,11 @@ namespace {
 
 namespace order = mxfp4_order;
 
-constexpr int kRows = 128;                          // weight rows a CTA (two consumer warpgroups x 64)
-constexpr int kTokens = kMxfp4W4a8TileTokens;       // token rows a tile
-constexpr int kThreads = 384;                       // two consumer warpgroups + the producer's
-constexpr int kWStageBytes = kRows * 64;            // 4 MX blocks of 16 bytes a row
-constexpr int kXStageBytes = kTokens * 128;         // 128 e4m3 a token row
+constexpr int kRows = 128;                     // weight rows a CTA (two consumer warpgroups x 64)
+constexpr int kTokens = kMxfp4W4a8TileTokens;  // token rows a tile
+constexpr int kThreads = 384;                  // two consumer warpgroups + the producer's
+constexpr int kWStageBytes = kRows * 64;       // 4 MX blocks of 16 bytes a row
+constexpr int kXStageBytes = kTokens * 128;    // 128 e4m3 a token row
 constexpr int kStageBytes = kWStageBytes + kXStageBytes;
 constexpr int kStages = 5;
 constexpr int kConsumerRegs = 232, kProducerRegs = 40;  // 2 x 128 x 232 + 128 x 40 <= 64 K
@@ -69,15 +69,16 @@ __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
 }
 
 // The table for d = s - c below -5 (rare: a block 12 binades under its row's largest): element by element.
-__device__ __noinline__ void e4m3_lut_slow(int d, uint32_t& t0, uint32_t& t1) {
+// Returned by value: a reference would put the caller's table in local memory on every block.
+__device__ __noinline__ uint2 e4m3_lut_slow(int d) {
   constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   uint32_t t[2] = {0, 0};
+#pragma unroll
   for (int i = 0; i < 8; ++i) {
     const uint32_t b = __nv_cvt_float_to_fp8(ldexpf(kE2m1[i], d), __NV_SATFINITE, __NV_E4M3);
     t[i / 4] |= b << (8 * (i % 4));
   }
-  t0 = t[0];
-  t1 = t[1];
+  return make_uint2(t[0], t[1]);
 }
 
 template <int V, int kMax, class F>
@@ -94,7 +95,8 @@ __device__ __forceinline__ void with_width(int v, F&& run) {
 
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1)
-    w4a8_kernel(Mxfp4W4a8Args p, const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap) {
+    w4a8_kernel(Mxfp4W4a8Args p, const __grid_constant__ CUtensorMap wmap,
+                const __grid_constant__ CUtensorMap xmap) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -179,8 +181,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t ta0, ta1, tb0, tb1;
     order::e4m3_lut(uint32_t(s_a), base_a0, base_a1, ta0, ta1);
     order::e4m3_lut(uint32_t(s_b), base_b0, base_b1, tb0, tb1);
-    if (s_a - ca < -5) e4m3_lut_slow(s_a - ca, ta0, ta1);
-    if (s_b - cb < -5) e4m3_lut_slow(s_b - cb, tb0, tb1);
+    if (s_a - ca < -5) {
+      const uint2 u = e4m3_lut_slow(s_a - ca);
+      ta0 = u.x;
+      ta1 = u.y;
+    }
+    if (s_b - cb < -5) {
+      const uint2 u = e4m3_lut_slow(s_b - cb);
+      tb0 = u.x;
+      tb1 = u.y;
+    }
     order::to_e4m3x8(wa, ta0, ta1, a[0], a[2]);
     order::to_e4m3x8(wb, tb0, tb1, a[1], a[3]);
   };
@@ -234,7 +244,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tok < m) {
           const float xs = p.x_scale ? p.x_scale[rbase + tok] : p.x_scale_all;
           const int row = row_a + (q >> 1) * 8;
-          if (row < n) y[(int64_t(rbase) + tok) * n + row] = __float2bfloat16_rn(acc[4 * nt + q] * xs * (q >> 1 ? fb : fa));
+          if (row < n)
+            y[(int64_t(rbase) + tok) * n + row] =
+                __float2bfloat16_rn(acc[4 * nt + q] * xs * (q >> 1 ? fb : fa));
         }
       }
     }
@@ -283,7 +295,8 @@ __global__ void __launch_bounds__(kActThreads)
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xffff0000u))));
+      amax =
+          fmaxf(amax, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xffff0000u))));
   }
   __shared__ float red[kActThreads / 32];
 #pragma unroll
@@ -306,7 +319,7 @@ __global__ void __launch_bounds__(kActThreads)
       f[2 * i] = __uint_as_float(w[i] << 16) * inv;
       f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * inv;
     }
-    auto pack = [&](const int (&el)[4]) {
+    auto pack = [&](const int(&el)[4]) {
       uint32_t word = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -335,8 +348,9 @@ void launch(const Mxfp4W4a8Args& p, cudaStream_t stream) {
       kernel, device_info().max_smem_per_block_optin);
   const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + kRows - 1) / kRows));
   const CUtensorMap wmap = mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, kRows);
-  const CUtensorMap xmap = mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens,
-                                                 CU_TENSOR_MAP_SWIZZLE_128B, "mxfp4_w4a8_gemm: the token rows");
+  const CUtensorMap xmap =
+      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens,
+                            CU_TENSOR_MAP_SWIZZLE_128B, "mxfp4_w4a8_gemm: the token rows");
   launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
 }
 

@@ -122,8 +122,10 @@ inline constexpr int kW4a8Hi[4] = {6, 3, 2, 7};
 // Position of element e (0..31) of an MX block in the W4A8 order: the lane t = e / 8 of the A layout holds
 // bytes 4t..4t+3 (register lo) and 16+4t..16+4t+3 (register hi) of the block's 32 k positions.
 ORCHID_MXFP4_HD constexpr int w4a8_pos(int e) {
-  constexpr int kPos[8] = {0, 1, 18, 17, 2, 3, 16, 19};  // element i of the lane's eight
-  return kPos[e & 7] + 4 * (e >> 3);
+  // Element i of the lane's eight at {0, 1, 18, 17, 2, 3, 16, 19}, 5 bits each (a constant, not a table:
+  // indexed at run time a table goes to local memory).
+  constexpr uint64_t kPos = 0x9c0628c820ull;
+  return int((kPos >> (5 * (e & 7))) & 31u) + 4 * (e >> 3);
 }
 
 // The table for d = s - c in [-5, 6]: bytes 0..3 of lo_table, 4..7 of hi_table = e4m3(e2m1 code 0..7 * 2^d).

@@ -13,9 +13,9 @@
 #include <random>
 
 #include "core/dtypes.h"
+#include "kernel_test_util.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/mxfp4_word_order.h"
-#include "kernel_test_util.h"
 #include "mxfp4_problem.h"
 
 namespace orchid::kernels {
@@ -37,7 +37,8 @@ void quantize_rows(const std::vector<float>& x, const std::vector<int>& map, int
     const float inv = amax > 0.0f ? 448.0f / amax : 1.0f;
     (*scale)[size_t(r)] = amax > 0.0f ? amax / 448.0f : 1.0f;
     for (int c = 0; c < k; ++c)
-      (*q)[size_t(r) * k + size_t(c & ~31) + size_t(order::w4a8_pos(c & 31))] = float_to_fp8e4m3(row[c] * inv);
+      (*q)[size_t(r) * k + size_t(c & ~31) + size_t(order::w4a8_pos(c & 31))] =
+          float_to_fp8e4m3(row[c] * inv);
   }
 }
 
@@ -174,9 +175,10 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   for (int e = 0; e < E; ++e)
     for (int r = p.offsets[size_t(e)]; r < p.offsets[size_t(e) + 1]; ++r)
       for (int i = 0; i < zn; ++i) {
-        const double z = orchid::ref::swiglu(float(u[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
-                                             float(u[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]),
-                                             a.swiglu.limit, a.swiglu.alpha);
+        const double z =
+            orchid::ref::swiglu(float(u[size_t(r) * n + 2 * i] + bias_f[size_t(e) * n + 2 * i]),
+                                float(u[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]),
+                                a.swiglu.limit, a.swiglu.alpha);
         ref[size_t(r) * zn + i] = z;
         rms += z * z;
       }
