@@ -101,14 +101,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
-  const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.x];
+  const int2 tile = reinterpret_cast<const int2*>(p.tiles)[blockIdx.y];
   const int e = tile.x;
   if (e < 0) return;
   const int rbase = p.offsets[e] + tile.y;  // first permuted row of this tile
   const int m = min(p.offsets[e + 1] - rbase, kTokens);
   const int n = p.n, k = p.k, kmx = k / 32;
   const int nchunks = order::grouped_kmx(kmx) / 4;
-  const int n0 = blockIdx.y * kRows;
+  const int n0 = blockIdx.x * kRows;
   const int cta_rows = min(kRows, n - n0);  // a multiple of 16; rows past it compute and are dropped
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [kRows][kmx]
@@ -346,7 +346,11 @@ void launch(const Mxfp4W4a8Args& p, cudaStream_t stream) {
   auto kernel = w4a8_kernel<kSwiglu>;
   ensure_dynamic_smem<std::conditional_t<kSwiglu, W4a8SwigluTag, W4a8Tag>>(
       kernel, device_info().max_smem_per_block_optin);
-  const dim3 grid(unsigned(p.max_tiles), unsigned((p.n + kRows - 1) / kRows));
+  // The weight-row blocks of a tile vary fastest: the CTAs running together share the tile's token rows
+  // (read from DRAM once, then from L2) and an expert's weights (~9 MB for 20b's gate_up, reused from L2 by
+  // its next tiles). Tiles fastest would stream all tiles' token rows (94 MB at an 8k 20b prefill, past L2)
+  // again for every block of weight rows.
+  const dim3 grid(unsigned((p.n + kRows - 1) / kRows), unsigned(p.max_tiles));
   const CUtensorMap wmap = mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, kRows);
   const CUtensorMap xmap =
       mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens,
@@ -390,6 +394,7 @@ void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {
                             0,
                         "mxfp4_w4a8_gemm: x, blocks and scales must be 16-byte aligned");
   if (p.max_tiles <= 0) return;
+  ORCHID_KERNEL_REQUIRE(p.max_tiles <= 65535, "mxfp4_w4a8_gemm: too many tiles for the grid's y dimension");
   if (p.swiglu_bias)
     launch<true>(p, stream);
   else
