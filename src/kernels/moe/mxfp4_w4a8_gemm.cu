@@ -64,6 +64,11 @@ constexpr int smem_bytes(int k) {
   return 1024 + kStages * kStageBytes + scale_bytes(k) + (2 * kStages + 1) * 8;
 }
 
+// The two consumer warpgroups only (the producer's has returned).
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
@@ -233,9 +238,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // 2^(c - 127) for rows ra and ra + 8 (c >= -6: a normal or subnormal float, never zero).
   const float fa = ldexpf(1.0f, ca - 127), fb = ldexpf(1.0f, cb - 127);
-  const int row_a = n0 + ra;
+  // The tile goes out through shared memory (the ring, once both consumer warpgroups are past it), as rows
+  // of tokens: written there element by element in the accumulator layout, copied out in 16-byte pieces
+  // (the accumulators hold 8 weight rows x 4 tokens a warp store: 2-byte pieces of 4 token rows).
+  consumer_sync();
+  uint8_t* stile = smem;
   if constexpr (!kSwiglu) {
-    __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
+    // [token][kRows + 8] bf16 (the pad spreads a warp's four tokens over the banks).
+    constexpr int kPitch = (kRows + 8) * 2;
 #pragma unroll
     for (int nt = 0; nt < kTokens / 8; ++nt) {
 #pragma unroll
@@ -243,18 +253,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int tok = nt * 8 + 2 * t + (q & 1);
         if (tok < m) {
           const float xs = p.x_scale ? p.x_scale[rbase + tok] : p.x_scale_all;
-          const int row = row_a + (q >> 1) * 8;
-          if (row < n)
-            y[(int64_t(rbase) + tok) * n + row] =
-                __float2bfloat16_rn(acc[4 * nt + q] * xs * (q >> 1 ? fb : fa));
+          *reinterpret_cast<__nv_bfloat16*>(stile + tok * kPitch + (ra + (q >> 1) * 8) * 2) =
+              __float2bfloat16_rn(acc[4 * nt + q] * xs * (q >> 1 ? fb : fa));
         }
       }
     }
+    consumer_sync();
+    __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
+    constexpr int kPieces = kRows * 2 / 16;  // 16-byte pieces a token row
+    const int pieces = cta_rows * 2 / 16;
+    for (int i = tid; i < m * kPieces; i += 256) {
+      const int tok = i / kPieces, c = i % kPieces;
+      if (c < pieces)
+        *reinterpret_cast<uint4*>(y + (int64_t(rbase) + tok) * n + n0 + 8 * c) =
+            *reinterpret_cast<const uint4*>(stile + tok * kPitch + 16 * c);
+    }
   } else {
-    // Row g's partner row g ^ 1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2.
+    // Row g's partner row g ^ 1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2,
+    // into [token][kRows / 2 + 16] bytes at its W4A8 position (the CTA's z columns start at n0 / 2, a
+    // multiple of 64: whole MX blocks).
+    constexpr int kPitch = kRows / 2 + 16;
     const __nv_bfloat16* b1 = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
-    uint8_t* z = static_cast<uint8_t*>(p.y);
-    const int zn = n / 2;
     const float inv_z = 1.0f / p.z_scale;  // a power of two: exact
 #pragma unroll
     for (int nt = 0; nt < kTokens / 8; ++nt) {
@@ -264,16 +283,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float xs = p.x_scale ? p.x_scale[rbase + min(tok, m - 1)] : p.x_scale_all;
         const float v = acc[4 * nt + q] * xs * (q >> 1 ? fb : fa);
         const float other = __shfl_xor_sync(0xffffffffu, v, 4);
-        const int r = row_a + (q >> 1) * 8;
-        if ((g & 1) == 0 && tok < m && r < n) {
-          const float gate = v + __bfloat162float(b1[r]);
-          const float up = other + __bfloat162float(b1[r + 1]);
+        const int r = ra + (q >> 1) * 8;  // in the CTA
+        if ((g & 1) == 0 && tok < m && n0 + r < n) {
+          const float gate = v + __bfloat162float(b1[n0 + r]);
+          const float up = other + __bfloat162float(b1[n0 + r + 1]);
           const int i = r / 2;
           const float zv = swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha) * inv_z;
-          z[(int64_t(rbase) + tok) * zn + (i & ~31) + order::w4a8_pos(i & 31)] =
+          stile[tok * kPitch + (i & ~31) + order::w4a8_pos(i & 31)] =
               __nv_cvt_float_to_fp8(zv, __NV_SATFINITE, __NV_E4M3);
         }
       }
+    }
+    consumer_sync();
+    uint8_t* z = static_cast<uint8_t*>(p.y);
+    const int zn = n / 2;
+    constexpr int kPieces = kRows / 2 / 16;
+    const int pieces = cta_rows / 2 / 16;
+    for (int i = tid; i < m * kPieces; i += 256) {
+      const int tok = i / kPieces, c = i % kPieces;
+      if (c < pieces)
+        *reinterpret_cast<uint4*>(z + (int64_t(rbase) + tok) * zn + n0 / 2 + 16 * c) =
+            *reinterpret_cast<const uint4*>(stile + tok * kPitch + 16 * c);
     }
   }
 }
