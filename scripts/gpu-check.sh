@@ -111,6 +111,16 @@ bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input
 # The MoE's FP8 quantizers (input gather, SwiGLU) a block a row instead of a warp a group (not yet timed).
 bench bench-prefill-20b-quant-rows env ORCHID_MOE_QUANT_ROWS=1 "$bin" bench prefill synthetic:20b --weights fp8 \
   --input-lens 8192,32768 --repeats 3
+# MXFP4 prefill-sized steps on the W4A8 GEMM (ORCHID_MXFP4_W4A8=1, opt-in until measured) against the FP8
+# conversion: time (20b, 120b) and accuracy (2048 tokens: above the tiled kernel's 1024 at 32 experts).
+for w in 0 1; do
+  bench "bench-prefill-mxfp4-w4a8-$w" env ORCHID_MXFP4_W4A8=$w "$bin" bench prefill synthetic:20b --weights mxfp4 \
+    --input-lens 8192,32768 --repeats 3
+  bench "bench-prefill-120b-w4a8-$w" env ORCHID_MXFP4_W4A8=$w "$bin" bench prefill synthetic:120b --weights mxfp4 \
+    --input-lens 8192 --repeats 3
+done
+check layer-check-20b-w4a8 env ORCHID_MXFP4_W4A8=1 python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
+  --layers "$(seq -s, 0 23)" --tokens 2048 --weights mxfp4 --orchid "$bin" --report-only
 # MXFP4 prefill's per-layer conversion to FP8 on one CTA per block (the default) and on the persistent grid
 # that loads a CTA's next block while it converts one (ORCHID_MXFP4_CONVERT=pipelined), 20b and 120b.
 for cv in grid pipelined; do
