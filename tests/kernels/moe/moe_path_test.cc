@@ -4,7 +4,10 @@
 // Host only: the choice is host logic.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "kernels/moe/moe_layer.h"
+#include "kernels/moe/mxfp4_w4a8_gemm.h"
 
 namespace orchid::kernels {
 namespace {
@@ -37,6 +40,22 @@ TEST(Mxfp4Path, CrossoverScalesWithTheExperts) {
   MoeConfig fixed = config(128);
   fixed.mxfp4_tiled_max_tokens = 0;  // an override wins: no tiled steps at all
   EXPECT_EQ(mxfp4_path(fixed, 3).kind, Mxfp4Path::kConvertFp8);
+}
+
+// The W4A8 GEMM takes the conversion's steps where the config asks for it, the blocks are in the tiled order
+// and the SwiGLU clamp is finite (its output's fixed scale); otherwise the conversion stays.
+TEST(Mxfp4Path, W4a8TakesTheConversionsStepsWhereItApplies) {
+  MoeConfig c = config(32);
+  c.mxfp4_w4a8 = true;
+  EXPECT_EQ(mxfp4_path(c, 8192).kind, Mxfp4Path::kConvertFp8);  // checkpoint order
+  c.mxfp4_tiled_order = true;
+  EXPECT_EQ(mxfp4_path(c, 1024).kind, Mxfp4Path::kTiled);
+  EXPECT_EQ(mxfp4_path(c, 1025).kind, Mxfp4Path::kW4a8);
+  EXPECT_EQ(mxfp4_path(c, 8192).kind, Mxfp4Path::kW4a8);
+  MoeConfig unclamped = c;
+  unclamped.swiglu_limit = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(mxfp4_path(unclamped, 8192).kind, Mxfp4Path::kConvertFp8);
+  EXPECT_FLOAT_EQ(mxfp4_w4a8_z_scale(SwigluParams{7.0f, 1.702f}), 0.125f);  // 56 / 448
 }
 
 TEST(Mxfp4Path, TileByRowsPerExpert) {
