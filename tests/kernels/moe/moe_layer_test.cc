@@ -404,6 +404,27 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       } else {
         EXPECT_TRUE(orchid::testing::check_exact("repacked blocks bitwise", bits(d_x.download()), bits(x1)));
       }
+      if (fp8_path) {
+        // The W4A8 GEMM in the conversion's place (its workspace is the smaller: no FP8 expert copies):
+        // e4m3 activations a row (gate_up) and one fixed scale (down) instead of 1x128 groups, against
+        // the conversion path's delta.
+        MoeConfig w4a8 = reordered;
+        w4a8.mxfp4_w4a8 = true;
+        ASSERT_EQ(mxfp4_path(w4a8, T).kind, Mxfp4Path::kW4a8);
+        ASSERT_LE(moe_workspace_bytes(w4a8), moe_workspace_bytes(cfg));
+        d_x.upload(x0);
+        moe_forward(w4a8, repacked, d_h.get(), d_x.get(), T, router, ws.get(), stream);
+        ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+        const auto x3 = d_x.download();
+        std::vector<float> got(x3.size());
+        std::vector<double> want(x3.size());
+        for (size_t i = 0; i < x3.size(); ++i) {
+          got[i] = x3[i] - x0[i];
+          want[i] = double(x1[i]) - double(x0[i]);
+        }
+        EXPECT_TRUE(orchid::testing::check_close("W4A8 GEMM vs the FP8 conversion, moe delta", got, want,
+                                                 0.25 * rms_of(want), 0.5, 8e-2));
+      }
     }
   }
   cudaStreamDestroy(stream);
