@@ -44,7 +44,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <string>
 #include <type_traits>
 
 #include "kernels/common/bulk_copy.cuh"
