@@ -9,8 +9,11 @@
 // 8 weights each) into e4m3 at 18 integer operations a word (mxfp4_order::to_e4m3x8) plus the table's two
 // multiply-adds a row, and issues one wgmma m64nNk32 for its warpgroup's 64 rows x the tile's tokens. At
 // 256 tokens that wgmma is 128 tensor cycles of the SM; two warpgroups' integer work (2 warps x 2 words x
-// ~20 ops x 2 cycles a scheduler) is ~160 of their 256: the tile must be wide. Below ~128 rows an expert the
-// tiled bf16 kernel is the better choice (mxfp4_path).
+// ~20 ops x 2 cycles a scheduler) is ~160 of their 256: the tile must be wide. (Where the tiled bf16 kernel
+// should take over, a few hundred rows an expert, is for measurement: mxfp4_path keeps the conversion's
+// crossover until then.) Not persistent: a CTA's main loop is ~13 us at 20b's k and its start (first copies,
+// the rows' exponents) and epilogue are not overlapped with another tile's loop (one CTA an SM); an
+// estimated 10-20% that a persistent grid with the producer running into the next tile would win back.
 //
 // Structure: 3 warpgroups. Warpgroups 0 and 1 (consumers, 232 registers: the 128 fp32 accumulators of
 // m64n256) own 64 weight rows each; warpgroup 2's first thread is the producer (its warpgroup gives its
