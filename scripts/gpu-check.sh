@@ -113,6 +113,8 @@ bench bench-prefill-20b-quant-rows env ORCHID_MOE_QUANT_ROWS=1 "$bin" bench pref
   --input-lens 8192,32768 --repeats 3
 # MXFP4 prefill-sized steps on the W4A8 GEMM (ORCHID_MXFP4_W4A8=1, opt-in until measured) against the FP8
 # conversion: time (20b, 120b) and accuracy (2048 tokens: above the tiled kernel's 1024 at 32 experts).
+bench moe-w4a8 "$build"/bench/cuda/moe/moe_bench --filter "w4a8"
+bench moe-grouped-fp8 "$build"/bench/cuda/moe/moe_bench --filter "grouped fp8"
 for w in 0 1; do
   bench "bench-prefill-mxfp4-w4a8-$w" env ORCHID_MXFP4_W4A8=$w "$bin" bench prefill synthetic:20b --weights mxfp4 \
     --input-lens 8192,32768 --repeats 3

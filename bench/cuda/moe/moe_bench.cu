@@ -23,6 +23,7 @@
 #include "kernels/moe/moe_layer.h"
 #include "kernels/moe/mxfp4_gemm.h"
 #include "kernels/moe/mxfp4_tiled_gemm.h"
+#include "kernels/moe/mxfp4_w4a8_gemm.h"
 #include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/norm_route.h"
 #include "kernels/moe/routing.h"
@@ -475,6 +476,66 @@ void bench_mxfp4_tiled(const Options& o, cudaStream_t s) {
   }
 }
 
+// ---------------------------------------------------------------- MXFP4 W4A8 GEMM
+// Prefill-sized steps on FP8 tensor cores (gate_up with its SwiGLU epilogue writing e4m3 z, down writing
+// bf16), against the FP8 ceiling; and the row quantizer that feeds gate_up. The conversion path it replaces
+// is "convert mxfp4->fp8" plus the FP8 grouped GEMM ("grouped fp8").
+void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
+  if (!mxfp4_tiled_order()) return;  // the W4A8 GEMM reads the repacked tiled order only
+  for (int E : {32, 128}) {
+    for (int T : {2048, 8192, 16384}) {
+      if ((E == 128 && T != 8192) || (o.quick && T != 8192)) continue;
+      const int K = 4, M = T * K, k = 2880;
+      const std::string tail = " E" + std::to_string(E) + " T" + std::to_string(T);
+      const std::string qname = "mxfp4 w4a8 row quant" + tail;
+      for (int proj = 0; proj < 2; ++proj) {
+        const int n = proj == 0 ? 5760 : 2880;
+        const std::string name = std::string("mxfp4 w4a8 ") + (proj == 0 ? "gate_up" : "down") + tail;
+        if (!want(o, name) && !(proj == 0 && want(o, qname))) continue;
+        const Mxfp4Experts ex(T, E, K, n, k);
+        const MoeRouting& r = ex.rt.r;
+        Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), xq(size_t(M) * k, Fill::kBytes, 0),
+            xs(size_t(M) * 4, Fill::kBytes, 0);
+        Buf y(size_t(M) * n * 2, Fill::kBytes, 0), b1(size_t(E) * n * 2, Fill::kBf16, 3);
+        if (proj == 0 && want(o, qname)) {
+          const double us = median_us(s, 3, 20, [&](int) {
+            mxfp4_w4a8_activation(xb.p, M, k, xq.as<uint8_t>(), xs.as<float>(), s, r.row_token);
+          });
+          report(qname, "rows " + std::to_string(M) + " k" + std::to_string(k), us, 0,
+                 double(size_t(M) * k * 3), 0);
+        }
+        mxfp4_w4a8_activation(xb.p, M, k, xq.as<uint8_t>(), xs.as<float>(), s, r.row_token);
+        if (!want(o, name)) continue;
+        const int max_tiles = mxfp4_tiled_max_tiles(M, E, kMxfp4W4a8TileTokens);
+        Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
+        mxfp4_tiled_plan(r.offsets, E, kMxfp4W4a8TileTokens, tiles.as<int>(), max_tiles, s);
+        const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
+          Mxfp4W4a8Args a;
+          a.num_experts = E;
+          a.n = n;
+          a.k = k;
+          a.offsets = r.offsets;
+          a.tiles = tiles.as<int>();
+          a.max_tiles = max_tiles;
+          a.blocks = ex.b(i);
+          a.scales = ex.s(i);
+          a.x = xq.as<uint8_t>();
+          a.x_row_count = M;
+          a.x_scale = xs.as<float>();
+          a.y = y.p;
+          if (proj == 0) {
+            a.swiglu_bias = b1.p;
+            a.z_scale = mxfp4_w4a8_z_scale(a.swiglu);
+          }
+          mxfp4_w4a8_gemm(a, s);
+        });
+        report(name, std::to_string(ex.active) + " experts " + shape3(M, n, k), us, 2.0 * M * n * k, 0,
+               kFp8Tflops);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- conversions
 void bench_convert(const Options& o, cudaStream_t s) {
   const int E = 32, n = 5760, k = 2880, kp = round_up_128(k);
@@ -795,6 +856,7 @@ int main(int argc, char** argv) {
     bench_grouped(o, s);
     bench_mxfp4(o, s);
     bench_mxfp4_tiled(o, s);
+    bench_mxfp4_w4a8(o, s);
     bench_convert(o, s);
     bench_overlap(o, s);
     bench_layer(o, s, gemm);
