@@ -190,7 +190,7 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, Mxfp4W4a8GemmTest,
-    ::testing::Values(Case{"w4a8 tiles and widths", 256, 2880, {300, 0, 1, 64, 257, 130}},
+    ::testing::Values(Case{"w4a8 tiles and widths", 256, 2880, {300, 0, 1, 64, 257, 130, 100}},
                       Case{"w4a8 partial cta k tail", 208, 320, {5, 190, 256}},
                       Case{"w4a8 wide scales", 128, 640, {70, 200}, false, 100, 127},
                       Case{"w4a8 swiglu", 192, 2880, {300, 3, 0, 129}, true},
