@@ -51,6 +51,7 @@
 #include "kernels/common/device_info.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
+#include "kernels/common/static_width.cuh"
 #include "kernels/common/tensor_map.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/moe/mxfp4_mma.cuh"
@@ -137,21 +138,9 @@ __device__ __forceinline__ void place_mx_block(uint32_t (&f)[8], uint32_t wa, ui
   f[7] = mul_bf16x2(pair_bf16x2<kTiledOrder, 3>(wb), sb);
 }
 
-// Calls run(std::integral_constant<int, V>{}) with V = v rounded up to a multiple of kStep (clamped to
-// kStep..kMax): the main loop is compiled for the token n-tiles in use, with no per-n-tile branch. Tiles of
-// up to 64 tokens take every count (kStep 1); the 128-token tiles of prefill-sized steps 64 or 128 tokens
-// (kStep 8: two copies of the loop instead of sixteen; the columns past a tile's rows are dropped anyway).
-template <int kMax, int kStep = 1, int V = kStep, class F>
-__device__ __forceinline__ void with_used_tiles(int v, F&& run) {
-  if constexpr (V >= kMax) {
-    run(std::integral_constant<int, kMax>{});
-  } else {
-    if (v <= V)
-      run(std::integral_constant<int, V>{});
-    else
-      with_used_tiles<kMax, kStep, V + kStep>(v, run);
-  }
-}
+// The main loop is compiled for the token n-tiles in use (with_used_tiles): tiles of up to 64 tokens take
+// every count (kStep 1); the 128-token tiles of prefill-sized steps 64 or 128 tokens (kStep 8: two copies of
+// the loop instead of sixteen; the columns past a tile's rows are dropped anyway).
 
 // kNT: n8 tiles of token rows per CTA tile (tile_tokens / 8).
 // kStraight: the mma.sync loop runs whole stages as straight-line code (mxfp4_straight_chunks); kMtPipe: the

@@ -40,6 +40,7 @@
 #include "kernels/common/device_info.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_attribute.h"
+#include "kernels/common/static_width.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/common/wgmma_fp8.cuh"
 #include "kernels/moe/mxfp4_tensor_maps.h"
@@ -87,18 +88,6 @@ __device__ __noinline__ uint2 e4m3_lut_slow(int d) {
     t[i / 4] |= b << (8 * (i % 4));
   }
   return make_uint2(t[0], t[1]);
-}
-
-template <int V, int kMax, class F>
-__device__ __forceinline__ void with_width(int v, F&& run) {
-  if constexpr (V >= kMax) {
-    run(std::integral_constant<int, kMax>{});
-  } else {
-    if (v <= V)
-      run(std::integral_constant<int, V>{});
-    else
-      with_width<V + 1, kMax>(v, run);
-  }
 }
 
 template <bool kSwiglu>
@@ -236,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_operands(acc);
   };
-  with_width<1, kTokens / 64>((m + 63) / 64, run);
-  pdl_launch_dependents();  // only the epilogue is left (kernels/common/pdl.cuh)
+  with_used_tiles<kTokens / 64>((m + 63) / 64, run);  // wgmma widths 64, 128, 192, 256
+  pdl_launch_dependents();                            // only the epilogue is left (kernels/common/pdl.cuh)
 
   // 2^(c - 127) for rows ra and ra + 8 (c >= -6: a normal or subnormal float, never zero).
   const float fa = ldexpf(1.0f, ca - 127), fb = ldexpf(1.0f, cb - 127);
