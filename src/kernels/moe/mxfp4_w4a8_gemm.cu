@@ -33,7 +33,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
@@ -90,7 +91,11 @@ __device__ __noinline__ uint2 e4m3_lut_slow(int d) {
   return make_uint2(t[0], t[1]);
 }
 
-template <bool kSwiglu>
+// kPair 2: the CTAs of a cluster of two (weight-row blocks 2i and 2i + 1 of the same tile) each copy half of
+// the stage's token rows and multicast it to both, so a tile's token rows leave L2 once a pair instead of
+// once a CTA. A stage is then refilled only once both CTAs' consumer warps have released it (the empty
+// barrier counts 16 arrivals, half of them remote).
+template <bool kSwiglu, int kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     w4a8_kernel(Mxfp4W4a8Args p, const __grid_constant__ CUtensorMap wmap,
                 const __grid_constant__ CUtensorMap xmap) {
@@ -107,6 +112,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nchunks = order::grouped_kmx(kmx) / 4;
   const int n0 = blockIdx.x * kRows;
   const int cta_rows = min(kRows, n - n0);  // a multiple of 16; rows past it compute and are dropped
+  // A pair's second CTA past n (grid.x rounded up to even) loads the block before it and stores nothing.
+  const int ld_n0 = n0 < n ? n0 : n0 - kRows;
+  const int ld_rows = min(kRows, n - ld_n0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [kRows][kmx]
   uint64_t* full = reinterpret_cast<uint64_t*>(ss + scale_bytes(k));
@@ -116,28 +124,45 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 8);  // the consumer warps
+      mbar_init(&empty[i], 8 * kPair);  // the consumer warps (of both CTAs of a pair)
     }
     mbar_init(&scales_ready, 1);
     mbar_init_fence();
   }
-  __syncthreads();
+  // A pair's barriers are initialized before either CTA copies into or arrives on the other's.
+  if constexpr (kPair == 2) {
+    cluster_barrier_arrive();
+    cluster_barrier_wait();
+  } else {
+    __syncthreads();
+  }
 
   if (warp >= 8) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (warp == 8 && lane == 0) {
-      const uint32_t bytes = uint32_t(cta_rows * kmx);  // 16 * kmx * (cta_rows / 16)
+      const uint32_t bytes = uint32_t(ld_rows * kmx);  // 16 * kmx * (ld_rows / 16)
       mbar_arrive_expect_tx(&scales_ready, bytes);
-      bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
-      const int wgroup0 = (e * n + n0) / 16;  // the CTA's first 16-row group in the weight map
+      bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + ld_n0) * kmx, bytes, &scales_ready);
+      const int wgroup0 = (e * n + ld_n0) / 16;  // the CTA's first 16-row group in the weight map
+      const int half = kPair == 2 ? int(cluster_rank()) : 0;
       for (int c = 0; c < nchunks; ++c) {
         const int st = c % kStages;
         uint8_t* stage = smem + st * kStageBytes;
         if (c >= kStages) mbar_wait_idle(&empty[st], ((c / kStages) - 1) & 1);
-        mbar_arrive_expect_tx(&full[st], kStageBytes);
+        mbar_arrive_expect_tx(&full[st],
+                              kStageBytes);  // the other half of the token rows comes from the pair
         tensor_copy_4d(stage, &wmap, 0, 0, wgroup0, c, &full[st]);
-        tensor_copy_2d(stage + kWStageBytes, &xmap, c * 128, rbase, &full[st]);
+        if constexpr (kPair == 2)
+          tensor_copy_2d_multicast(stage + kWStageBytes + half * (kXStageBytes / 2), &xmap, c * 128,
+                                   rbase + half * (kTokens / 2), &full[st], uint16_t(3));
+        else
+          tensor_copy_2d(stage + kWStageBytes, &xmap, c * 128, rbase, &full[st]);
       }
+    }
+    // A CTA leaves only once its pair is done arriving on its barriers and copying into its shared memory.
+    if constexpr (kPair == 2) {
+      cluster_barrier_arrive();
+      cluster_barrier_wait();
     }
     return;
   }
@@ -219,14 +244,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           // ... and with it every wgmma that read the previous stage.
           __syncwarp();
           if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
+          if (kPair == 2 && lane == 1) mbar_arrive_cluster(&empty[(c - 1) % kStages], cluster_rank() ^ 1);
         }
       }
     }
     wgmma_wait<0>();
     fence_operands(acc);
   };
-  with_used_tiles<kTokens / 64>((m + 63) / 64, run);  // wgmma widths 64, 128, 192, 256
-  pdl_launch_dependents();                            // only the epilogue is left (kernels/common/pdl.cuh)
+  with_used_tiles<kTokens / 64>((m + 63) / 64, run);   // wgmma widths 64, 128, 192, 256
+  pdl_launch_dependents();                             // only the epilogue is left (kernels/common/pdl.cuh)
+  if constexpr (kPair == 2) cluster_barrier_arrive();  // no more arrivals on the pair's barriers
 
   // 2^(c - 127) for rows ra and ra + 8 (c >= -6: a normal or subnormal float, never zero).
   const float fa = ldexpf(1.0f, ca - 127), fb = ldexpf(1.0f, cb - 127);
@@ -298,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<const uint4*>(stile + tok * kPitch + 16 * c);
     }
   }
+  if constexpr (kPair == 2) cluster_barrier_wait();
 }
 
 // A block a row: the row's amax (16-byte loads, 8 columns a thread-step), then the quantized bytes, each
@@ -357,27 +385,38 @@ __global__ void __launch_bounds__(kActThreads)
   }
 }
 
+template <bool kSwiglu, int kPair>
 struct W4a8Tag {};
-struct W4a8SwigluTag {};
 
-template <bool kSwiglu>
+template <bool kSwiglu, int kPair>
 void launch(const Mxfp4W4a8Args& p, cudaStream_t stream) {
   const int bytes = smem_bytes(p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_w4a8_gemm: k too large for the shared scale tile");
-  auto kernel = w4a8_kernel<kSwiglu>;
-  ensure_dynamic_smem<std::conditional_t<kSwiglu, W4a8SwigluTag, W4a8Tag>>(
-      kernel, device_info().max_smem_per_block_optin);
+  auto kernel = w4a8_kernel<kSwiglu, kPair>;
+  ensure_dynamic_smem<W4a8Tag<kSwiglu, kPair>>(kernel, device_info().max_smem_per_block_optin);
   // The weight-row blocks of a tile vary fastest: the CTAs running together share the tile's token rows
   // (read from DRAM once, then from L2) and an expert's weights (~9 MB for 20b's gate_up, reused from L2 by
   // its next tiles). Tiles fastest would stream all tiles' token rows (94 MB at an 8k 20b prefill, past L2)
   // again for every block of weight rows.
-  const dim3 grid(unsigned((p.n + kRows - 1) / kRows), unsigned(p.max_tiles));
+  // Pairs: grid.x rounded up to even (a cluster's CTAs are consecutive along x).
+  const int blocks = (p.n + kRows - 1) / kRows;
+  const dim3 grid(unsigned((blocks + kPair - 1) / kPair * kPair), unsigned(p.max_tiles));
   const CUtensorMap wmap = mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, kRows);
   const CUtensorMap xmap =
-      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens,
+      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens / kPair,
                             CU_TENSOR_MAP_SWIZZLE_128B, "mxfp4_w4a8_gemm: the token rows");
-  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
+  launch_pdl_cluster(kernel, grid, dim3(kThreads), size_t(bytes), kPair == 2 ? 2u : 0u, stream, p, wmap,
+                     xmap);
+}
+
+// ORCHID_MXFP4_W4A8_PAIR=1: token rows multicast to pairs of CTAs (off until measured).
+bool w4a8_pair_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_W4A8_PAIR");
+    return v && std::string(v) == "1";
+  }();
+  return on;
 }
 
 }  // namespace
@@ -417,10 +456,11 @@ void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {
                         "mxfp4_w4a8_gemm: x, blocks and scales must be 16-byte aligned");
   if (p.max_tiles <= 0) return;
   ORCHID_KERNEL_REQUIRE(p.max_tiles <= 65535, "mxfp4_w4a8_gemm: too many tiles for the grid's y dimension");
+  const bool pair = p.pair == 2 || (p.pair == 0 && w4a8_pair_default());
   if (p.swiglu_bias)
-    launch<true>(p, stream);
+    pair ? launch<true, 2>(p, stream) : launch<true, 1>(p, stream);
   else
-    launch<false>(p, stream);
+    pair ? launch<false, 2>(p, stream) : launch<false, 1>(p, stream);
 }
 
 }  // namespace orchid::kernels

@@ -53,6 +53,9 @@ struct Mxfp4W4a8Args {
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
   float z_scale = 0.0f;  // mxfp4_w4a8_z_scale(swiglu)
+  // CTAs that share a tile's token rows (copied once from L2 and multicast to both): 1, 2, or 0 for the
+  // process default (2 with ORCHID_MXFP4_W4A8_PAIR=1). The same bits either way.
+  int pair = 0;
 };
 
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& args, cudaStream_t stream);

@@ -140,13 +140,26 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   a.x = dxq.get();
   a.x_row_count = std::max(M, 1);
   a.x_scale = dxs.get();
+  // Both forms of the launch (single CTAs, pairs sharing the token rows) into poisoned outputs: the same
+  // bits, and the pair's padding CTA (an odd count of weight-row blocks) stores nothing.
+  auto run_both = [&](auto& dout) -> decltype(dout.download()) {
+    orchid::testing::poison(dout);
+    a.y = dout.get();
+    a.pair = 1;
+    mxfp4_w4a8_gemm(a, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto single = dout.download();
+    orchid::testing::poison(dout);
+    a.pair = 2;
+    mxfp4_w4a8_gemm(a, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto paired = dout.download();
+    EXPECT_TRUE(single == paired) << c.name << ": the paired launch differs from the single one";
+    return single;
+  };
   if (!c.swiglu) {
     DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * n);
-    orchid::testing::poison(dy);
-    a.y = dy.get();
-    mxfp4_w4a8_gemm(a, nullptr);
-    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-    auto raw = dy.download();
+    auto raw = run_both(dy);
     raw.resize(size_t(M) * n);
     double rms = 0;
     for (double v : u) rms += v * v;
@@ -162,11 +175,7 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   ASSERT_GT(a.z_scale, 0.0f);
   const int zn = n / 2;
   DeviceBuffer<uint8_t> dz(size_t(std::max(M, 1)) * zn);
-  orchid::testing::poison(dz);
-  a.y = dz.get();
-  mxfp4_w4a8_gemm(a, nullptr);
-  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  auto zq = dz.download();
+  auto zq = run_both(dz);
   zq.resize(size_t(M) * zn);
   const auto got = from_w4a8(zq, M, zn, a.z_scale);
   const auto bias_f = orchid::testing::bf16_to_floats(p.bias);
@@ -192,6 +201,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, Mxfp4W4a8GemmTest,
     ::testing::Values(Case{"w4a8 tiles and widths", 256, 2880, {300, 0, 1, 64, 257, 130, 100}},
                       Case{"w4a8 partial cta k tail", 208, 320, {5, 190, 256}},
+                      Case{"w4a8 odd blocks", 336, 320, {40, 256, 3, 0}},
                       Case{"w4a8 wide scales", 128, 640, {70, 200}, false, 100, 127},
                       Case{"w4a8 swiglu", 192, 2880, {300, 3, 0, 129}, true},
                       Case{"w4a8 swiglu k tail", 128, 320, {17, 256, 1}, true}),
