@@ -2,7 +2,6 @@
 // table: median time over timed repetitions (CUDA events, after warm-up), inputs rotated across enough
 // copies to exceed the 60 MB L2, and the achieved fraction of the measured H200 ceilings (hopper.md):
 // 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM (bytes read + written).
-//
 //   moe_bench [--quick] [--filter SUBSTRING] [--tag TEXT]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -491,9 +490,13 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
       for (int proj = 0; proj < 2; ++proj) {
         const int n = proj == 0 ? 5760 : 2880;
         const std::string proj_name = proj == 0 ? "gate_up" : "down";
-        const std::string name = "mxfp4 w4a8 " + proj_name + tail,
-                          pair_name = "mxfp4 w4a8 pair " + proj_name + tail;
-        if (!want(o, name) && !want(o, pair_name) && !(proj == 0 && want(o, qname))) continue;
+        auto label_of = [&](int cluster) {
+          return "mxfp4 w4a8 " + (cluster > 1 ? "c" + std::to_string(cluster) + " " : std::string()) +
+                 proj_name + tail;
+        };
+        if (!want(o, label_of(1)) && !want(o, label_of(2)) && !want(o, label_of(4)) &&
+            !(proj == 0 && want(o, qname)))
+          continue;
         const Mxfp4Experts ex(T, E, K, n, k);
         const MoeRouting& r = ex.rt.r;
         Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), xq(size_t(M) * k, Fill::kBytes, 0),
@@ -510,9 +513,9 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
         const int max_tiles = mxfp4_tiled_max_tiles(M, E, kMxfp4W4a8TileTokens);
         Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
         mxfp4_tiled_plan(r.offsets, E, kMxfp4W4a8TileTokens, tiles.as<int>(), max_tiles, s);
-        // pair 1: a CTA copies its tile's token rows alone; 2: two CTAs share one copy (multicast).
-        for (int pair : {1, 2}) {
-          const std::string& label = pair == 1 ? name : pair_name;
+        // cluster 1: a CTA copies its tile's token rows alone; 2, 4: that many CTAs share one multicast copy.
+        for (int cluster : {1, 2, 4}) {
+          const std::string label = label_of(cluster);
           if (!want(o, label)) continue;
           const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
             Mxfp4W4a8Args a;
@@ -528,7 +531,7 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
             a.x_row_count = M;
             a.x_scale = xs.as<float>();
             a.y = y.p;
-            a.pair = pair;
+            a.cluster = cluster;
             if (proj == 0) {
               a.swiglu_bias = b1.p;
               a.z_scale = mxfp4_w4a8_z_scale(a.swiglu);

@@ -1,10 +1,8 @@
 // MXFP4 W4A8 expert GEMM (see mxfp4_w4a8_gemm.h).
-//
 // Napkin math, gpt-oss-20b prefill of 8192 tokens (1024 rows an expert, 32 experts), one layer: gate_up
 // 2 * 32768 * 5760 * 2880 = 1.09 TFLOP, down 0.54: 1.2 ms at ~1330 TFLOP/s (FP8 dense), against the
 // conversion path's 0.39 ms of conversion plus its FP8 GEMMs. Weight bytes are read once per token tile
 // (four times at 1024 rows an expert), from L2 for all but the first.
-//
 // What bounds it: the dequantization. Per MX block a consumer warp places two words (its rows g and g + 8,
 // 8 weights each) into e4m3 at 18 integer operations a word (mxfp4_order::to_e4m3x8) plus the table's two
 // multiply-adds a row, and issues one wgmma m64nNk32 for its warpgroup's 64 rows x the tile's tokens. At
@@ -14,7 +12,6 @@
 // crossover until then.) Not persistent: a CTA's main loop is ~13 us at 20b's k and its start (first copies,
 // the rows' exponents) and epilogue are not overlapped with another tile's loop (one CTA an SM); an
 // estimated 10-20% that a persistent grid with the producer running into the next tile would win back.
-//
 // Structure: 3 warpgroups. Warpgroups 0 and 1 (consumers, 232 registers: the 128 fp32 accumulators of
 // m64n256) own 64 weight rows each; warpgroup 2's first thread is the producer (its warpgroup gives its
 // registers back). The producer fills a ring of 5 stages of k 128 (4 MX blocks): the CTA's weights as one
@@ -34,7 +31,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
@@ -91,11 +87,11 @@ __device__ __noinline__ uint2 e4m3_lut_slow(int d) {
   return make_uint2(t[0], t[1]);
 }
 
-// kPair 2: the CTAs of a cluster of two (weight-row blocks 2i and 2i + 1 of the same tile) each copy half of
-// the stage's token rows and multicast it to both, so a tile's token rows leave L2 once a pair instead of
-// once a CTA. A stage is then refilled only once both CTAs' consumer warps have released it (the empty
-// barrier counts 16 arrivals, half of them remote).
-template <bool kSwiglu, int kPair>
+// kCluster 2 or 4: the CTAs of a cluster (consecutive weight-row blocks of the same tile) each copy a
+// 1/kCluster share of the stage's token rows and multicast it to all, so a tile's token rows leave L2 once a
+// cluster instead of once a CTA. A stage is then refilled only once every CTA's consumer warps have released
+// it (the empty barrier counts 8 arrivals from each CTA of the cluster).
+template <bool kSwiglu, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     w4a8_kernel(Mxfp4W4a8Args p, const __grid_constant__ CUtensorMap wmap,
                 const __grid_constant__ CUtensorMap xmap) {
@@ -112,8 +108,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nchunks = order::grouped_kmx(kmx) / 4;
   const int n0 = blockIdx.x * kRows;
   const int cta_rows = min(kRows, n - n0);  // a multiple of 16; rows past it compute and are dropped
-  // A pair's second CTA past n (grid.x rounded up to even) loads the block before it and stores nothing.
-  const int ld_n0 = n0 < n ? n0 : n0 - kRows;
+  // A cluster's CTAs past n (grid.x rounded up to whole clusters) load the last block and store nothing.
+  const int ld_n0 = min(n0, (n - 1) / kRows * kRows);
   const int ld_rows = min(kRows, n - ld_n0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [kRows][kmx]
@@ -124,13 +120,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 8 * kPair);  // the consumer warps (of both CTAs of a pair)
+      mbar_init(&empty[i], 8 * kCluster);  // the consumer warps (of every CTA of the cluster)
     }
     mbar_init(&scales_ready, 1);
     mbar_init_fence();
   }
-  // A pair's barriers are initialized before either CTA copies into or arrives on the other's.
-  if constexpr (kPair == 2) {
+  // A cluster's barriers are initialized before any CTA copies into or arrives on another's.
+  if constexpr (kCluster > 1) {
     cluster_barrier_arrive();
     cluster_barrier_wait();
   } else {
@@ -144,23 +140,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_arrive_expect_tx(&scales_ready, bytes);
       bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + ld_n0) * kmx, bytes, &scales_ready);
       const int wgroup0 = (e * n + ld_n0) / 16;  // the CTA's first 16-row group in the weight map
-      const int half = kPair == 2 ? int(cluster_rank()) : 0;
+      const int share = kCluster > 1 ? int(cluster_rank()) : 0;
       for (int c = 0; c < nchunks; ++c) {
         const int st = c % kStages;
         uint8_t* stage = smem + st * kStageBytes;
         if (c >= kStages) mbar_wait_idle(&empty[st], ((c / kStages) - 1) & 1);
-        mbar_arrive_expect_tx(&full[st],
-                              kStageBytes);  // the other half of the token rows comes from the pair
+        // The other shares of the token rows come from the cluster's other CTAs.
+        mbar_arrive_expect_tx(&full[st], kStageBytes);
         tensor_copy_4d(stage, &wmap, 0, 0, wgroup0, c, &full[st]);
-        if constexpr (kPair == 2)
-          tensor_copy_2d_multicast(stage + kWStageBytes + half * (kXStageBytes / 2), &xmap, c * 128,
-                                   rbase + half * (kTokens / 2), &full[st], uint16_t(3));
+        if constexpr (kCluster > 1)
+          tensor_copy_2d_multicast(stage + kWStageBytes + share * (kXStageBytes / kCluster), &xmap, c * 128,
+                                   rbase + share * (kTokens / kCluster), &full[st],
+                                   uint16_t((1u << kCluster) - 1));
         else
           tensor_copy_2d(stage + kWStageBytes, &xmap, c * 128, rbase, &full[st]);
       }
     }
-    // A CTA leaves only once its pair is done arriving on its barriers and copying into its shared memory.
-    if constexpr (kPair == 2) {
+    // A CTA leaves once its cluster is done arriving on its barriers and copying into its shared memory.
+    if constexpr (kCluster > 1) {
       cluster_barrier_arrive();
       cluster_barrier_wait();
     }
@@ -243,17 +240,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (j == 0 && c > 0) {
           // ... and with it every wgmma that read the previous stage.
           __syncwarp();
-          if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
-          if (kPair == 2 && lane == 1) mbar_arrive_cluster(&empty[(c - 1) % kStages], cluster_rank() ^ 1);
+          if constexpr (kCluster > 1) {
+            if (lane < kCluster) mbar_arrive_cluster(&empty[(c - 1) % kStages], uint32_t(lane));
+          } else if (lane == 0) {
+            mbar_arrive(&empty[(c - 1) % kStages]);
+          }
         }
       }
     }
     wgmma_wait<0>();
     fence_operands(acc);
   };
-  with_used_tiles<kTokens / 64>((m + 63) / 64, run);   // wgmma widths 64, 128, 192, 256
-  pdl_launch_dependents();                             // only the epilogue is left (kernels/common/pdl.cuh)
-  if constexpr (kPair == 2) cluster_barrier_arrive();  // no more arrivals on the pair's barriers
+  with_used_tiles<kTokens / 64>((m + 63) / 64, run);     // wgmma widths 64, 128, 192, 256
+  pdl_launch_dependents();                               // only the epilogue is left (kernels/common/pdl.cuh)
+  if constexpr (kCluster > 1) cluster_barrier_arrive();  // no more arrivals on the cluster's barriers
 
   // 2^(c - 127) for rows ra and ra + 8 (c >= -6: a normal or subnormal float, never zero).
   const float fa = ldexpf(1.0f, ca - 127), fb = ldexpf(1.0f, cb - 127);
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<const uint4*>(stile + tok * kPitch + 16 * c);
     }
   }
-  if constexpr (kPair == 2) cluster_barrier_wait();
+  if constexpr (kCluster > 1) cluster_barrier_wait();
 }
 
 // A block a row: the row's amax (16-byte loads, 8 columns a thread-step), then the quantized bytes, each
@@ -385,38 +385,49 @@ __global__ void __launch_bounds__(kActThreads)
   }
 }
 
-template <bool kSwiglu, int kPair>
+template <bool kSwiglu, int kCluster>
 struct W4a8Tag {};
 
-template <bool kSwiglu, int kPair>
+template <bool kSwiglu, int kCluster>
 void launch(const Mxfp4W4a8Args& p, cudaStream_t stream) {
   const int bytes = smem_bytes(p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_w4a8_gemm: k too large for the shared scale tile");
-  auto kernel = w4a8_kernel<kSwiglu, kPair>;
-  ensure_dynamic_smem<W4a8Tag<kSwiglu, kPair>>(kernel, device_info().max_smem_per_block_optin);
+  auto kernel = w4a8_kernel<kSwiglu, kCluster>;
+  ensure_dynamic_smem<W4a8Tag<kSwiglu, kCluster>>(kernel, device_info().max_smem_per_block_optin);
   // The weight-row blocks of a tile vary fastest: the CTAs running together share the tile's token rows
   // (read from DRAM once, then from L2) and an expert's weights (~9 MB for 20b's gate_up, reused from L2 by
   // its next tiles). Tiles fastest would stream all tiles' token rows (94 MB at an 8k 20b prefill, past L2)
   // again for every block of weight rows.
-  // Pairs: grid.x rounded up to even (a cluster's CTAs are consecutive along x).
+  // grid.x rounded up to whole clusters (a cluster's CTAs are consecutive along x).
   const int blocks = (p.n + kRows - 1) / kRows;
-  const dim3 grid(unsigned((blocks + kPair - 1) / kPair * kPair), unsigned(p.max_tiles));
+  const dim3 grid(unsigned((blocks + kCluster - 1) / kCluster * kCluster), unsigned(p.max_tiles));
   const CUtensorMap wmap = mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, kRows);
   const CUtensorMap xmap =
-      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens / kPair,
+      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens / kCluster,
                             CU_TENSOR_MAP_SWIZZLE_128B, "mxfp4_w4a8_gemm: the token rows");
-  launch_pdl_cluster(kernel, grid, dim3(kThreads), size_t(bytes), kPair == 2 ? 2u : 0u, stream, p, wmap,
-                     xmap);
+  launch_pdl_cluster(kernel, grid, dim3(kThreads), size_t(bytes), kCluster > 1 ? unsigned(kCluster) : 0u,
+                     stream, p, wmap, xmap);
 }
 
-// ORCHID_MXFP4_W4A8_PAIR=1: token rows multicast to pairs of CTAs (off until measured).
-bool w4a8_pair_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("ORCHID_MXFP4_W4A8_PAIR");
-    return v && std::string(v) == "1";
+// ORCHID_MXFP4_W4A8_CLUSTER=2|4: token rows multicast to clusters of that many CTAs (1 until measured).
+int w4a8_cluster_default() {
+  static const int c = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_W4A8_CLUSTER");
+    const int n = v ? std::atoi(v) : 1;
+    return n == 2 || n == 4 ? n : 1;
   }();
-  return on;
+  return c;
+}
+
+template <bool kSwiglu>
+void launch_cluster(const Mxfp4W4a8Args& p, int cluster, cudaStream_t stream) {
+  if (cluster == 4)
+    launch<kSwiglu, 4>(p, stream);
+  else if (cluster == 2)
+    launch<kSwiglu, 2>(p, stream);
+  else
+    launch<kSwiglu, 1>(p, stream);
 }
 
 }  // namespace
@@ -456,11 +467,13 @@ void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {
                         "mxfp4_w4a8_gemm: x, blocks and scales must be 16-byte aligned");
   if (p.max_tiles <= 0) return;
   ORCHID_KERNEL_REQUIRE(p.max_tiles <= 65535, "mxfp4_w4a8_gemm: too many tiles for the grid's y dimension");
-  const bool pair = p.pair == 2 || (p.pair == 0 && w4a8_pair_default());
+  ORCHID_KERNEL_REQUIRE(p.cluster == 0 || p.cluster == 1 || p.cluster == 2 || p.cluster == 4,
+                        "mxfp4_w4a8_gemm: cluster must be 0 (the default), 1, 2 or 4");
+  const int cluster = p.cluster > 0 ? p.cluster : w4a8_cluster_default();
   if (p.swiglu_bias)
-    pair ? launch<true, 2>(p, stream) : launch<true, 1>(p, stream);
+    launch_cluster<true>(p, cluster, stream);
   else
-    pair ? launch<false, 2>(p, stream) : launch<false, 1>(p, stream);
+    launch_cluster<false>(p, cluster, stream);
 }
 
 }  // namespace orchid::kernels

@@ -2,7 +2,6 @@
 // the weights are read as stored (4.25 bits, the repacked tiled word order), placed into e4m3 in registers
 // and multiplied by e4m3 activations with wgmma m64nNk32, at twice the bf16 rate and with no conversion pass
 // and no FP8 copy of the experts (the path it replaces converted every used expert to FP8 each step).
-//
 // Numerics. A weight row's MX block scales 2^s are folded into the e4m3 bytes relative to a per-row
 // exponent c = (largest s of the row) - 6: byte = e4m3(e2m1 * 2^(s - c)), exact for s >= c - 7 (blocks 13
 // binades below the row's largest; below, rounded to nearest even), the epilogue multiplies by 2^(c - 127).
@@ -10,7 +9,6 @@
 // bounded by limit * (limit + 1) (|gate * sigmoid| <= limit, |up + 1| <= limit + 1) and takes one fixed
 // power-of-two scale (mxfp4_w4a8_z_scale), so the gate_up epilogue writes it as e4m3 directly. e4m3
 // keeps 4 significant bits: the FP8 path's error, not the bf16 tiled kernel's.
-//
 // Work: the tiles of mxfp4_tiled_plan with kMxfp4W4a8TileTokens; a CTA takes 128 weight rows of one expert
 // x up to 256 of its token rows; the token rows in the W4A8 order (mxfp4_w4a8_activation).
 #pragma once
@@ -53,9 +51,9 @@ struct Mxfp4W4a8Args {
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
   float z_scale = 0.0f;  // mxfp4_w4a8_z_scale(swiglu)
-  // CTAs that share a tile's token rows (copied once from L2 and multicast to both): 1, 2, or 0 for the
-  // process default (2 with ORCHID_MXFP4_W4A8_PAIR=1). The same bits either way.
-  int pair = 0;
+  // CTAs that share a tile's token rows (copied once from L2 and multicast to each): 1, 2, 4, or 0 for the
+  // process default (ORCHID_MXFP4_W4A8_CLUSTER, else 1). The same bits in every form.
+  int cluster = 0;
 };
 
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& args, cudaStream_t stream);

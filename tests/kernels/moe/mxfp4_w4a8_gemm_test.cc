@@ -140,26 +140,27 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   a.x = dxq.get();
   a.x_row_count = std::max(M, 1);
   a.x_scale = dxs.get();
-  // Both forms of the launch (single CTAs, pairs sharing the token rows) into poisoned outputs: the same
-  // bits, and the pair's padding CTA (an odd count of weight-row blocks) stores nothing.
-  auto run_both = [&](auto& dout) -> decltype(dout.download()) {
-    orchid::testing::poison(dout);
-    a.y = dout.get();
-    a.pair = 1;
-    mxfp4_w4a8_gemm(a, nullptr);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    auto single = dout.download();
-    orchid::testing::poison(dout);
-    a.pair = 2;
-    mxfp4_w4a8_gemm(a, nullptr);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto paired = dout.download();
-    EXPECT_TRUE(single == paired) << c.name << ": the paired launch differs from the single one";
+  // Every form of the launch (single CTAs, clusters of 2 and 4 sharing the token rows) into poisoned
+  // outputs: the same bits, and a cluster's padding CTAs (weight-row blocks past n) store nothing.
+  auto run_all = [&](auto& dout) -> decltype(dout.download()) {
+    decltype(dout.download()) single;
+    for (int cluster : {1, 2, 4}) {
+      orchid::testing::poison(dout);
+      a.y = dout.get();
+      a.cluster = cluster;
+      mxfp4_w4a8_gemm(a, nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      auto got = dout.download();
+      if (cluster == 1)
+        single = std::move(got);
+      else
+        EXPECT_TRUE(got == single) << c.name << ": clusters of " << cluster << " differ from single CTAs";
+    }
     return single;
   };
   if (!c.swiglu) {
     DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * n);
-    auto raw = run_both(dy);
+    auto raw = run_all(dy);
     raw.resize(size_t(M) * n);
     double rms = 0;
     for (double v : u) rms += v * v;
@@ -175,7 +176,7 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   ASSERT_GT(a.z_scale, 0.0f);
   const int zn = n / 2;
   DeviceBuffer<uint8_t> dz(size_t(std::max(M, 1)) * zn);
-  auto zq = run_both(dz);
+  auto zq = run_all(dz);
   zq.resize(size_t(M) * zn);
   const auto got = from_w4a8(zq, M, zn, a.z_scale);
   const auto bias_f = orchid::testing::bf16_to_floats(p.bias);
