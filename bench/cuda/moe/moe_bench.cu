@@ -538,8 +538,10 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
             }
             mxfp4_w4a8_gemm(a, s);
           });
-          report(label, std::to_string(ex.active) + " experts " + shape3(M, n, k), us, 2.0 * M * n * k, 0,
-                 kFp8Tflops);
+          report(label,
+                 std::to_string(ex.active) + " experts " + shape3(M, n, k) + " resident " +
+                     std::to_string(mxfp4_w4a8_resident_ctas(cluster, proj == 0, k)),
+                 us, 2.0 * M * n * k, 0, kFp8Tflops);
         }
       }
     }

@@ -420,6 +420,27 @@ int w4a8_cluster_default() {
   return c;
 }
 
+template <bool kSwiglu, int kCluster>
+int resident_ctas(int k) {
+  const int bytes = smem_bytes(k);
+  auto kernel = w4a8_kernel<kSwiglu, kCluster>;
+  ensure_dynamic_smem<W4a8Tag<kSwiglu, kCluster>>(kernel, device_info().max_smem_per_block_optin);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(kCluster), 1, 1);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = size_t(bytes);
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(kCluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  return clusters * kCluster;
+}
+
 template <bool kSwiglu>
 void launch_cluster(const Mxfp4W4a8Args& p, int cluster, cudaStream_t stream) {
   if (cluster == 4)
@@ -447,6 +468,18 @@ void mxfp4_w4a8_activation(const void* x, int rows, int k, uint8_t* out, float* 
   launch_pdl(w4a8_activation_kernel, dim3(unsigned(rows)), dim3(kActThreads), 0, stream,
              static_cast<const uint4*>(x), row_map, k, out, scale);
   ORCHID_CUDA_CHECK_LAUNCH();
+}
+
+int mxfp4_w4a8_resident_ctas(int cluster, bool swiglu, int k) {
+  ORCHID_KERNEL_REQUIRE(cluster == 1 || cluster == 2 || cluster == 4,
+                        "mxfp4_w4a8_resident_ctas: cluster must be 1, 2 or 4");
+  if (swiglu)
+    return cluster == 4   ? resident_ctas<true, 4>(k)
+           : cluster == 2 ? resident_ctas<true, 2>(k)
+                          : resident_ctas<true, 1>(k);
+  return cluster == 4   ? resident_ctas<false, 4>(k)
+         : cluster == 2 ? resident_ctas<false, 2>(k)
+                        : resident_ctas<false, 1>(k);
 }
 
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {

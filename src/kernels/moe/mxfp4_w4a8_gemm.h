@@ -58,4 +58,9 @@ struct Mxfp4W4a8Args {
 
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& args, cudaStream_t stream);
 
+// How many CTAs of the form (cluster 1, 2 or 4; the SwiGLU epilogue or not; depth k) the GPU holds at once
+// (cudaOccupancyMaxActiveClusters x cluster): a cluster's CTAs must share a GPC, so where a GPC's SM count is
+// not a multiple of the cluster some SMs stay idle. For benchmarks.
+int mxfp4_w4a8_resident_ctas(int cluster, bool swiglu, int k);
+
 }  // namespace orchid::kernels
