@@ -2,6 +2,7 @@
 // table: median time over timed repetitions (CUDA events, after warm-up), inputs rotated across enough
 // copies to exceed the 60 MB L2, and the achieved fraction of the measured H200 ceilings (hopper.md):
 // 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM (bytes read + written).
+//
 //   moe_bench [--quick] [--filter SUBSTRING] [--tag TEXT]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -489,14 +490,8 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
       const std::string qname = "mxfp4 w4a8 row quant" + tail;
       for (int proj = 0; proj < 2; ++proj) {
         const int n = proj == 0 ? 5760 : 2880;
-        const std::string proj_name = proj == 0 ? "gate_up" : "down";
-        auto label_of = [&](int cluster) {
-          return "mxfp4 w4a8 " + (cluster > 1 ? "c" + std::to_string(cluster) + " " : std::string()) +
-                 proj_name + tail;
-        };
-        if (!want(o, label_of(1)) && !want(o, label_of(2)) && !want(o, label_of(4)) &&
-            !(proj == 0 && want(o, qname)))
-          continue;
+        const std::string name = std::string("mxfp4 w4a8 ") + (proj == 0 ? "gate_up" : "down") + tail;
+        if (!want(o, name) && !(proj == 0 && want(o, qname))) continue;
         const Mxfp4Experts ex(T, E, K, n, k);
         const MoeRouting& r = ex.rt.r;
         Buf xb(size_t(M) * k * 2, Fill::kBf16, 9), xq(size_t(M) * k, Fill::kBytes, 0),
@@ -510,39 +505,32 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
                  double(size_t(M) * k * 3), 0);
         }
         mxfp4_w4a8_activation(xb.p, M, k, xq.as<uint8_t>(), xs.as<float>(), s, r.row_token);
+        if (!want(o, name)) continue;
         const int max_tiles = mxfp4_tiled_max_tiles(M, E, kMxfp4W4a8TileTokens);
         Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
         mxfp4_tiled_plan(r.offsets, E, kMxfp4W4a8TileTokens, tiles.as<int>(), max_tiles, s);
-        // cluster 1: a CTA copies its tile's token rows alone; 2, 4: that many CTAs share one multicast copy.
-        for (int cluster : {1, 2, 4}) {
-          const std::string label = label_of(cluster);
-          if (!want(o, label)) continue;
-          const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
-            Mxfp4W4a8Args a;
-            a.num_experts = E;
-            a.n = n;
-            a.k = k;
-            a.offsets = r.offsets;
-            a.tiles = tiles.as<int>();
-            a.max_tiles = max_tiles;
-            a.blocks = ex.b(i);
-            a.scales = ex.s(i);
-            a.x = xq.as<uint8_t>();
-            a.x_row_count = M;
-            a.x_scale = xs.as<float>();
-            a.y = y.p;
-            a.cluster = cluster;
-            if (proj == 0) {
-              a.swiglu_bias = b1.p;
-              a.z_scale = mxfp4_w4a8_z_scale(a.swiglu);
-            }
-            mxfp4_w4a8_gemm(a, s);
-          });
-          report(label,
-                 std::to_string(ex.active) + " experts " + shape3(M, n, k) + " resident " +
-                     std::to_string(mxfp4_w4a8_resident_ctas(cluster, proj == 0, k)),
-                 us, 2.0 * M * n * k, 0, kFp8Tflops);
-        }
+        const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
+          Mxfp4W4a8Args a;
+          a.num_experts = E;
+          a.n = n;
+          a.k = k;
+          a.offsets = r.offsets;
+          a.tiles = tiles.as<int>();
+          a.max_tiles = max_tiles;
+          a.blocks = ex.b(i);
+          a.scales = ex.s(i);
+          a.x = xq.as<uint8_t>();
+          a.x_row_count = M;
+          a.x_scale = xs.as<float>();
+          a.y = y.p;
+          if (proj == 0) {
+            a.swiglu_bias = b1.p;
+            a.z_scale = mxfp4_w4a8_z_scale(a.swiglu);
+          }
+          mxfp4_w4a8_gemm(a, s);
+        });
+        report(name, std::to_string(ex.active) + " experts " + shape3(M, n, k), us, 2.0 * M * n * k, 0,
+               kFp8Tflops);
       }
     }
   }

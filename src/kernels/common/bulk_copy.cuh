@@ -104,41 +104,6 @@ __device__ __forceinline__ void tensor_copy_4d(void* dst, const void* map, int x
       : "memory");
 }
 
-// The same 2-D box, written to the same shared-memory offset in every CTA of the cluster named in `cta_mask`
-// (bit r: cluster rank r) and counted on the mbarrier at `bar`'s offset in each of them: one read of global
-// memory (L2) for CTAs that need the same box.
-__device__ __forceinline__ void tensor_copy_2d_multicast(void* dst, const void* map, int x, int y,
-                                                         uint64_t* bar, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-      "[%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(cta_mask)
-      : "memory");
-}
-
-// One arrival on the mbarrier at `bar`'s offset in the shared memory of cluster rank `rank`.
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-
-// A cluster-wide barrier in two halves (every thread of every CTA arrives; the wait returns once all have):
-// arrive releases this thread's earlier memory operations to the cluster, wait acquires the others'.
-// Not `.aligned`: the threads of a warp may arrive apart.
-__device__ __forceinline__ void cluster_barrier_arrive() {
-  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_barrier_wait() {
-  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
 // One box of a 3-D tensor map from this CTA's shared memory to global memory (coordinates innermost first),
 // in the issuing thread's current bulk group. The TMA unit reads the box through the async proxy: threads
 // that wrote it with ordinary stores fence (fence_proxy_async_smem) and meet the issuing thread at a barrier

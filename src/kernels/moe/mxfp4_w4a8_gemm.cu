@@ -1,8 +1,10 @@
 // MXFP4 W4A8 expert GEMM (see mxfp4_w4a8_gemm.h).
+//
 // Napkin math, gpt-oss-20b prefill of 8192 tokens (1024 rows an expert, 32 experts), one layer: gate_up
 // 2 * 32768 * 5760 * 2880 = 1.09 TFLOP, down 0.54: 1.2 ms at ~1330 TFLOP/s (FP8 dense), against the
 // conversion path's 0.39 ms of conversion plus its FP8 GEMMs. Weight bytes are read once per token tile
 // (four times at 1024 rows an expert), from L2 for all but the first.
+//
 // What bounds it: the dequantization. Per MX block a consumer warp places two words (its rows g and g + 8,
 // 8 weights each) into e4m3 at 18 integer operations a word (mxfp4_order::to_e4m3x8) plus the table's two
 // multiply-adds a row, and issues one wgmma m64nNk32 for its warpgroup's 64 rows x the tile's tokens. At
@@ -12,6 +14,7 @@
 // crossover until then.) Not persistent: a CTA's main loop is ~13 us at 20b's k and its start (first copies,
 // the rows' exponents) and epilogue are not overlapped with another tile's loop (one CTA an SM); an
 // estimated 10-20% that a persistent grid with the producer running into the next tile would win back.
+//
 // Structure: 3 warpgroups. Warpgroups 0 and 1 (consumers, 232 registers: the 128 fp32 accumulators of
 // m64n256) own 64 weight rows each; warpgroup 2's first thread is the producer (its warpgroup gives its
 // registers back). The producer fills a ring of 5 stages of k 128 (4 MX blocks): the CTA's weights as one
@@ -30,7 +33,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <type_traits>
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
@@ -62,7 +65,7 @@ __host__ __device__ constexpr int scale_bytes(int k) {
   return (kRows * (k / 32) + 15) / 16 * 16;
 }
 constexpr int smem_bytes(int k) {
-  return 1024 + kStages * kStageBytes + scale_bytes(k) + (2 * kStages + 1) * 8;
+  return 1024 + kStages * kStageBytes + scale_bytes(k) + (2 * kStages + 1) * 8 + kTokens * 4;
 }
 
 // The two consumer warpgroups only (the producer's has returned).
@@ -87,11 +90,7 @@ __device__ __noinline__ uint2 e4m3_lut_slow(int d) {
   return make_uint2(t[0], t[1]);
 }
 
-// kCluster 2 or 4: the CTAs of a cluster (consecutive weight-row blocks of the same tile) each copy a
-// 1/kCluster share of the stage's token rows and multicast it to all, so a tile's token rows leave L2 once a
-// cluster instead of once a CTA. A stage is then refilled only once every CTA's consumer warps have released
-// it (the empty barrier counts 8 arrivals from each CTA of the cluster).
-template <bool kSwiglu, int kCluster>
+template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1)
     w4a8_kernel(Mxfp4W4a8Args p, const __grid_constant__ CUtensorMap wmap,
                 const __grid_constant__ CUtensorMap xmap) {
@@ -108,9 +107,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nchunks = order::grouped_kmx(kmx) / 4;
   const int n0 = blockIdx.x * kRows;
   const int cta_rows = min(kRows, n - n0);  // a multiple of 16; rows past it compute and are dropped
-  // A cluster's CTAs past n (grid.x rounded up to whole clusters) load the last block and store nothing.
-  const int ld_n0 = min(n0, (n - 1) / kRows * kRows);
-  const int ld_rows = min(kRows, n - ld_n0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   uint8_t* ss = smem + kStages * kStageBytes;  // scales [kRows][kmx]
   uint64_t* full = reinterpret_cast<uint64_t*>(ss + scale_bytes(k));
@@ -120,46 +116,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 8 * kCluster);  // the consumer warps (of every CTA of the cluster)
+      mbar_init(&empty[i], 8);  // the consumer warps
     }
     mbar_init(&scales_ready, 1);
     mbar_init_fence();
   }
-  // A cluster's barriers are initialized before any CTA copies into or arrives on another's.
-  if constexpr (kCluster > 1) {
-    cluster_barrier_arrive();
-    cluster_barrier_wait();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (warp >= 8) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (warp == 8 && lane == 0) {
-      const uint32_t bytes = uint32_t(ld_rows * kmx);  // 16 * kmx * (ld_rows / 16)
+      const uint32_t bytes = uint32_t(cta_rows * kmx);  // 16 * kmx * (cta_rows / 16)
       mbar_arrive_expect_tx(&scales_ready, bytes);
-      bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + ld_n0) * kmx, bytes, &scales_ready);
-      const int wgroup0 = (e * n + ld_n0) / 16;  // the CTA's first 16-row group in the weight map
-      const int share = kCluster > 1 ? int(cluster_rank()) : 0;
+      bulk_copy_g2s(ss, p.scales + (int64_t(e) * n + n0) * kmx, bytes, &scales_ready);
+      const int wgroup0 = (e * n + n0) / 16;  // the CTA's first 16-row group in the weight map
       for (int c = 0; c < nchunks; ++c) {
         const int st = c % kStages;
         uint8_t* stage = smem + st * kStageBytes;
         if (c >= kStages) mbar_wait_idle(&empty[st], ((c / kStages) - 1) & 1);
-        // The other shares of the token rows come from the cluster's other CTAs.
         mbar_arrive_expect_tx(&full[st], kStageBytes);
         tensor_copy_4d(stage, &wmap, 0, 0, wgroup0, c, &full[st]);
-        if constexpr (kCluster > 1)
-          tensor_copy_2d_multicast(stage + kWStageBytes + share * (kXStageBytes / kCluster), &xmap, c * 128,
-                                   rbase + share * (kTokens / kCluster), &full[st],
-                                   uint16_t((1u << kCluster) - 1));
-        else
-          tensor_copy_2d(stage + kWStageBytes, &xmap, c * 128, rbase, &full[st]);
+        tensor_copy_2d(stage + kWStageBytes, &xmap, c * 128, rbase, &full[st]);
       }
-    }
-    // A CTA leaves once its cluster is done arriving on its barriers and copying into its shared memory.
-    if constexpr (kCluster > 1) {
-      cluster_barrier_arrive();
-      cluster_barrier_wait();
     }
     return;
   }
@@ -240,40 +218,43 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (j == 0 && c > 0) {
           // ... and with it every wgmma that read the previous stage.
           __syncwarp();
-          if constexpr (kCluster > 1) {
-            if (lane < kCluster) mbar_arrive_cluster(&empty[(c - 1) % kStages], uint32_t(lane));
-          } else if (lane == 0) {
-            mbar_arrive(&empty[(c - 1) % kStages]);
-          }
+          if (lane == 0) mbar_arrive(&empty[(c - 1) % kStages]);
         }
       }
     }
     wgmma_wait<0>();
     fence_operands(acc);
   };
-  with_used_tiles<kTokens / 64>((m + 63) / 64, run);     // wgmma widths 64, 128, 192, 256
-  pdl_launch_dependents();                               // only the epilogue is left (kernels/common/pdl.cuh)
-  if constexpr (kCluster > 1) cluster_barrier_arrive();  // no more arrivals on the cluster's barriers
+  with_used_tiles<kTokens / 64>((m + 63) / 64, run);  // wgmma widths 64, 128, 192, 256
+  pdl_launch_dependents();                            // only the epilogue is left (kernels/common/pdl.cuh)
 
   // 2^(c - 127) for rows ra and ra + 8 (c >= -6: a normal or subnormal float, never zero).
   const float fa = ldexpf(1.0f, ca - 127), fb = ldexpf(1.0f, cb - 127);
   // The tile goes out through shared memory (the ring, once both consumer warpgroups are past it), as rows
   // of tokens: written there element by element in the accumulator layout, copied out in 16-byte pieces
-  // (the accumulators hold 8 weight rows x 4 tokens a warp store: 2-byte pieces of 4 token rows).
-  consumer_sync();
+  // (the accumulators hold 8 weight rows x 4 tokens a warp store: 2-byte pieces of 4 token rows). The
+  // epilogue runs once a CTA with nothing to overlap it, so its instructions count: the tile's token scales
+  // are staged once in shared memory (not loaded from global memory element by element), and per-row values
+  // are hoisted out of the loops (measured 2026-12-07: the first form, ~20 K instructions a warp for the
+  // SwiGLU epilogue, made gate_up's CTAs 2.2x as long as down's).
   uint8_t* stile = smem;
+  float* s_xs = reinterpret_cast<float*>(ss + scale_bytes(k) + (2 * kStages + 1) * 8);  // [kTokens]
+  s_xs[tid] = p.x_scale ? p.x_scale[rbase + min(tid, m - 1)] : p.x_scale_all;           // tid < 256 = kTokens
+  consumer_sync();  // both warpgroups past the ring (their wgmmas waited for) and the scales staged
   if constexpr (!kSwiglu) {
     // [token][kRows + 8] bf16 (the pad spreads a warp's four tokens over the banks).
     constexpr int kPitch = (kRows + 8) * 2;
+    uint8_t* row_a = stile + ra * 2;
 #pragma unroll
     for (int nt = 0; nt < kTokens / 8; ++nt) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tok = nt * 8 + 2 * t + (q & 1);
+      for (int h = 0; h < 2; ++h) {
+        const int tok = nt * 8 + 2 * t + h;
         if (tok < m) {
-          const float xs = p.x_scale ? p.x_scale[rbase + tok] : p.x_scale_all;
-          *reinterpret_cast<__nv_bfloat16*>(stile + tok * kPitch + (ra + (q >> 1) * 8) * 2) =
-              __float2bfloat16_rn(acc[4 * nt + q] * xs * (q >> 1 ? fb : fa));
+          const float xs = s_xs[tok];
+          uint8_t* dst = row_a + tok * kPitch;
+          *reinterpret_cast<__nv_bfloat16*>(dst) = __float2bfloat16_rn(acc[4 * nt + h] * (xs * fa));
+          *reinterpret_cast<__nv_bfloat16*>(dst + 16) = __float2bfloat16_rn(acc[4 * nt + 2 + h] * (xs * fb));
         }
       }
     }
@@ -288,28 +269,48 @@ __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<const uint4*>(stile + tok * kPitch + 16 * c);
     }
   } else {
-    // Row g's partner row g ^ 1 lives in lane ^ 4; even-g lanes hold a gate row and write z[i], i = row / 2,
+    // Rows 2i / 2i + 1 (gate / up of z column i) sit in lanes l / l ^ 4 (g even / odd). For each token pair
+    // (2t, 2t + 1) and row half h the two lanes swap one value, so the even lane holds (gate, up) of token
+    // 2t and the odd lane those of token 2t + 1: both lanes apply SwiGLU, one shuffle for two outputs. z goes
     // into [token][kRows / 2 + 16] bytes at its W4A8 position (the CTA's z columns start at n0 / 2, a
     // multiple of 64: whole MX blocks).
     constexpr int kPitch = kRows / 2 + 16;
+    const bool odd = (g & 1) != 0;
+    const int tok_off = 2 * t + (odd ? 1 : 0);
     const __nv_bfloat16* b1 = static_cast<const __nv_bfloat16*>(p.swiglu_bias) + int64_t(e) * n;
     const float inv_z = 1.0f / p.z_scale;  // a power of two: exact
+    const float limit = p.swiglu.limit, alpha = p.swiglu.alpha;
+    float bias_gate[2], bias_up[2], frow[2] = {fa, fb};
+    int zpos[2];
+    bool zvalid[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gate_row = (ra & ~1) + 8 * h;  // in the CTA
+      const int i = gate_row / 2;
+      zvalid[h] = n0 + gate_row < n;
+      bias_gate[h] = zvalid[h] ? __bfloat162float(b1[n0 + gate_row]) : 0.0f;
+      bias_up[h] = zvalid[h] ? __bfloat162float(b1[n0 + gate_row + 1]) : 0.0f;
+      zpos[h] = (i & ~31) + order::w4a8_pos(i & 31);
+    }
 #pragma unroll
     for (int nt = 0; nt < kTokens / 8; ++nt) {
+      const float xs0 = s_xs[nt * 8 + 2 * t], xs1 = s_xs[nt * 8 + 2 * t + 1];
+      const int tok = nt * 8 + tok_off;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tok = nt * 8 + 2 * t + (q & 1);
-        const float xs = p.x_scale ? p.x_scale[rbase + min(tok, m - 1)] : p.x_scale_all;
-        const float v = acc[4 * nt + q] * xs * (q >> 1 ? fb : fa);
-        const float other = __shfl_xor_sync(0xffffffffu, v, 4);
-        const int r = ra + (q >> 1) * 8;  // in the CTA
-        if ((g & 1) == 0 && tok < m && n0 + r < n) {
-          const float gate = v + __bfloat162float(b1[n0 + r]);
-          const float up = other + __bfloat162float(b1[n0 + r + 1]);
-          const int i = r / 2;
-          const float zv = swiglu_fp32(gate, up, p.swiglu.limit, p.swiglu.alpha) * inv_z;
-          stile[tok * kPitch + (i & ~31) + order::w4a8_pos(i & 31)] =
-              __nv_cvt_float_to_fp8(zv, __NV_SATFINITE, __NV_E4M3);
+      for (int h = 0; h < 2; ++h) {
+        const float v0 = acc[4 * nt + 2 * h] * (xs0 * frow[h]);      // token 2t
+        const float v1 = acc[4 * nt + 2 * h + 1] * (xs1 * frow[h]);  // token 2t + 1
+        // Even lane: keeps its gate of 2t, sends its gate of 2t + 1; odd lane: keeps its up of 2t + 1,
+        // sends its up of 2t.
+        const float recv = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+        const float gate = (odd ? recv : v0) + bias_gate[h];
+        const float up = (odd ? v1 : recv) + bias_up[h];
+        if (zvalid[h] && tok < m) {
+          const float gc = fminf(gate, limit);
+          const float uc = fminf(fmaxf(up, -limit), limit);
+          // SwiGLU with the fast exponential and division: their ~1e-6 relative error is far below e4m3's.
+          const float zv = gc * __fdividef(1.0f, 1.0f + __expf(-alpha * gc)) * (uc + 1.0f) * inv_z;
+          stile[tok * kPitch + zpos[h]] = __nv_cvt_float_to_fp8(zv, __NV_SATFINITE, __NV_E4M3);
         }
       }
     }
@@ -325,7 +326,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<const uint4*>(stile + tok * kPitch + 16 * c);
     }
   }
-  if constexpr (kCluster > 1) cluster_barrier_wait();
 }
 
 // A block a row: the row's amax (16-byte loads, 8 columns a thread-step), then the quantized bytes, each
@@ -385,70 +385,27 @@ __global__ void __launch_bounds__(kActThreads)
   }
 }
 
-template <bool kSwiglu, int kCluster>
 struct W4a8Tag {};
+struct W4a8SwigluTag {};
 
-template <bool kSwiglu, int kCluster>
+template <bool kSwiglu>
 void launch(const Mxfp4W4a8Args& p, cudaStream_t stream) {
   const int bytes = smem_bytes(p.k);
   ORCHID_KERNEL_REQUIRE(bytes <= device_info().max_smem_per_block_optin,
                         "mxfp4_w4a8_gemm: k too large for the shared scale tile");
-  auto kernel = w4a8_kernel<kSwiglu, kCluster>;
-  ensure_dynamic_smem<W4a8Tag<kSwiglu, kCluster>>(kernel, device_info().max_smem_per_block_optin);
+  auto kernel = w4a8_kernel<kSwiglu>;
+  ensure_dynamic_smem<std::conditional_t<kSwiglu, W4a8SwigluTag, W4a8Tag>>(
+      kernel, device_info().max_smem_per_block_optin);
   // The weight-row blocks of a tile vary fastest: the CTAs running together share the tile's token rows
   // (read from DRAM once, then from L2) and an expert's weights (~9 MB for 20b's gate_up, reused from L2 by
   // its next tiles). Tiles fastest would stream all tiles' token rows (94 MB at an 8k 20b prefill, past L2)
   // again for every block of weight rows.
-  // grid.x rounded up to whole clusters (a cluster's CTAs are consecutive along x).
-  const int blocks = (p.n + kRows - 1) / kRows;
-  const dim3 grid(unsigned((blocks + kCluster - 1) / kCluster * kCluster), unsigned(p.max_tiles));
+  const dim3 grid(unsigned((p.n + kRows - 1) / kRows), unsigned(p.max_tiles));
   const CUtensorMap wmap = mxfp4_repacked_weight_map(p.blocks, p.num_experts, p.n, p.k, kRows);
   const CUtensorMap xmap =
-      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens / kCluster,
+      mxfp4_byte_tensor_map(p.x, uint64_t(p.x_row_count), uint64_t(p.k), 128, kTokens,
                             CU_TENSOR_MAP_SWIZZLE_128B, "mxfp4_w4a8_gemm: the token rows");
-  launch_pdl_cluster(kernel, grid, dim3(kThreads), size_t(bytes), kCluster > 1 ? unsigned(kCluster) : 0u,
-                     stream, p, wmap, xmap);
-}
-
-// ORCHID_MXFP4_W4A8_CLUSTER=2|4: token rows multicast to clusters of that many CTAs (1 until measured).
-int w4a8_cluster_default() {
-  static const int c = [] {
-    const char* v = std::getenv("ORCHID_MXFP4_W4A8_CLUSTER");
-    const int n = v ? std::atoi(v) : 1;
-    return n == 2 || n == 4 ? n : 1;
-  }();
-  return c;
-}
-
-template <bool kSwiglu, int kCluster>
-int resident_ctas(int k) {
-  const int bytes = smem_bytes(k);
-  auto kernel = w4a8_kernel<kSwiglu, kCluster>;
-  ensure_dynamic_smem<W4a8Tag<kSwiglu, kCluster>>(kernel, device_info().max_smem_per_block_optin);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(kCluster), 1, 1);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(bytes);
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(kCluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  ORCHID_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-  return clusters * kCluster;
-}
-
-template <bool kSwiglu>
-void launch_cluster(const Mxfp4W4a8Args& p, int cluster, cudaStream_t stream) {
-  if (cluster == 4)
-    launch<kSwiglu, 4>(p, stream);
-  else if (cluster == 2)
-    launch<kSwiglu, 2>(p, stream);
-  else
-    launch<kSwiglu, 1>(p, stream);
+  launch_pdl(kernel, grid, dim3(kThreads), size_t(bytes), stream, p, wmap, xmap);
 }
 
 }  // namespace
@@ -470,18 +427,6 @@ void mxfp4_w4a8_activation(const void* x, int rows, int k, uint8_t* out, float* 
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 
-int mxfp4_w4a8_resident_ctas(int cluster, bool swiglu, int k) {
-  ORCHID_KERNEL_REQUIRE(cluster == 1 || cluster == 2 || cluster == 4,
-                        "mxfp4_w4a8_resident_ctas: cluster must be 1, 2 or 4");
-  if (swiglu)
-    return cluster == 4   ? resident_ctas<true, 4>(k)
-           : cluster == 2 ? resident_ctas<true, 2>(k)
-                          : resident_ctas<true, 1>(k);
-  return cluster == 4   ? resident_ctas<false, 4>(k)
-         : cluster == 2 ? resident_ctas<false, 2>(k)
-                        : resident_ctas<false, 1>(k);
-}
-
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(p.n > 0 && p.n % 16 == 0, "mxfp4_w4a8_gemm: n must be a positive multiple of 16");
   ORCHID_KERNEL_REQUIRE(p.k > 0 && p.k % 32 == 0, "mxfp4_w4a8_gemm: k must be a positive multiple of 32");
@@ -500,13 +445,10 @@ void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& p, cudaStream_t stream) {
                         "mxfp4_w4a8_gemm: x, blocks and scales must be 16-byte aligned");
   if (p.max_tiles <= 0) return;
   ORCHID_KERNEL_REQUIRE(p.max_tiles <= 65535, "mxfp4_w4a8_gemm: too many tiles for the grid's y dimension");
-  ORCHID_KERNEL_REQUIRE(p.cluster == 0 || p.cluster == 1 || p.cluster == 2 || p.cluster == 4,
-                        "mxfp4_w4a8_gemm: cluster must be 0 (the default), 1, 2 or 4");
-  const int cluster = p.cluster > 0 ? p.cluster : w4a8_cluster_default();
   if (p.swiglu_bias)
-    launch_cluster<true>(p, cluster, stream);
+    launch<true>(p, stream);
   else
-    launch_cluster<false>(p, cluster, stream);
+    launch<false>(p, stream);
 }
 
 }  // namespace orchid::kernels

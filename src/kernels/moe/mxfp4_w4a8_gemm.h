@@ -2,6 +2,7 @@
 // the weights are read as stored (4.25 bits, the repacked tiled word order), placed into e4m3 in registers
 // and multiplied by e4m3 activations with wgmma m64nNk32, at twice the bf16 rate and with no conversion pass
 // and no FP8 copy of the experts (the path it replaces converted every used expert to FP8 each step).
+//
 // Numerics. A weight row's MX block scales 2^s are folded into the e4m3 bytes relative to a per-row
 // exponent c = (largest s of the row) - 6: byte = e4m3(e2m1 * 2^(s - c)), exact for s >= c - 7 (blocks 13
 // binades below the row's largest; below, rounded to nearest even), the epilogue multiplies by 2^(c - 127).
@@ -9,6 +10,7 @@
 // bounded by limit * (limit + 1) (|gate * sigmoid| <= limit, |up + 1| <= limit + 1) and takes one fixed
 // power-of-two scale (mxfp4_w4a8_z_scale), so the gate_up epilogue writes it as e4m3 directly. e4m3
 // keeps 4 significant bits: the FP8 path's error, not the bf16 tiled kernel's.
+//
 // Work: the tiles of mxfp4_tiled_plan with kMxfp4W4a8TileTokens; a CTA takes 128 weight rows of one expert
 // x up to 256 of its token rows; the token rows in the W4A8 order (mxfp4_w4a8_activation).
 #pragma once
@@ -51,16 +53,8 @@ struct Mxfp4W4a8Args {
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
   float z_scale = 0.0f;  // mxfp4_w4a8_z_scale(swiglu)
-  // CTAs that share a tile's token rows (copied once from L2 and multicast to each): 1, 2, 4, or 0 for the
-  // process default (ORCHID_MXFP4_W4A8_CLUSTER, else 1). The same bits in every form.
-  int cluster = 0;
 };
 
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& args, cudaStream_t stream);
-
-// How many CTAs of the form (cluster 1, 2 or 4; the SwiGLU epilogue or not; depth k) the GPU holds at once
-// (cudaOccupancyMaxActiveClusters x cluster): a cluster's CTAs must share a GPC, so where a GPC's SM count is
-// not a multiple of the cluster some SMs stay idle. For benchmarks.
-int mxfp4_w4a8_resident_ctas(int cluster, bool swiglu, int k);
 
 }  // namespace orchid::kernels
