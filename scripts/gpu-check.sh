@@ -118,10 +118,16 @@ bench moe-grouped-fp8 "$build"/bench/cuda/moe/moe_bench --filter "grouped fp8"
 for w in 0 1; do
   bench "bench-prefill-mxfp4-w4a8-$w" env ORCHID_MXFP4_W4A8=$w "$bin" bench prefill synthetic:20b --weights mxfp4 \
     --input-lens 8192,32768 --repeats 3
-    bench "bench-prefill-120b-w4a8-$w" env ORCHID_MXFP4_W4A8=$w "$bin" bench prefill synthetic:120b --weights mxfp4 \
+  bench "bench-prefill-120b-w4a8-$w" env ORCHID_MXFP4_W4A8=$w "$bin" bench prefill synthetic:120b --weights mxfp4 \
     --input-lens 8192 --repeats 3
 done
-
+# Where W4A8 should take over from the tiled kernel: prompts of 512-2048 tokens with the tiled range cut to
+# 256 tokens (W4A8 from 257) against the default (tiled up to 1024 at 32 experts).
+for tm in 256 default; do
+  bench "bench-prefill-mxfp4-crossover-$tm" env ORCHID_MXFP4_W4A8=1 \
+    $([ "$tm" = default ] || echo ORCHID_MXFP4_TILED_MAX_TOKENS=$tm) "$bin" bench prefill synthetic:20b \
+    --weights mxfp4 --input-lens 512,1024,2048 --repeats 3
+done
 check layer-check-20b-w4a8 env ORCHID_MXFP4_W4A8=1 python3 tools/gpu/layer_check.py --checkpoint "$ck20" \
   --layers "$(seq -s, 0 23)" --tokens 2048 --weights mxfp4 --orchid "$bin" --report-only
 # MXFP4 prefill's per-layer conversion to FP8 on one CTA per block (the default) and on the persistent grid
