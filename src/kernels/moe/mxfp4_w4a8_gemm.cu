@@ -45,7 +45,6 @@
 #include "kernels/common/wgmma_fp8.cuh"
 #include "kernels/moe/mxfp4_tensor_maps.h"
 #include "kernels/moe/mxfp4_word_order.h"
-#include "kernels/moe/swiglu.cuh"
 
 namespace orchid::kernels {
 namespace {

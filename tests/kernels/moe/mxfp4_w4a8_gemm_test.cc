@@ -44,7 +44,7 @@ void quantize_rows(const std::vector<float>& x, const std::vector<int>& map, int
   }
 }
 
-// // The GEMM's per-element tolerance, as a fraction of the output's rms: the FP8 accumulation (see the GEMM
+// The GEMM's per-element tolerance, as a fraction of the output's rms: the FP8 accumulation (see the GEMM
 // test).
 constexpr double kAccumTol = 3e-2;
 
