@@ -16,6 +16,7 @@ namespace orchid::kernels {
 namespace {
 
 using orchid::testing::DeviceBuffer;
+using orchid::testing::rms_of;
 
 struct Case {
   const char* name;
@@ -45,12 +46,6 @@ std::vector<double> reference(const std::vector<int>& off, int n, int k, const s
 
 std::vector<float> download_bf16(const DeviceBuffer<uint16_t>& d) {
   return orchid::testing::bf16_to_floats(d.download());
-}
-
-double rms_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s / double(std::max<size_t>(1, v.size())));
 }
 
 void run_fp8(const Case& c, Fp8GroupedConfig config) {

@@ -24,6 +24,7 @@ namespace orchid::kernels {
 namespace {
 
 using orchid::testing::DeviceBuffer;
+using orchid::testing::rms_of;
 
 template <typename T>
 std::vector<T> fetch(const void* p, size_t count) {
@@ -46,12 +47,6 @@ std::vector<float> dequant_rows(const std::vector<uint8_t>& q, const std::vector
       out[size_t(r) * k + c] =
           fp8e4m3_to_float(q[size_t(r) * kpad + c]) * s[size_t(r) * (kpad / 128) + c / 128];
   return out;
-}
-
-double rms_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s / double(std::max<size_t>(1, v.size())));
 }
 
 struct Case {

@@ -24,6 +24,7 @@ namespace orchid::kernels {
 namespace {
 
 using orchid::testing::DeviceBuffer;
+using orchid::testing::rms_of;
 namespace order = mxfp4_order;
 
 // The quantizer's reference: scale = amax / 448 (1 for a zero row), bytes e4m3(v * 448 / amax) in the W4A8
@@ -47,12 +48,6 @@ void quantize_rows(const std::vector<float>& x, const std::vector<int>& map, int
 // The GEMM's per-element tolerance, as a fraction of the output's rms: the FP8 accumulation (see the GEMM
 // test).
 constexpr double kAccumTol = 3e-2;
-
-double rms_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s / double(std::max<size_t>(1, v.size())));
-}
 
 // Natural column order of rows stored in the W4A8 order, as floats times `scale`.
 std::vector<float> from_w4a8(const std::vector<uint8_t>& q, int rows, int cols, float scale) {
@@ -184,7 +179,6 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   const auto got = from_w4a8(zq, M, zn, a.z_scale);
   const auto bias_f = orchid::testing::bf16_to_floats(p.bias);
   std::vector<double> ref(size_t(M) * zn);
-  double rms = 0;
   for (int e = 0; e < E; ++e)
     for (int r = p.offsets[size_t(e)]; r < p.offsets[size_t(e) + 1]; ++r)
       for (int i = 0; i < zn; ++i) {
@@ -193,9 +187,8 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
                                 float(u[size_t(r) * n + 2 * i + 1] + bias_f[size_t(e) * n + 2 * i + 1]),
                                 a.swiglu.limit, a.swiglu.alpha);
         ref[size_t(r) * zn + i] = z;
-        rms += z * z;
       }
-  rms = std::sqrt(rms / double(std::max<size_t>(1, ref.size())));
+  const double rms = rms_of(ref);
   // One e4m3 step (1/16 relative) above the subnormals (2^-9 of the scale), plus what the accumulation's
   // error (kAccumTol of u's rms, above) moves z by at this element: SwiGLU's change over gate +- d and
   // up +- d (large where up + 1 is near 0 or the gate is large). The whole within rel. L2 0.04.

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +22,13 @@ namespace orchid::testing {
     cudaError_t e_ = (expr);                                               \
     ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
+
+// Root mean square of a reference (the scale of a tolerance).
+inline double rms_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s / double(std::max<size_t>(1, v.size())));
+}
 
 // 0xFF bytes: NaN for bf16/fp32/e4m3, -1 for ints -- an unwritten output cannot pass a check.
 template <typename T>
