@@ -509,28 +509,32 @@ void bench_mxfp4_w4a8(const Options& o, cudaStream_t s) {
         const int max_tiles = mxfp4_tiled_max_tiles(M, E, kMxfp4W4a8TileTokens);
         Buf tiles(size_t(max_tiles) * 8, Fill::kBytes, 0);
         mxfp4_tiled_plan(r.offsets, E, kMxfp4W4a8TileTokens, tiles.as<int>(), max_tiles, s);
-        const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
-          Mxfp4W4a8Args a;
-          a.num_experts = E;
-          a.n = n;
-          a.k = k;
-          a.offsets = r.offsets;
-          a.tiles = tiles.as<int>();
-          a.max_tiles = max_tiles;
-          a.blocks = ex.b(i);
-          a.scales = ex.s(i);
-          a.x = xq.as<uint8_t>();
-          a.x_row_count = M;
-          a.x_scale = xs.as<float>();
-          a.y = y.p;
-          if (proj == 0) {
-            a.swiglu_bias = b1.p;
-            a.z_scale = mxfp4_w4a8_z_scale(a.swiglu);
-          }
-          mxfp4_w4a8_gemm(a, s);
-        });
-        report(name, std::to_string(ex.active) + " experts " + shape3(M, n, k), us, 2.0 * M * n * k, 0,
-               kFp8Tflops);
+        // The persistent grid (one CTA an SM, the default) and one CTA a work item.
+        for (const int ctas : {0, 1 << 20}) {
+          const double us = median_us(s, 3, o.quick ? 10 : 20, [&](int i) {
+            Mxfp4W4a8Args a;
+            a.num_experts = E;
+            a.n = n;
+            a.k = k;
+            a.offsets = r.offsets;
+            a.tiles = tiles.as<int>();
+            a.max_tiles = max_tiles;
+            a.blocks = ex.b(i);
+            a.scales = ex.s(i);
+            a.x = xq.as<uint8_t>();
+            a.x_row_count = M;
+            a.x_scale = xs.as<float>();
+            a.y = y.p;
+            a.max_ctas = ctas;
+            if (proj == 0) {
+              a.swiglu_bias = b1.p;
+              a.z_scale = mxfp4_w4a8_z_scale(a.swiglu);
+            }
+            mxfp4_w4a8_gemm(a, s);
+          });
+          report(name + (ctas ? " per-item" : ""), std::to_string(ex.active) + " experts " + shape3(M, n, k),
+                 us, 2.0 * M * n * k, 0, kFp8Tflops);
+        }
       }
     }
   }

@@ -326,6 +326,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.offsets = b.routing.offsets;
     g.tiles = b.tiles;
     g.max_tiles = mxfp4_tiled_max_tiles(M, E, kMxfp4W4a8TileTokens);
+    g.max_ctas = c.mxfp4_w4a8_ctas;
     mxfp4_tiled_plan(b.routing.offsets, E, kMxfp4W4a8TileTokens, b.tiles, g.max_tiles, stream);
     // The permuted rows (the hi rows of a split input), e4m3 with a scale a row.
     mxfp4_w4a8_activation(h, M, H, b.a_q, b.a_scale, stream, b.routing.row_token);

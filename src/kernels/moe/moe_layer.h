@@ -53,6 +53,9 @@ struct MoeConfig {
   // e4m3 activations) instead of converting the used experts to FP8 each step. Needs the tiled order and a
   // finite SwiGLU clamp (its output's fixed scale); otherwise the conversion runs.
   bool mxfp4_w4a8 = false;
+  // The W4A8 GEMM's grid (Mxfp4W4a8Args::max_ctas): 0 persistent, one CTA an SM; a large value, one CTA a
+  // work item (comparisons).
+  int mxfp4_w4a8_ctas = 0;
   Fp8GroupedConfig fp8_config = Fp8GroupedConfig::kCooperative128x128;
   // Expert parallelism: the experts this rank holds and computes (routing.h); the layer weights' expert
   // tensors and biases then hold just these. Default: every expert.

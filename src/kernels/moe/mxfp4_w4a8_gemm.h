@@ -53,6 +53,9 @@ struct Mxfp4W4a8Args {
   const void* swiglu_bias = nullptr;  // bf16 [E, n]
   SwigluParams swiglu;
   float z_scale = 0.0f;  // mxfp4_w4a8_z_scale(swiglu)
+  // Persistent grid of min(work items, max_ctas) CTAs (0: the SM count, one CTA an SM); a large value gives
+  // one CTA a work item (128 weight rows x a tile), tests a small one so each CTA takes many items.
+  int max_ctas = 0;
 };
 
 void mxfp4_w4a8_gemm(const Mxfp4W4a8Args& args, cudaStream_t stream);

@@ -74,6 +74,8 @@ CudaRank::CudaRank(const CudaRankSetup& st)
   if (const char* v = std::getenv("ORCHID_MXFP4_DOWN_ROWS")) moe_cfg_.mxfp4_down_rows = std::atoi(v);
   // Opt-in until measured: MXFP4 prefill-sized steps on the W4A8 GEMM instead of the FP8 conversion.
   if (const char* v = std::getenv("ORCHID_MXFP4_W4A8")) moe_cfg_.mxfp4_w4a8 = std::strcmp(v, "1") == 0;
+  // For comparisons: the W4A8 GEMM's grid (0 persistent, the default; 1048576: one CTA a work item).
+  if (const char* v = std::getenv("ORCHID_MXFP4_W4A8_CTAS")) moe_cfg_.mxfp4_w4a8_ctas = std::atoi(v);
   if (shard_.num_experts() < config_.num_experts)
     moe_cfg_.local = kernels::MoeExpertRange{int(shard_.expert_begin), int(shard_.num_experts())};
 

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/dtypes.h"
 #include "kernel_test_util.h"
@@ -147,13 +149,30 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   a.x = dxq.get();
   a.x_row_count = std::max(M, 1);
   a.x_scale = dxs.get();
+  // The grid walks its work items persistently: with 3 CTAs each takes several (the ring and the two scale
+  // tiles run on across items); the default grid (one CTA an SM) and one CTA an item must give the same
+  // bytes.
+  auto run_grids = [&](auto& out) {
+    decltype(out.download()) first;
+    for (const int ctas : {3, 0, 1 << 20}) {
+      orchid::testing::poison(out);
+      a.max_ctas = ctas;
+      mxfp4_w4a8_gemm(a, nullptr);
+      const cudaError_t err = cudaDeviceSynchronize();
+      EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+      auto got = out.download();
+      if (first.empty())
+        first = got;
+      else
+        EXPECT_TRUE(orchid::testing::check_exact(
+            (std::string(c.name) + " grid " + std::to_string(ctas)).c_str(), got, first));
+    }
+    return first;
+  };
   if (!c.swiglu) {
     DeviceBuffer<uint16_t> dy(size_t(std::max(M, 1)) * n);
-    orchid::testing::poison(dy);
     a.y = dy.get();
-    mxfp4_w4a8_gemm(a, nullptr);
-    ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-    auto raw = dy.download();
+    auto raw = run_grids(dy);
     raw.resize(size_t(M) * n);
     // Exact products; the sum is the tensor cores' FP8 accumulation over the whole k (no promotion to fp32
     // every few k-blocks), then bf16. That accumulation truncates as it aligns, a few 2^-13 of the running
@@ -170,11 +189,8 @@ TEST_P(Mxfp4W4a8GemmTest, MatchesReference) {
   ASSERT_GT(a.z_scale, 0.0f);
   const int zn = n / 2;
   DeviceBuffer<uint8_t> dz(size_t(std::max(M, 1)) * zn);
-  orchid::testing::poison(dz);
   a.y = dz.get();
-  mxfp4_w4a8_gemm(a, nullptr);
-  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  auto zq = dz.download();
+  auto zq = run_grids(dz);
   zq.resize(size_t(M) * zn);
   const auto got = from_w4a8(zq, M, zn, a.z_scale);
   const auto bias_f = orchid::testing::bf16_to_floats(p.bias);
