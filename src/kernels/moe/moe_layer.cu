@@ -103,10 +103,12 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
     b.z_scale = static_cast<float*>(take(M * (Ip / 128) * 4));
   }
   if (c.weights == MoeWeights::kBf16) b.a_bf16 = take(M * H * 2);
-  if (needs_tiled(c)) {
-    b.x_tiled = take(std::min(T, size_t(tiled_max(c))) * K * H * 2);  // the permuted rows, gathered
-    b.tiles =
-        static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), kMxfp4TileTokens[0])) * 8));
+  if (needs_tiled(c)) b.x_tiled = take(std::min(T, size_t(tiled_max(c))) * K * H * 2);  // permuted rows
+  // The tile list: the tiled kernel's (its smallest tiles, the most of them) or, with no tiled range, the
+  // W4A8 GEMM's.
+  if (needs_tiled(c) || (needs_fp8_path(c) && w4a8_taken(c))) {
+    const int tile_tokens = needs_tiled(c) ? kMxfp4TileTokens[0] : kMxfp4W4a8TileTokens;
+    b.tiles = static_cast<int*>(take(size_t(mxfp4_tiled_max_tiles(int(M), int(El), tile_tokens)) * 8));
   }
   if (needs_bf16_z(c)) b.z_bf16 = take(M * I * 2);
   b.u = take(M * 2 * I * 2);

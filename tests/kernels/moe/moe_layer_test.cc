@@ -419,6 +419,17 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
         }
         EXPECT_TRUE(orchid::testing::check_close("W4A8 GEMM vs the FP8 conversion, moe delta", got, want,
                                                  0.25 * rms_of(want), 0.5, 8e-2));
+        // With no tiled range (ORCHID_MXFP4_TILED_MAX_TOKENS=0) the workspace still holds the W4A8 GEMM's
+        // tile list, and the step is the same bits.
+        MoeConfig w4a8_only = w4a8;
+        w4a8_only.mxfp4_tiled_max_tokens = 0;
+        ASSERT_EQ(mxfp4_path(w4a8_only, T).kind, Mxfp4Path::kW4a8);
+        DeviceBuffer<uint8_t> ws_only(moe_workspace_bytes(w4a8_only));
+        d_x.upload(x0);
+        moe_forward(w4a8_only, repacked, d_h.get(), d_x.get(), T, router, ws_only.get(), stream);
+        ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
+        EXPECT_TRUE(
+            orchid::testing::check_exact("W4A8 with no tiled range bitwise", bits(d_x.download()), bits(x3)));
       }
     }
   }
