@@ -108,11 +108,11 @@ check layer-check-20b-tp8-ep8 python3 tools/gpu/layer_check.py --checkpoint "$ck
   --tokens 1024 --weights mxfp4 --orchid "$bin" --orchid-args "--tp 8 --ep 8 --collectives local"
 check serve-smoke-20b python3 tools/gpu/serve_smoke.py --orchid "$bin" --model synthetic:20b --weights mxfp4
 bench bench-prefill-20b "$bin" bench prefill synthetic:20b --weights fp8 --input-lens 8192,32768 --repeats 3
-# The MoE's FP8 quantizers (input gather, SwiGLU) a block a row instead of a warp a group (not yet timed).
-bench bench-prefill-20b-quant-rows env ORCHID_MOE_QUANT_ROWS=1 "$bin" bench prefill synthetic:20b --weights fp8 \
+# The MoE's FP8 quantizers (input gather, SwiGLU) a warp a group instead of a block a row (the default).
+bench bench-prefill-20b-quant-warps env ORCHID_MOE_QUANT_ROWS=0 "$bin" bench prefill synthetic:20b --weights fp8 \
   --input-lens 8192,32768 --repeats 3
-# MXFP4 prefill-sized steps on the W4A8 GEMM (ORCHID_MXFP4_W4A8=1, opt-in until measured) against the FP8
-# conversion: time (20b, 120b) and accuracy (2048 tokens: above the tiled kernel's 1024 at 32 experts).
+# MXFP4 prefill-sized steps on the W4A8 GEMM (the default) against the FP8 conversion (ORCHID_MXFP4_W4A8=0):
+# time (20b, 120b) and accuracy (2048 tokens: above the tiled kernel's 1024 at 32 experts).
 bench moe-w4a8 "$build"/bench/cuda/moe/moe_bench --filter "w4a8"
 bench moe-grouped-fp8 "$build"/bench/cuda/moe/moe_bench --filter "grouped fp8"
 for w in 0 1; do

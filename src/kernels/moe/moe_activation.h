@@ -24,9 +24,9 @@ void moe_gather_bf16(const void* h, const int* row_token, int rows, int k, void*
 void moe_gather_quant_fp8(const void* h, const int* row_token, int rows, int k, uint8_t* out_q,
                           float* out_scale, cudaStream_t stream);
 
-// Which kernels moe_gather_quant_fp8 and moe_swiglu_fp8 launch: a warp a 128-column group (default), or a
-// block a row with 8 columns a thread (ORCHID_MOE_QUANT_ROWS=1, for the gather where k % 8 == 0; not yet
-// timed). Same results; for tests.
+// Which kernels moe_gather_quant_fp8 and moe_swiglu_fp8 launch: a block a row with 8 columns a thread (the
+// default, for the gather where k % 8 == 0), or a warp a 128-column group (ORCHID_MOE_QUANT_ROWS=0). Same
+// results; for tests.
 void moe_set_quant_by_rows(bool on);
 
 struct SwigluParams {

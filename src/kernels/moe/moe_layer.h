@@ -13,8 +13,9 @@
 //   kMxfp4: w1 blocks u8 [E, 2I, H/32, 16] + e8m0 [E, 2I, H/32], w2 [E, H, I/32, 16] + [E, H, I/32], as in
 //           the checkpoint, read as stored by the MXFP4 kernels (mxfp4_path() picks one per step): the
 //           streaming kernel for the smallest batches, the tiled kernel above; beyond mxfp4_tiled_max_tokens
-//           (long prefill chunks) the layer's used experts are converted to the FP8 block format in the
-//           workspace and take the FP8 path, whose tensor-core rate is twice the f16 MMAs'.
+//           (long prefill chunks) the W4A8 GEMM on FP8 tensor cores (twice the f16 MMAs' rate) where the
+//           blocks are in the tiled order, else the layer's used experts converted to the FP8 block format
+//           in the workspace for the FP8 path.
 // gate_up rows are interleaved (even = gate, odd = up), as in the checkpoint.
 #pragma once
 
@@ -51,8 +52,8 @@ struct MoeConfig {
   bool mxfp4_tiled_order = false;
   // MXFP4 steps above the tiled kernel's range: the W4A8 GEMM (mxfp4_w4a8_gemm.h: the blocks as stored,
   // e4m3 activations) instead of converting the used experts to FP8 each step. Needs the tiled order and a
-  // finite SwiGLU clamp (its output's fixed scale); otherwise the conversion runs.
-  bool mxfp4_w4a8 = false;
+  // finite SwiGLU clamp (its output's fixed scale); otherwise (or false) the conversion runs.
+  bool mxfp4_w4a8 = true;
   // The W4A8 GEMM's grid (Mxfp4W4a8Args::max_ctas): 0 persistent, one CTA an SM; a large value, one CTA a
   // work item (comparisons).
   int mxfp4_w4a8_ctas = 0;

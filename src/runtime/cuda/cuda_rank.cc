@@ -72,8 +72,9 @@ CudaRank::CudaRank(const CudaRankSetup& st)
     moe_cfg_.mxfp4_tiled_max_tokens = std::atoi(v);
   // For comparisons: the tiled down GEMM's CTA rows (128 or 256; unset, as gate_up).
   if (const char* v = std::getenv("ORCHID_MXFP4_DOWN_ROWS")) moe_cfg_.mxfp4_down_rows = std::atoi(v);
-  // Opt-in until measured: MXFP4 prefill-sized steps on the W4A8 GEMM instead of the FP8 conversion.
-  if (const char* v = std::getenv("ORCHID_MXFP4_W4A8")) moe_cfg_.mxfp4_w4a8 = std::strcmp(v, "1") == 0;
+  // For comparisons: ORCHID_MXFP4_W4A8=0 converts the used experts to FP8 in MXFP4 prefill-sized steps
+  // instead of the W4A8 GEMM (the default).
+  if (const char* v = std::getenv("ORCHID_MXFP4_W4A8")) moe_cfg_.mxfp4_w4a8 = std::strcmp(v, "0") != 0;
   // For comparisons: the W4A8 GEMM's grid (0 persistent, the default; 1048576: one CTA a work item).
   if (const char* v = std::getenv("ORCHID_MXFP4_W4A8_CTAS")) moe_cfg_.mxfp4_w4a8_ctas = std::atoi(v);
   if (shard_.num_experts() < config_.num_experts)

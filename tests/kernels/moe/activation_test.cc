@@ -47,7 +47,7 @@ class ActivationTest : public ::testing::TestWithParam<int> {};  // token count
 class QuantForms {
  public:
   explicit QuantForms(bool by_rows) { moe_set_quant_by_rows(by_rows); }
-  ~QuantForms() { moe_set_quant_by_rows(false); }
+  ~QuantForms() { moe_set_quant_by_rows(true); }
 };
 
 void gather_and_quantize_fp8(int T, bool by_rows);

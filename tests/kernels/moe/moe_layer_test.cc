@@ -311,9 +311,12 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     EXPECT_TRUE(orchid::testing::check_close("7 combine x", x1, ref, 1e-5, 1e-5, 1e-6));
   }
   // ---- end to end: fp64 from h with the exact MXFP4 weights, no intermediate rounding ----
+  // (kept for the W4A8 GEMM's run below, which is held to the same bound as the FP8 path).
+  std::vector<double> delta(size_t(T) * H, 0.0);
+  const double e2e_atol = 0.25, e2e_rtol = 0.5, e2e_l2 = fp8_path ? 8e-2 : 1.5e-2;
   {
     const auto b1f = orchid::testing::bf16_to_floats(b1);
-    std::vector<double> delta(size_t(T) * H, 0.0), got(size_t(T) * H);
+    std::vector<double> got(size_t(T) * H);
     std::vector<double> uu(static_cast<size_t>(2 * I)), yy(static_cast<size_t>(H));
     std::vector<float> zz(I);
     for (int e = 0; e < E; ++e) {
@@ -336,9 +339,8 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
     std::vector<float> got_delta(size_t(T) * H);
     for (size_t i = 0; i < got_delta.size(); ++i) got_delta[i] = float(double(x1[i]) - double(x0[i]));
     // BF16/MXFP4: bf16 roundings of u, z and y; FP8: 1x128 activation quantization of h and z on top.
-    const double l2 = fp8_path ? 8e-2 : 1.5e-2;
-    EXPECT_TRUE(orchid::testing::check_close("end-to-end moe delta", got_delta, delta, 0.25 * rms_of(delta),
-                                             0.5, l2));
+    EXPECT_TRUE(orchid::testing::check_close("end-to-end moe delta", got_delta, delta,
+                                             e2e_atol * rms_of(delta), e2e_rtol, e2e_l2));
   }
   // ---- determinism and CUDA-graph capture ----
   {
@@ -376,6 +378,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       mxfp4_to_tiled_order(d_w2b.get(), d_w2g.get(), int64_t(E) * H, I, stream);
       MoeConfig reordered = cfg;
       reordered.mxfp4_tiled_order = true;
+      reordered.mxfp4_w4a8 = false;  // the conversion, as cfg (checkpoint order) runs it; W4A8 below
       MoeLayerWeights repacked = lw;
       repacked.w1 = d_w1g.get();
       repacked.w2 = d_w2g.get();
@@ -401,8 +404,10 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       }
       if (fp8_path) {
         // The W4A8 GEMM in the conversion's place (its workspace is the smaller: no FP8 expert copies):
-        // e4m3 activations a row (gate_up) and one fixed scale (down) instead of 1x128 groups, against
-        // the conversion path's delta.
+        // e4m3 activations a row (gate_up) and one fixed scale (down) instead of 1x128 groups, and the
+        // whole k accumulated on the FP8 tensor cores. Against the same fp64 reference and bound as the FP8
+        // path end to end (compared with the conversion path's delta instead, the two paths' errors add:
+        // rel. L2 5.6e-2 between them at 67 tokens, H100, 2026-12-07).
         MoeConfig w4a8 = reordered;
         w4a8.mxfp4_w4a8 = true;
         ASSERT_EQ(mxfp4_path(w4a8, T).kind, Mxfp4Path::kW4a8);
@@ -412,13 +417,9 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
         ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
         const auto x3 = d_x.download();
         std::vector<float> got(x3.size());
-        std::vector<double> want(x3.size());
-        for (size_t i = 0; i < x3.size(); ++i) {
-          got[i] = x3[i] - x0[i];
-          want[i] = double(x1[i]) - double(x0[i]);
-        }
-        EXPECT_TRUE(orchid::testing::check_close("W4A8 GEMM vs the FP8 conversion, moe delta", got, want,
-                                                 0.25 * rms_of(want), 0.5, 8e-2));
+        for (size_t i = 0; i < x3.size(); ++i) got[i] = float(double(x3[i]) - double(x0[i]));
+        EXPECT_TRUE(orchid::testing::check_close("end-to-end moe delta (W4A8 GEMM)", got, delta,
+                                                 e2e_atol * rms_of(delta), e2e_rtol, e2e_l2));
         // With no tiled range (ORCHID_MXFP4_TILED_MAX_TOKENS=0) the workspace still holds the W4A8 GEMM's
         // tile list, and the step is the same bits.
         MoeConfig w4a8_only = w4a8;

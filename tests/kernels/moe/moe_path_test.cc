@@ -12,12 +12,14 @@
 namespace orchid::kernels {
 namespace {
 
+// The conversion above the tiled range (the W4A8 GEMM, the default there, has a test of its own).
 MoeConfig config(int experts) {
   MoeConfig c;
   c.experts = experts;
   c.top_k = 4;
   c.weights = MoeWeights::kMxfp4;
   c.max_tokens = 16384;
+  c.mxfp4_w4a8 = false;
   return c;
 }
 
@@ -45,6 +47,7 @@ TEST(Mxfp4Path, CrossoverScalesWithTheExperts) {
 // The W4A8 GEMM takes the conversion's steps where the config asks for it, the blocks are in the tiled order
 // and the SwiGLU clamp is finite (its output's fixed scale); otherwise the conversion stays.
 TEST(Mxfp4Path, W4a8TakesTheConversionsStepsWhereItApplies) {
+  EXPECT_TRUE(MoeConfig{}.mxfp4_w4a8);  // the default
   MoeConfig c = config(32);
   c.mxfp4_w4a8 = true;
   EXPECT_EQ(mxfp4_path(c, 8192).kind, Mxfp4Path::kConvertFp8);  // checkpoint order
