@@ -16,7 +16,7 @@ tests/kernels decide; these make a wrong mapping or a missing barrier release fa
 4. The same kernel's consumer bookkeeping: the edge V rows it zeroes are exactly the keys outside the item's
    range, its online softmax (lazy running max, first P V overwriting O, the sink's term added after it)
    gives the softmax, and the window tile's tensor store writes the rows the 16-byte stores would.
-5. The MoE's FP8 1x128 quantizers by rows (moe_activation.cu, ORCHID_MOE_QUANT_ROWS=1): each row's groups
+5. The MoE's FP8 1x128 quantizers by rows (moe_activation.cu, the default): each row's groups
    are written exactly once, a group by one aligned half-warp (its amax shuffles stay inside it), every
    thread of a block runs the same rounds, and the columns past k are written as zeros.
 """
