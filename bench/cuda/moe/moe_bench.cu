@@ -751,13 +751,31 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
   }
 }
 
+// A chain of kernels captured kChainReps times back to back in one CUDA graph, as a step runs them: µs of a
+// graph launch over kChainReps (the chain's latency, launches in). One run first, outside the capture, for
+// first-use choices and attributes.
+constexpr int kChainReps = 32;
+double chain_us(const Options& o, cudaStream_t s, const std::function<void()>& chain) {
+  chain();
+  ORCHID_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  ORCHID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kChainReps; ++i) chain();
+  ORCHID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  cudaGraphDestroy(g);
+  const double us =
+      median_us(s, 3, o.quick ? 10 : 30, [&](int) { ORCHID_CUDA_CHECK(cudaGraphLaunch(exec, s)); }) /
+      kChainReps;
+  cudaGraphExecDestroy(exec);
+  return us;
+}
+
 // ---------------------------------------------------------------- post-attention norm + router + routing
 // A decode step's chain from the O projection to the experts: the norm kernel, the router GEMM over the hi
-// and lo rows and the routing, against moe_norm_route's one launch. Each is captured 32 times back to back in
-// one CUDA graph, as a step runs them; the time is a graph launch's over 32 (latency of the chain, launches
-// in).
+// and lo rows and the routing, against moe_norm_route's one launch, each timed by chain_us.
 void bench_norm_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
-  constexpr int kReps = 32;
   for (int E : {32, 128}) {
     for (int T : {1, 2, 4, 8}) {
       const std::string base = "norm route E" + std::to_string(E) + " T" + std::to_string(T);
@@ -811,21 +829,42 @@ void bench_norm_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
       for (int variant = 0; variant < 2; ++variant) {
         const std::string name = base + (variant == 0 ? " kernels" : " fused");
         if (!want(o, name)) continue;
-        const std::function<void()> chain = variant == 0 ? std::function<void()>(kernels) : fused;
-        chain();  // first-use choices and attributes outside the capture
-        ORCHID_CUDA_CHECK(cudaStreamSynchronize(s));
-        cudaGraph_t g;
-        cudaGraphExec_t exec;
-        ORCHID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < kReps; ++i) chain();
-        ORCHID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-        ORCHID_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-        cudaGraphDestroy(g);
-        const double us =
-            median_us(s, 3, o.quick ? 10 : 30, [&](int) { ORCHID_CUDA_CHECK(cudaGraphLaunch(exec, s)); }) /
-            kReps;
-        cudaGraphExecDestroy(exec);
+        const double us = chain_us(o, s, variant == 0 ? std::function<void()>(kernels) : fused);
         report(name, "H2880 top4 (a chain of 32)", us, 0, double(E) * H * 2 + double(T) * H * 10, 0);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- routing
+// moe_route as a step calls it (one CTA up to moe_route_fused_max_items() items, else four kernels) against
+// the four kernels, on the same logits, each timed by chain_us.
+void bench_route(const Options& o, cudaStream_t s) {
+  for (int E : {32, 128}) {
+    for (int T : {8, 16, 32, 64, 128, 256}) {
+      const std::string base = "route E" + std::to_string(E) + " T" + std::to_string(T);
+      const int K = 4;
+      const bool fused = T * K <= moe_route_fused_max_items();
+      if (!want(o, base + " fused") && !want(o, base + " general")) continue;
+      Buf logits(size_t(T) * E * 4, Fill::kScale, 7), idx(size_t(T) * K * 4, Fill::kBytes, 0),
+          w(size_t(T) * K * 4, Fill::kBytes, 0), off(size_t(E + 2) * 4, Fill::kBytes, 0),
+          rt(size_t(T) * K * 4, Fill::kBytes, 0), re(size_t(T) * K * 4, Fill::kBytes, 0),
+          sr(size_t(T) * K * 4, Fill::kBytes, 0), act(size_t(E) * 4, Fill::kBytes, 0),
+          nact(4, Fill::kBytes, 0), scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0);
+      const MoeRouting routing{off.as<int>(), rt.as<int>(),  re.as<int>(),
+                               sr.as<int>(),  act.as<int>(), nact.as<int>()};
+      auto route = [&] {
+        moe_route(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), routing, scratch.p, s);
+      };
+      auto general = [&] {
+        moe_topk_softmax(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), s);
+        moe_permute(idx.as<int>(), T, E, K, routing, scratch.p, s);
+      };
+      for (int variant = fused ? 0 : 1; variant < 2; ++variant) {
+        const std::string name = base + (variant == 0 ? " fused" : " general");
+        if (!want(o, name)) continue;
+        const double us = chain_us(o, s, variant == 0 ? std::function<void()>(route) : general);
+        report(name, "top4 (a chain of 32)", us, 0, double(T) * E * 4, 0);
       }
     }
   }
@@ -865,6 +904,7 @@ int main(int argc, char** argv) {
     bench_overlap(o, s);
     bench_layer(o, s, gemm);
     bench_norm_route(o, s, gemm);
+    bench_route(o, s);
     std::printf(
         "\n==== moe_bench summary (median; %% of 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM) ====\n");
     std::printf("%-34s %-30s %10s %10s %8s\n", "case", "shape", "time_us", "achieved", "%ceil");

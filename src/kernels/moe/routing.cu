@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
@@ -213,13 +214,25 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
   }
 }
 
+int moe_route_fused_max_items() {
+  static const int limit = [] {
+    const char* v = std::getenv("ORCHID_ROUTE_FUSED_MAX_ITEMS");
+    if (v == nullptr) return kFusedRouteMaxItems;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    // The fused kernel's block has a thread an item: at most kPermuteChunk.
+    return end != v && *end == '\0' && n >= 0 && n <= kPermuteChunk ? int(n) : kFusedRouteMaxItems;
+  }();
+  return limit;
+}
+
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo,
                const float* bias, MoeExpertRange range) {
   ORCHID_KERNEL_REQUIRE(logits_lo == nullptr || bias != nullptr, "moe_route: split logits need the bias");
   ORCHID_KERNEL_REQUIRE(num_experts > 0 && num_experts <= kMoeMaxExperts, "moe_route: bad expert count");
   ORCHID_KERNEL_REQUIRE(top_k > 0 && top_k <= kMoeMaxTopK && top_k <= num_experts, "moe_route: bad top_k");
-  if (int64_t(num_tokens) * top_k > kFusedRouteMaxItems || num_tokens <= 0) {
+  if (int64_t(num_tokens) * top_k > moe_route_fused_max_items() || num_tokens <= 0) {
     moe_topk_softmax(logits, num_tokens, num_experts, top_k, topk_idx, topk_w, stream, logits_lo, bias);
     moe_permute(topk_idx, num_tokens, num_experts, top_k, out, scratch, stream, range);
     return;

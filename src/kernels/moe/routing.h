@@ -55,11 +55,14 @@ size_t moe_permute_scratch_bytes(int num_tokens, int num_experts, int top_k);
 void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k, const MoeRouting& out,
                  void* scratch, cudaStream_t stream, MoeExpertRange range = {});
 
-// moe_topk_softmax + moe_permute. For small batches (num_tokens * top_k <= kFusedRouteMaxItems) both run in
-// one single-CTA kernel (one launch instead of four); results are identical. Above that the one CTA's serial
-// top-k costs more than the three extra launches (a 256-token decode step: ~31 us per layer fused).
+// moe_topk_softmax + moe_permute. For small batches (num_tokens * top_k <= moe_route_fused_max_items()) both
+// run in one single-CTA kernel (one launch instead of four); results are identical. Above that the one CTA's
+// serial top-k costs more than the three extra launches (a 256-token decode step: ~31 us per layer fused).
 // scratch as for moe_permute.
 constexpr int kFusedRouteMaxItems = 256;
+
+// kFusedRouteMaxItems, or ORCHID_ROUTE_FUSED_MAX_ITEMS (0-1024; for measuring the paths against each other).
+int moe_route_fused_max_items();
 
 void moe_route(const float* logits, int num_tokens, int num_experts, int top_k, int* topk_idx, float* topk_w,
                const MoeRouting& out, void* scratch, cudaStream_t stream, const float* logits_lo = nullptr,
