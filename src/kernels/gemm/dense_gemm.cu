@@ -110,6 +110,14 @@ thread_local bool t_timing_allowed = false;  // inside a DenseGemm::TimingScope 
 // first algorithm, without recording either: the first timed call decides.
 constexpr bool kUntimedSmallM = true;
 
+// Shapes of at most this many rows take small_m_gemm without a timing. Timed alone, cuBLASLt is as fast or
+// faster for QKV and O at one row (1.04-1.10, below), but inside a graphed decode step small_m_gemm requests
+// its weights before the kernel ahead of it has finished (programmatic dependent launch), which no isolated
+// timing sees: whole steps with small_m_gemm for every such shape against the timed choice (H100,
+// bench/RESULTS.md 2026-12-07): 20b 1 / 2 / 4 / 8 rows -1.3% / -1.0% / -1.7% / -0.8%, 120b 1 / 2 / 4 rows
+// -0.6% / -0.7% / -1.0%; at 16 rows +4%, so above 8 the timing decides.
+constexpr int kStepSmallMRows = 8;
+
 bool timing_allowed(const DenseGemmArgs& a, cudaStream_t stream) {
   if (!t_timing_allowed || a.accumulate) return false;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -132,7 +140,8 @@ struct DenseGemm::Impl {
   int device = 0;
   DeviceKind kind{};
   DenseGemm::SmallM policy = DenseGemm::SmallM::kMeasured;
-  bool time_algorithms = true;  // false: the heuristic's first algorithm for every shape
+  int outright_rows = kStepSmallMRows;  // kMeasured: small_m_gemm without a timing up to this many rows
+  bool time_algorithms = true;          // false: the heuristic's first algorithm for every shape
 
   ~Impl() {
     for (auto& [key, p] : plans) {
@@ -242,11 +251,13 @@ DenseGemm::DenseGemm(void* workspace, size_t workspace_bytes) : impl_(std::make_
       DeviceKind{info.cc_major * 10 + info.cc_minor, info.sm_count, info.l2_bytes, info.global_mem_bytes};
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace ? workspace_bytes : 0;
-  // ORCHID_SMALL_M=orchid|cublas forces the small-m choice (for measuring a whole step either way);
+  // ORCHID_SMALL_M=orchid|cublas forces the small-m choice (for measuring a whole step either way), =timed
+  // times every small-m shape (no 8-row rule);
   // ORCHID_GEMM_ALGO=heuristic keeps cuBLASLt's first algorithm for every shape (no timing at first use).
   if (const char* v = std::getenv("ORCHID_SMALL_M")) {
     if (std::strcmp(v, "orchid") == 0) impl_->policy = SmallM::kOrchid;
     if (std::strcmp(v, "cublas") == 0) impl_->policy = SmallM::kCublas;
+    if (std::strcmp(v, "timed") == 0) impl_->outright_rows = 0;
   }
   if (const char* v = std::getenv("ORCHID_GEMM_ALGO"))
     impl_->time_algorithms = std::strcmp(v, "heuristic") != 0;
@@ -276,6 +287,7 @@ bool DenseGemm::uses_small_m(const DenseGemmArgs& a) {
   if (!small_m_gemm_supports(a)) return false;
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->policy != SmallM::kMeasured) return impl_->policy == SmallM::kOrchid;
+  if (a.m <= impl_->outright_rows) return true;
   const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
   TimedChoices& timed = timed_choices();
   std::lock_guard<std::mutex> timed_lock(timed.mu);
@@ -398,7 +410,7 @@ void DenseGemm::run(const DenseGemmArgs& a, cudaStream_t stream) {
   ORCHID_KERNEL_REQUIRE(!a.accumulate || a.out == GemmOut::kF32, "DenseGemm: accumulate needs fp32 output");
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (small_m_gemm_supports(a) && impl_->policy != SmallM::kCublas) {
-    bool small = impl_->policy == SmallM::kOrchid;
+    bool small = impl_->policy == SmallM::kOrchid || a.m <= impl_->outright_rows;
     if (!small) {
       const ChoiceKey key = impl_->choice_key(a, ldx, ldy);
       TimedChoices& timed = timed_choices();

@@ -7,9 +7,10 @@
 // decode-sized shapes (up to 512 rows) the first call outside a graph capture times them on its own operands
 // and keeps the heuristic's first unless another is clearly faster (dense_gemm.cu). The workspace is owned by
 // the caller and given at construction, so a call allocates nothing and can be captured in a CUDA graph. For
-// a few rows (m <= 16, decode) orchid's small_m_gemm competes: the first call of such a shape outside a graph
-// capture times both on the call's own operands and keeps the faster (cuBLASLt's heuristic picks poorly
-// there: ~3x the weight-streaming floor at m = 1).
+// a few rows (m <= 16, decode) orchid's small_m_gemm competes: up to 8 rows it serves the shape outright (in
+// a graphed step it fetches its weights under the previous kernel's tail, which a timing of the GEMM alone
+// does not show); at 9-16 rows the first call of a shape outside a graph capture times both on the call's own
+// operands and keeps small_m_gemm when clearly faster.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,9 +52,10 @@ class DenseGemm {
 
   void run(const DenseGemmArgs& args, cudaStream_t stream);
 
-  // Which kernel serves small-m shapes: small_m_gemm where a timing at first use finds it clearly faster
-  // (default; dense_gemm.cu says how clearly), or one of them always
-  // (benchmarks; the environment's ORCHID_SMALL_M=orchid|cublas sets it for a whole process, and
+  // Which kernel serves small-m shapes: small_m_gemm up to 8 rows and where a timing at first use finds it
+  // clearly faster (default; dense_gemm.cu says how clearly), or one of them always
+  // (benchmarks; the environment's ORCHID_SMALL_M=orchid|cublas sets it for a whole process, =timed times
+  // every small-m shape, and
   // ORCHID_GEMM_ALGO=heuristic keeps cuBLASLt's first algorithm for every shape).
   enum class SmallM : uint8_t { kMeasured, kCublas, kOrchid };
   void set_small_m(SmallM policy);

@@ -56,10 +56,11 @@ void moe_permute(const int* topk_idx, int num_tokens, int num_experts, int top_k
                  void* scratch, cudaStream_t stream, MoeExpertRange range = {});
 
 // moe_topk_softmax + moe_permute. For small batches (num_tokens * top_k <= moe_route_fused_max_items()) both
-// run in one single-CTA kernel (one launch instead of four); results are identical. Above that the one CTA's
-// serial top-k costs more than the three extra launches (a 256-token decode step: ~31 us per layer fused).
-// scratch as for moe_permute.
-constexpr int kFusedRouteMaxItems = 256;
+// run in one single-CTA kernel (one launch instead of four); results are identical. Above that the one CTA
+// costs more than the three extra launches: a chain of routings (moe_bench "route", H100) takes 3.5 / 4.4 /
+// 5.7 / 9.3 us fused at 8 / 16 / 32 / 64 tokens of 32 experts against ~5.9 for the four kernels (30.6 fused
+// at 256), and a 64-token decode step is 1.0% faster on the four kernels. scratch as for moe_permute.
+constexpr int kFusedRouteMaxItems = 128;
 
 // kFusedRouteMaxItems, or ORCHID_ROUTE_FUSED_MAX_ITEMS (0-1024; for measuring the paths against each other).
 int moe_route_fused_max_items();

@@ -465,7 +465,7 @@ INSTANTIATE_TEST_SUITE_P(
 // (T*k <= kFusedRouteMaxItems) and the general routing path.
 TEST(MoeLayerSplitRouter, RoutesTheFp32Input) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
-  for (int T : {5, 37, 300}) {
+  for (int T : {5, 20, 37, 300}) {
     std::mt19937_64 rng(orchid::testing::named_seed("split_router") + uint64_t(T));
     const Bf16MoeLayer layer(T, rng);
     const MoeConfig& cfg = layer.cfg;

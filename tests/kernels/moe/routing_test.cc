@@ -117,7 +117,7 @@ struct RouteCase {
 
 class RouteTest : public ::testing::TestWithParam<RouteCase> {};
 
-// moe_route: the fused single-CTA kernel (T*k <= kFusedRouteMaxItems) and the general path give the
+// moe_route: the fused single-CTA kernel (T*k <= moe_route_fused_max_items()) and the general path give the
 // references' results.
 TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
@@ -141,7 +141,8 @@ TEST_P(RouteTest, FusedAndGeneralPathsMatchReference) {
   MoeRouting r{off.get(), rt.get(), re.get(), sr.get(), act.get(), nact.get()};
   moe_route(dl.get(), c.tokens, c.experts, c.top_k, di.get(), dw.get(), r, scratch.get(), nullptr);
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
-  const std::string n = std::string(c.name) + (items <= kFusedRouteMaxItems ? " (fused)" : " (general)");
+  const std::string n =
+      std::string(c.name) + (items <= moe_route_fused_max_items() ? " (fused)" : " (general)");
   EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
   EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
                                            std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
@@ -186,7 +187,7 @@ TEST_P(RouteTest, SplitLogitsRouteLikeTheirSum) {
             db.get());
   ORCHID_TEST_CUDA(cudaDeviceSynchronize());
   const std::string n =
-      std::string(c.name) + (items <= kFusedRouteMaxItems ? " split (fused)" : " split (general)");
+      std::string(c.name) + (items <= moe_route_fused_max_items() ? " split (fused)" : " split (general)");
   EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
   EXPECT_TRUE(orchid::testing::check_close((n + " weights").c_str(), dw.download(),
                                            std::vector<double>(rw.begin(), rw.end()), 1e-7, 1e-6, 1e-6));
@@ -233,7 +234,7 @@ TEST_P(RouteTest, ExpertRangesGroupTheLocalRows) {
       ORCHID_TEST_CUDA(cudaDeviceSynchronize());
       const std::string n = std::string(c.name) + " EP" + std::to_string(ep) + " experts [" +
                             std::to_string(begin) + ", " + std::to_string(begin + count) + ")" +
-                            (items <= kFusedRouteMaxItems ? " (fused)" : " (general)");
+                            (items <= moe_route_fused_max_items() ? " (fused)" : " (general)");
       EXPECT_TRUE(orchid::testing::check_exact((n + " idx").c_str(), di.download(), ri));
       auto got_off = off.download();
       got_off.resize(size_t(count) + 2);
@@ -250,13 +251,16 @@ TEST_P(RouteTest, ExpertRangesGroupTheLocalRows) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, RouteTest,
-    ::testing::Values(RouteCase{"t1_e32", 1, 32, 4}, RouteCase{"t7_e128", 7, 128, 4},
-                      RouteCase{"t63_e32", 63, 32, 4}, RouteCase{"t64_e32_fused_limit", 64, 32, 4},
-                      RouteCase{"t256_e32", 256, 32, 4}, RouteCase{"t257_e32_general", 257, 32, 4},
-                      RouteCase{"t100_e256_k8", 100, 256, 8}),
-    [](const ::testing::TestParamInfo<RouteCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, RouteTest,
+                         ::testing::Values(RouteCase{"t1_e32", 1, 32, 4}, RouteCase{"t7_e128", 7, 128, 4},
+                                           RouteCase{"t32_e32_fused_limit", 32, 32, 4},
+                                           RouteCase{"t33_e32", 33, 32, 4}, RouteCase{"t63_e32", 63, 32, 4},
+                                           RouteCase{"t64_e32", 64, 32, 4}, RouteCase{"t256_e32", 256, 32, 4},
+                                           RouteCase{"t257_e32_general", 257, 32, 4},
+                                           RouteCase{"t100_e256_k8", 100, 256, 8}),
+                         [](const ::testing::TestParamInfo<RouteCase>& i) {
+                           return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace orchid::kernels
