@@ -190,6 +190,21 @@ for nr in 1 0; do
   bench "bench-decode-20b-norm-route-$nr" env ORCHID_NORM_ROUTE=$nr "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024 --batch-sizes 1,2,4,8 --steps 32
 done
+# Routing: moe_route against the four-kernel path (chains of routings), and decode steps with the single-CTA
+# routing up to 128 items (the default) and up to 256.
+bench moe-bench-route "$build"/bench/cuda/moe/moe_bench --filter "route E"
+for lim in 128 256; do
+  bench "bench-decode-20b-route-fused-$lim" env ORCHID_ROUTE_FUSED_MAX_ITEMS=$lim "$bin" bench decode synthetic:20b \
+    --weights mxfp4 --seq-lens 1024 --batch-sizes 16,32,64 --steps 32
+done
+# Dense GEMMs of up to 8 rows on small_m_gemm outright (the default) and by a timing at first use
+# (ORCHID_SMALL_M=timed), whole decode steps at 1-16 rows.
+for sm in rule timed; do
+  for m in 20b 120b; do
+    bench "bench-decode-$m-small-m-$sm" env ORCHID_SMALL_M=$([ $sm = timed ] && echo timed || echo default) \
+      "$bin" bench decode synthetic:$m --weights mxfp4 --seq-lens 8192 --batch-sizes 1,2,4,8,16 --steps 32
+  done
+done
 # The BF16 decode kernel's ring: by the grid (the default: 3 stages when the grid is more than one wave of
 # 4-stage CTAs), and 4 or 3 forced (ORCHID_DECODE_STAGES).
 for st in auto 4 3; do
