@@ -751,6 +751,24 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
   }
 }
 
+// moe_route's outputs and scratch for T tokens, E experts and top-k K.
+struct RoutingBufs {
+  Buf idx, w, off, rt, re, sr, act, nact, scratch;
+  RoutingBufs(int T, int E, int K)
+      : idx(size_t(T) * K * 4, Fill::kBytes, 0),
+        w(size_t(T) * K * 4, Fill::kBytes, 0),
+        off(size_t(E + 2) * 4, Fill::kBytes, 0),
+        rt(size_t(T) * K * 4, Fill::kBytes, 0),
+        re(size_t(T) * K * 4, Fill::kBytes, 0),
+        sr(size_t(T) * K * 4, Fill::kBytes, 0),
+        act(size_t(E) * 4, Fill::kBytes, 0),
+        nact(4, Fill::kBytes, 0),
+        scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0) {}
+  MoeRouting routing() {
+    return MoeRouting{off.as<int>(), rt.as<int>(), re.as<int>(), sr.as<int>(), act.as<int>(), nact.as<int>()};
+  }
+};
+
 // A chain of kernels captured kChainReps times back to back in one CUDA graph, as a step runs them: µs of a
 // graph launch over kChainReps (the chain's latency, launches in). One run first, outside the capture, for
 // first-use choices and attributes.
@@ -784,13 +802,10 @@ void bench_norm_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
       Buf x(size_t(T) * H * 4, Fill::kScale, 1), delta(size_t(T) * H * 2, Fill::kBf16, 2),
           gamma(size_t(H) * 4, Fill::kScale, 3), h(size_t(2) * T * H * 2, Fill::kBf16, 4),
           rw(size_t(E) * H * 2, Fill::kBf16, 5), rb(size_t(E) * 4, Fill::kScale, 6),
-          logits(size_t(2) * T * E * 4, Fill::kBytes, 0), idx(size_t(T) * K * 4, Fill::kBytes, 0),
-          w(size_t(T) * K * 4, Fill::kBytes, 0), off(size_t(E + 2) * 4, Fill::kBytes, 0),
-          rt(size_t(T) * K * 4, Fill::kBytes, 0), re(size_t(T) * K * 4, Fill::kBytes, 0),
-          sr(size_t(T) * K * 4, Fill::kBytes, 0), act(size_t(E) * 4, Fill::kBytes, 0),
-          nact(4, Fill::kBytes, 0), scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0);
-      const MoeRouting routing{off.as<int>(), rt.as<int>(),  re.as<int>(),
-                               sr.as<int>(),  act.as<int>(), nact.as<int>()};
+          logits(size_t(2) * T * E * 4, Fill::kBytes, 0);
+      RoutingBufs bufs(T, E, K);
+      Buf &idx = bufs.idx, &w = bufs.w, &scratch = bufs.scratch;
+      const MoeRouting routing = bufs.routing();
       auto* hb = h.as<__nv_bfloat16>();
       auto kernels = [&] {
         norm::rmsnorm_residual_split(x.as<float>(), delta.as<__nv_bfloat16>(), gamma.as<float>(), hb,
@@ -846,13 +861,10 @@ void bench_route(const Options& o, cudaStream_t s) {
       const int K = 4;
       const bool fused = T * K <= moe_route_fused_max_items();
       if (!want(o, base + " fused") && !want(o, base + " general")) continue;
-      Buf logits(size_t(T) * E * 4, Fill::kScale, 7), idx(size_t(T) * K * 4, Fill::kBytes, 0),
-          w(size_t(T) * K * 4, Fill::kBytes, 0), off(size_t(E + 2) * 4, Fill::kBytes, 0),
-          rt(size_t(T) * K * 4, Fill::kBytes, 0), re(size_t(T) * K * 4, Fill::kBytes, 0),
-          sr(size_t(T) * K * 4, Fill::kBytes, 0), act(size_t(E) * 4, Fill::kBytes, 0),
-          nact(4, Fill::kBytes, 0), scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0);
-      const MoeRouting routing{off.as<int>(), rt.as<int>(),  re.as<int>(),
-                               sr.as<int>(),  act.as<int>(), nact.as<int>()};
+      Buf logits(size_t(T) * E * 4, Fill::kScale, 7);
+      RoutingBufs bufs(T, E, K);
+      Buf &idx = bufs.idx, &w = bufs.w, &scratch = bufs.scratch;
+      const MoeRouting routing = bufs.routing();
       auto route = [&] {
         moe_route(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), routing, scratch.p, s);
       };
