@@ -304,24 +304,33 @@ void bench_grouped(const Options& o, cudaStream_t s) {
   }
 }
 
-// Routing buffers filled by the real routing kernels from random logits.
-struct Routed {
-  Buf logits, idx, w, off, rt, re, sr, act, nact, scratch;
-  MoeRouting r;
-  Routed(int T, int E, int K, uint64_t seed)
-      : logits(size_t(T) * E * 4, Fill::kScale, seed),
-        idx(size_t(T) * K * 4, Fill::kBytes, 0),
+// moe_route's outputs and scratch for T tokens, E experts and top-k K.
+struct RoutingBufs {
+  Buf idx, w, off, rt, re, sr, act, nact, scratch;
+  RoutingBufs(int T, int E, int K)
+      : idx(size_t(T) * K * 4, Fill::kBytes, 0),
         w(size_t(T) * K * 4, Fill::kBytes, 0),
-        off(size_t(E + 1) * 4, Fill::kBytes, 0),
+        off(size_t(E + 2) * 4, Fill::kBytes, 0),
         rt(size_t(T) * K * 4, Fill::kBytes, 0),
         re(size_t(T) * K * 4, Fill::kBytes, 0),
         sr(size_t(T) * K * 4, Fill::kBytes, 0),
         act(size_t(E) * 4, Fill::kBytes, 0),
         nact(4, Fill::kBytes, 0),
-        scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0) {
-    r = {off.as<int>(), rt.as<int>(), re.as<int>(), sr.as<int>(), act.as<int>(), nact.as<int>()};
-    moe_topk_softmax(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), nullptr);
-    moe_permute(idx.as<int>(), T, E, K, r, scratch.p, nullptr);
+        scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0) {}
+  MoeRouting routing() {
+    return MoeRouting{off.as<int>(), rt.as<int>(), re.as<int>(), sr.as<int>(), act.as<int>(), nact.as<int>()};
+  }
+};
+
+// Routing buffers filled by the real routing kernels from random logits.
+struct Routed {
+  Buf logits;
+  RoutingBufs b;
+  MoeRouting r;
+  Routed(int T, int E, int K, uint64_t seed)
+      : logits(size_t(T) * E * 4, Fill::kScale, seed), b(T, E, K), r(b.routing()) {
+    moe_topk_softmax(logits.as<float>(), T, E, K, b.idx.as<int>(), b.w.as<float>(), nullptr);
+    moe_permute(b.idx.as<int>(), T, E, K, r, b.scratch.p, nullptr);
     ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
@@ -350,7 +359,7 @@ struct Mxfp4Experts {
   std::vector<Buf> blocks, scales;
   Mxfp4Experts(int T, int E, int K, int n, int k) : rt(T, E, K, 77 + T) {
     std::vector<int> off(E + 1);
-    ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
+    ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.b.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
     for (int e = 0; e < E; ++e) active += off[e + 1] > off[e];
     active_bytes = size_t(active) * n * (k / 2 + k / 32);
     copies = copies_for(active_bytes);
@@ -750,24 +759,6 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
     }
   }
 }
-
-// moe_route's outputs and scratch for T tokens, E experts and top-k K.
-struct RoutingBufs {
-  Buf idx, w, off, rt, re, sr, act, nact, scratch;
-  RoutingBufs(int T, int E, int K)
-      : idx(size_t(T) * K * 4, Fill::kBytes, 0),
-        w(size_t(T) * K * 4, Fill::kBytes, 0),
-        off(size_t(E + 2) * 4, Fill::kBytes, 0),
-        rt(size_t(T) * K * 4, Fill::kBytes, 0),
-        re(size_t(T) * K * 4, Fill::kBytes, 0),
-        sr(size_t(T) * K * 4, Fill::kBytes, 0),
-        act(size_t(E) * 4, Fill::kBytes, 0),
-        nact(4, Fill::kBytes, 0),
-        scratch(moe_permute_scratch_bytes(T, E, K), Fill::kBytes, 0) {}
-  MoeRouting routing() {
-    return MoeRouting{off.as<int>(), rt.as<int>(), re.as<int>(), sr.as<int>(), act.as<int>(), nact.as<int>()};
-  }
-};
 
 // A chain of kernels captured kChainReps times back to back in one CUDA graph, as a step runs them: µs of a
 // graph launch over kChainReps (the chain's latency, launches in). One run first, outside the capture, for
