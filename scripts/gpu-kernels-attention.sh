@@ -103,6 +103,8 @@ ORCHID_TEST_PREFILL=mma.sync run_sanitizer racecheck "$attn_test" "$race_filter"
 run_sanitizer memcheck "$attn_test" 'SinkAttention.Fp8KvMixedStepWithPadding:RopeKvWrite.Fp8Pools' \
   "memcheck fp8 kv"
 run_sanitizer racecheck "$attn_test" 'SinkAttention.Fp8KvMixedStepWithPadding' "racecheck fp8 kv"
+run_sanitizer memcheck "$attn_test" 'QkvRopeGemm.*' "memcheck fused qkv + rope"
+run_sanitizer racecheck "$attn_test" 'QkvRopeGemm.ChunkAndRankShapes' "racecheck fused qkv + rope"
 # The Hopper prefill kernel (the runtime's default) in both tile shapes, with sliding windows, and with split
 # keys (partial results and their merge).
 hopper_filter='SinkAttention.SmallPrefillGptOssShapes:SinkAttention.SmallPrefillSlidingWindow'

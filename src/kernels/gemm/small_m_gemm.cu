@@ -5,33 +5,19 @@
 // nothing. So the kernel is a weight stream: many bytes in flight, nothing else in the way.
 //
 // Structure: a CTA of 8 warps owns 16 output features (one m16 MMA tile of W rows) and splits k over its
-// warps; each warp walks its k range in 32-column blocks, loading 16 bytes per lane of the two W rows
-// g and g + 8 and of x's row g (or g + 8) straight into registers, kUnroll blocks ahead of their use, then
-// the warps' partial sums meet in shared memory. Grid: ceil(n / 16) CTAs (320 for QKV, 180 for O).
-//
-// NOTES: the MMA's k order is free as long as A and B agree: lane t takes the 8 consecutive elements 8t..8t+7
-// of a 32-block, elements {0,1},{2,3} form k16 step 0 and {4,5},{6,7} step 1, for W and x alike. So both
-// operands are plain 16-byte loads in memory order.
+// warps (the weight stream: small_m_mainloop.cuh), then the warps' partial sums meet in shared memory.
+// Grid: ceil(n / 16) CTAs (320 for QKV, 180 for O).
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/mma_sync.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/small_m_gemm.h"
+#include "kernels/gemm/small_m_mainloop.cuh"
 
 namespace orchid::kernels {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kUnroll = 8;  // 32-column blocks in flight per warp
-
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {  // weights: read once, keep out of L1
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using small_m::kWarps;
 
 // kNT n-tiles of 8 rows of x (m <= 8 * kNT).
 template <int kNT, bool kF32Out>
@@ -40,54 +26,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float partial[kWarps][kNT][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * 16;
-  const int kblocks = a.k / 32;
-  const int kb0 = warp * kblocks / kWarps, kb1 = (warp + 1) * kblocks / kWarps;
   const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(a.w);
-  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
   const bool row_a = n0 + g < a.n, row_b = n0 + g + 8 < a.n;
   const __nv_bfloat16* wa = w + int64_t(row_a ? n0 + g : 0) * a.k + 8 * t;
   const __nv_bfloat16* wb = w + int64_t(row_b ? n0 + g + 8 : 0) * a.k + 8 * t;
-  const __nv_bfloat16* xr[kNT];
-  bool xv[kNT];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    xv[nt] = nt * 8 + g < a.m;
-    xr[nt] = x + (xv[nt] ? int64_t(nt * 8 + g) * ldx : 0) + 8 * t;
-  }
-
   float acc[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  // Programmatic dependent launch (kernels/common/pdl.cuh): the weights are no earlier kernel's output, so
-  // the first kUnroll blocks of them are requested before waiting for the previous kernel (x is its output).
-  for (int kb = kb0; kb < kb1; kb += kUnroll) {
-    uint4 A[kUnroll], B[kUnroll], X[kUnroll][kNT];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const bool in = kb + u < kb1;
-      const int64_t off = int64_t(kb + u) * 32;
-      A[u] = in && row_a ? ldg_stream(wa + off) : zero;
-      B[u] = in && row_b ? ldg_stream(wb + off) : zero;
-    }
-    if (kb == kb0) pdl_wait();
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // every load of kUnroll blocks first, then the MMAs
-      const bool in = kb + u < kb1;
-      const int64_t off = int64_t(kb + u) * 32;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-        X[u][nt] = in && xv[nt] ? *reinterpret_cast<const uint4*>(xr[nt] + off) : zero;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        mma_m16n8k16_bf16(acc[nt], A[u].x, B[u].x, A[u].y, B[u].y, X[u][nt].x, X[u][nt].y);
-        mma_m16n8k16_bf16(acc[nt], A[u].z, B[u].z, A[u].w, B[u].w, X[u][nt].z, X[u][nt].w);
-      }
-    }
-  }
+  small_m::accumulate<kNT>(wa, wb, row_a, row_b, static_cast<const __nv_bfloat16*>(a.x), ldx, a.m, a.k, acc);
   pdl_wait();  // (a warp without k blocks has not waited yet; y may still be read by the previous kernel)
   pdl_launch_dependents();  // only the reduction and the stores are left
 #pragma unroll

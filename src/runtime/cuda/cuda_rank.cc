@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/attention/kv_layout.h"
 #include "kernels/attention/precise_attention.h"
+#include "kernels/attention/qkv_rope_gemm.h"
 #include "kernels/attention/sink_attention.h"
 #include "kernels/attention/yarn.h"
 #include "kernels/common/cuda_check.h"
@@ -718,6 +719,16 @@ bool norm_in_moe() {
   }();
   return on;
 }
+
+// The decode steps' QKV projection with its RoPE and KV write fused (qkv_rope_gemm.h): ORCHID_QKV_ROPE=1.
+// Off by default until measured against the two launches it replaces.
+bool fused_qkv_rope() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_QKV_ROPE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
 }  // namespace
 
 bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed, const float* next_norm) {
@@ -731,36 +742,54 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
   const DeviceLayer& L = weights_.layers[size_t(l)];
   const bool sliding = c.is_sliding(l);
   if (!input_normed) kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
-  kernels::DenseGemmArgs g;
-  g.m = int(T);
-  g.n = int(c.q_dim() + 2 * c.kv_dim());
-  g.k = int(H);
-  g.x = h_;
-  g.w = L.qkv_w;
-  g.y = qkv_;
-  gemm_->run(g, stream_);
+  // A few tokens with a BF16 cache (ORCHID_QKV_ROPE=1): the projection, bias, RoPE and KV write in one
+  // launch (qkv_rope_gemm.h); otherwise the GEMM, then rope_kv_write.
+  attn::QkvRopeGemmArgs f;
+  f.hidden = int(H);
+  f.x = h_;
+  f.w = L.qkv_w;
+  f.bias = L.qkv_b;
+  f.rope = rope_;
+  f.q_out = q_;
+  f.k_pool = static_cast<__nv_bfloat16*>(k_pool_[size_t(l)]);
+  f.v_pool = static_cast<__nv_bfloat16*>(v_pool_[size_t(l)]);
+  f.page_table = sliding ? m.sliding : m.full;
+  f.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
+  f.page_size = spec_.page_size;
+  if (fused_qkv_rope() && !kv_fp8() && attn::qkv_rope_gemm_supports(f, m.plan)) {
+    attn::qkv_rope_gemm(f, m.plan, stream_);
+  } else {
+    kernels::DenseGemmArgs g;
+    g.m = int(T);
+    g.n = int(c.q_dim() + 2 * c.kv_dim());
+    g.k = int(H);
+    g.x = h_;
+    g.w = L.qkv_w;
+    g.y = qkv_;
+    gemm_->run(g, stream_);
 
-  attn::RopeKvWriteArgs r;
-  r.qkv = qkv_;
-  r.bias = L.qkv_b;
-  r.bias_fp32 = true;
-  r.rope = rope_;
-  r.q_out = q_;
-  r.k_pool = k_pool_[size_t(l)];
-  r.v_pool = v_pool_[size_t(l)];
-  r.kv_fp8 = kv_fp8();  // scales 1.0 (the checkpoints carry none)
-  r.page_table = sliding ? m.sliding : m.full;
-  r.table_kind = sliding ? attn::kSlidingTable : attn::kFullTable;
-  r.page_size = spec_.page_size;
-  attn::rope_kv_write(r, m.plan, stream_);
+    attn::RopeKvWriteArgs r;
+    r.qkv = qkv_;
+    r.bias = L.qkv_b;
+    r.bias_fp32 = true;
+    r.rope = rope_;
+    r.q_out = q_;
+    r.k_pool = k_pool_[size_t(l)];
+    r.v_pool = v_pool_[size_t(l)];
+    r.kv_fp8 = kv_fp8();  // scales 1.0 (the checkpoints carry none)
+    r.page_table = f.page_table;
+    r.table_kind = f.table_kind;
+    r.page_size = spec_.page_size;
+    attn::rope_kv_write(r, m.plan, stream_);
+  }
 
   attn::SinkAttentionArgs a;
   a.q = q_;
   a.k_pool = k_pool_[size_t(l)];
   a.v_pool = v_pool_[size_t(l)];
   a.kv_fp8 = kv_fp8();
-  a.page_table = r.page_table;
-  a.table_kind = r.table_kind;
+  a.page_table = f.page_table;
+  a.table_kind = f.table_kind;
   a.page_size = spec_.page_size;
   a.num_pages = sliding ? spec_.num_sliding_pages : spec_.num_full_pages;
   a.prefill_variant = use_hopper_prefill() ? attn::PrefillVariant::kHopper : attn::PrefillVariant::kMmaSync;
@@ -770,7 +799,7 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
   a.out = attn_;
   attn::sink_attention(a, m.plan, attn_ws_, stream_);
 
-  g = {};
+  kernels::DenseGemmArgs g;
   g.m = int(T);
   g.n = int(H);
   g.k = int(c.q_dim());
