@@ -29,14 +29,14 @@ namespace orchid::kernels::attention {
 constexpr int kQkvRopeGemmMaxTokens = 8;
 
 struct QkvRopeGemmArgs {
-  int hidden = 0;                       // k: a multiple of 32
-  const __nv_bfloat16* x = nullptr;     // [plan.num_tokens, hidden], 16-byte aligned
-  const __nv_bfloat16* w = nullptr;     // [(Hq + 2 Hkv) * 64, hidden] (the fused QKV weight), 16-byte aligned
-  const float* bias = nullptr;          // [(Hq + 2 Hkv) * 64] fp32, or null
+  int hidden = 0;                    // k: a multiple of 32
+  const __nv_bfloat16* x = nullptr;  // [plan.num_tokens, hidden], 16-byte aligned
+  const __nv_bfloat16* w = nullptr;  // [(Hq + 2 Hkv) * 64, hidden] (the fused QKV weight), 16-byte aligned
+  const float* bias = nullptr;       // [(Hq + 2 Hkv) * 64] fp32, or null
   RopeTable rope{};
-  __nv_bfloat16* q_out = nullptr;       // [num_tokens, Hq, 64], rows q_stride elements apart
-  int q_stride = 0;                     // 0: Hq * 64
-  __nv_bfloat16* k_pool = nullptr;      // this layer's bf16 pools (kv_layout.h)
+  __nv_bfloat16* q_out = nullptr;   // [num_tokens, Hq, 64], rows q_stride elements apart
+  int q_stride = 0;                 // 0: Hq * 64
+  __nv_bfloat16* k_pool = nullptr;  // this layer's bf16 pools (kv_layout.h)
   __nv_bfloat16* v_pool = nullptr;
   const int32_t* page_table = nullptr;  // flat table of this layer's kind
   TableKind table_kind = kFullTable;

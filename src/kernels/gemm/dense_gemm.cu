@@ -114,8 +114,8 @@ constexpr bool kUntimedSmallM = true;
 // faster for QKV and O at one row (1.04-1.10, below), but inside a graphed decode step small_m_gemm requests
 // its weights before the kernel ahead of it has finished (programmatic dependent launch), which no isolated
 // timing sees: whole steps with small_m_gemm for every such shape against the timed choice (H100,
-// bench/RESULTS.md 2026-12-07): 20b 1 / 2 / 4 / 8 rows -1.3% / -1.0% / -1.7% / -0.8%, 120b 1 / 2 / 4 rows
-// -0.6% / -0.7% / -1.0%; at 16 rows +4%, so above 8 the timing decides.
+// bench/RESULTS.md 2026-12-07): 20b 1 / 2 / 4 / 8 rows -1.3% / -0.9% / -1.6% / -0.8%, 120b 1 / 2 / 4 rows
+// -0.6% / -0.7% / -1.1%; at 16 rows +4%, so above 8 the timing decides.
 constexpr int kStepSmallMRows = 8;
 
 bool timing_allowed(const DenseGemmArgs& a, cudaStream_t stream) {

@@ -78,7 +78,8 @@ void run_case(const FusedCase& fc, uint64_t seed) {
   const int token_rows = num_tokens + fc.extra_tokens;
 
   const std::vector<uint16_t> x = orchid::testing::random_bf16(rng, size_t(token_rows) * H, 1.0f);
-  const std::vector<uint16_t> w = orchid::testing::random_bf16(rng, size_t(width) * H, 1.0f / std::sqrt(float(H)));
+  const std::vector<uint16_t> w =
+      orchid::testing::random_bf16(rng, size_t(width) * H, 1.0f / std::sqrt(float(H)));
   std::vector<float> bias(static_cast<size_t>(width));
   std::normal_distribution<float> bd(0.0f, 0.5f);
   for (auto& b : bias) b = bd(rng);
@@ -177,20 +178,34 @@ TEST_F(QkvRopeGemm, DecodeStepsOfGptOss) {
   SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
   FusedCase one{"one decode", 64, 8, 2880, 16, kFullTable, {{1, 100}}};
   run_case(one, seed_);
-  FusedCase three{"three decodes and a padding row, sliding table, 64-token pages", 64, 8, 2880, 64,
-                  kSlidingTable, {{1, 5}, {1, 70000}, {1, 131071}}, 1};
+  FusedCase three{"three decodes and a padding row, sliding table, 64-token pages",
+                  64,
+                  8,
+                  2880,
+                  64,
+                  kSlidingTable,
+                  {{1, 5}, {1, 70000}, {1, 131071}},
+                  1};
   run_case(three, seed_ + 1);
-  FusedCase eight{"eight decodes, one page dropped, no bias", 64, 8, 2880, 16, kFullTable, {}, 0, true, false};
+  FusedCase eight{
+      "eight decodes, one page dropped, no bias", 64, 8, 2880, 16, kFullTable, {}, 0, true, false};
   for (int i = 0; i < 8; ++i) eight.seqs.push_back({1, 37 * i * i + 3});
   run_case(eight, seed_ + 2);
 }
 
 TEST_F(QkvRopeGemm, ChunkAndRankShapes) {
   SCOPED_TRACE("ORCHID_TEST_SEED=" + std::to_string(seed_));
-  FusedCase chunk{"a 5-token chunk of one sequence across a page edge", 64, 8, 2880, 16, kFullTable, {{5, 30}}};
+  FusedCase chunk{
+      "a 5-token chunk of one sequence across a page edge", 64, 8, 2880, 16, kFullTable, {{5, 30}}};
   run_case(chunk, seed_ + 3);
-  FusedCase rank{"a tensor-parallel rank's heads (8 / 1), hidden 256", 8, 1, 256, 16, kFullTable,
-                 {{2, 14}, {1, 4096}}, 2};
+  FusedCase rank{"a tensor-parallel rank's heads (8 / 1), hidden 256",
+                 8,
+                 1,
+                 256,
+                 16,
+                 kFullTable,
+                 {{2, 14}, {1, 4096}},
+                 2};
   run_case(rank, seed_ + 4);
 }
 
