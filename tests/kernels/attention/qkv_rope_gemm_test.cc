@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "kernels/attention/yarn.h"
 #include "model/config.h"
 #include "tests/kernels/attention/attention_reference.h"
+#include "tests/kernels/attention/paged_step.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace orchid::kernels::attention {
@@ -46,35 +46,10 @@ void run_case(const FusedCase& fc, uint64_t seed) {
   cfg.head_dim = 64;
   const RopeFrequencies freqs = yarn_inv_freq(cfg);
 
-  // Sequences back to back; pages only for the new tokens' positions, their ids shuffled.
-  std::vector<PlanSequence> seqs;
-  std::vector<int32_t> table;
-  int num_tokens = 0, next_page = 0;
-  for (auto [num_q, start] : fc.seqs) {
-    PlanSequence s;
-    s.q_start = num_tokens;
-    s.num_q = num_q;
-    s.start_pos = start;
-    num_tokens += num_q;
-    const int32_t row = int32_t(table.size());
-    for (int pg = 0; pg < (start + num_q + ps - 1) / ps; ++pg)
-      table.push_back(pg >= start / ps ? next_page++ : kNoPage);
-    s.full_table_begin = fc.kind == kFullTable ? row : 0;
-    s.sliding_table_begin = fc.kind == kSlidingTable ? row : 0;
-    seqs.push_back(s);
-  }
-  if (fc.drop_a_page)
-    for (auto& id : table)
-      if (id >= 0) {
-        id = kNoPage;
-        break;
-      }
-  const int num_pages = std::max(next_page, 1);
-  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  for (auto& id : table)
-    if (id >= 0) id = perm[size_t(id)];
+  const PagedStep step = make_paged_step(fc.seqs, ps, fc.kind, fc.drop_a_page, rng);
+  const std::vector<PlanSequence>& seqs = step.seqs;
+  const std::vector<int32_t>& table = step.table;
+  const int num_pages = step.num_pages, num_tokens = step.num_tokens;
   const int token_rows = num_tokens + fc.extra_tokens;
 
   const std::vector<uint16_t> x = orchid::testing::random_bf16(rng, size_t(token_rows) * H, 1.0f);
@@ -84,12 +59,7 @@ void run_case(const FusedCase& fc, uint64_t seed) {
   std::normal_distribution<float> bd(0.0f, 0.5f);
   for (auto& b : bias) b = bd(rng);
 
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.num_q_heads = hq;
-  o.num_kv_heads = hkv;
-  o.token_bucket = token_rows;
-  plan.build(seqs, num_tokens, o);
+  const AttentionPlanBuilder plan = plan_step(step, hq, hkv, token_rows);
 
   const size_t pool_elems = kv_pool_elements(num_pages, hkv, ps);
   DeviceBuffer<uint16_t> d_x(x), d_w(w);
@@ -97,7 +67,7 @@ void run_case(const FusedCase& fc, uint64_t seed) {
   DeviceBuffer<uint16_t> d_q(std::vector<uint16_t>(size_t(token_rows) * hq * 64, kPoisonBf16));
   DeviceBuffer<uint16_t> d_k(std::vector<uint16_t>(pool_elems, kPoisonBf16));
   DeviceBuffer<uint16_t> d_v(std::vector<uint16_t>(pool_elems, kPoisonBf16));
-  DeviceBuffer<int32_t> d_table(table.empty() ? std::vector<int32_t>{kNoPage} : table), d_blob(plan.blob());
+  DeviceBuffer<int32_t> d_table(table), d_blob(plan.blob());
 
   QkvRopeGemmArgs a;
   a.hidden = H;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,6 +19,7 @@
 #include "kernels/attention/yarn.h"
 #include "model/config.h"
 #include "tests/kernels/attention/attention_reference.h"
+#include "tests/kernels/attention/paged_step.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace orchid::kernels::attention {
@@ -80,48 +80,6 @@ struct UlpCheck {
   }
 };
 
-// A step's sequences and page table: tokens back to back; pages only for positions of new tokens (older
-// entries are kNoPage: never read), their ids shuffled so that page order differs from position order.
-struct PagedStep {
-  std::vector<PlanSequence> seqs;
-  std::vector<int32_t> table;
-  int num_pages = 0, num_tokens = 0;
-};
-
-PagedStep make_step(const RopeCase& rc, std::mt19937_64& rng) {
-  PagedStep st;
-  const int ps = rc.page_size;
-  int next_page = 0;
-  for (auto [num_q, start] : rc.seqs) {
-    PlanSequence s;
-    s.q_start = st.num_tokens;
-    s.num_q = num_q;
-    s.start_pos = start;
-    st.num_tokens += num_q;
-    const int first_page = start / ps, end_page = (start + num_q + ps - 1) / ps;
-    const int32_t row = int32_t(st.table.size());
-    for (int pg = 0; pg < end_page; ++pg) st.table.push_back(pg >= first_page ? next_page++ : kNoPage);
-    s.full_table_begin = rc.kind == kFullTable ? row : 0;
-    s.sliding_table_begin = rc.kind == kSlidingTable ? row : 0;
-    st.seqs.push_back(s);
-  }
-  if (rc.drop_a_page) {
-    for (auto& id : st.table)
-      if (id >= 0) {
-        id = kNoPage;
-        break;
-      }
-  }
-  if (st.table.empty()) st.table.push_back(kNoPage);
-  st.num_pages = std::max(next_page, 1);
-  std::vector<int32_t> perm(static_cast<size_t>(st.num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  for (auto& id : st.table)
-    if (id >= 0) id = perm[size_t(id)];
-  return st;
-}
-
 void run_case(const RopeCase& rc, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int hq = rc.hq, hkv = rc.hkv, ps = rc.page_size;
@@ -130,7 +88,7 @@ void run_case(const RopeCase& rc, uint64_t seed) {
   cfg.head_dim = 64;
   const RopeFrequencies freqs = yarn_inv_freq(cfg);
 
-  const PagedStep step = make_step(rc, rng);
+  const PagedStep step = make_paged_step(rc.seqs, rc.page_size, rc.kind, rc.drop_a_page, rng);
   const std::vector<PlanSequence>& seqs = step.seqs;
   const std::vector<int32_t>& table = step.table;
   const int num_pages = step.num_pages, num_tokens = step.num_tokens;
@@ -145,12 +103,7 @@ void run_case(const RopeCase& rc, uint64_t seed) {
     bias_f[size_t(i)] = rc.bias == Bias::kFp32 ? bd(rng) : bf16_to_float(bias_bf16[size_t(i)]);
   }
 
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.num_q_heads = hq;
-  o.num_kv_heads = hkv;
-  o.token_bucket = token_rows;
-  plan.build(seqs, num_tokens, o);
+  const AttentionPlanBuilder plan = plan_step(step, hq, hkv, token_rows);
 
   const size_t pool_elems = kv_pool_elements(num_pages, hkv, ps);
   DeviceBuffer<uint16_t> d_qkv(qkv), d_bias16(bias_bf16);
@@ -288,7 +241,7 @@ void run_fp32_case(const RopeCase& rc, uint64_t seed) {
   const int width = (hq + 2 * hkv) * 64;
   model::ModelConfig cfg = model::preset_config("20b");
   const RopeFrequencies freqs = yarn_inv_freq(cfg);
-  const PagedStep step = make_step(rc, rng);
+  const PagedStep step = make_paged_step(rc.seqs, rc.page_size, rc.kind, rc.drop_a_page, rng);
   const std::vector<PlanSequence>& seqs = step.seqs;
   const std::vector<int32_t>& table = step.table;
   const int num_pages = step.num_pages, cursor = step.num_tokens;
@@ -297,12 +250,7 @@ void run_fp32_case(const RopeCase& rc, uint64_t seed) {
   std::vector<float> qkv(size_t(token_rows) * width), bias(static_cast<size_t>(width));
   for (float& x : qkv) x = nd(rng);
   for (float& x : bias) x = 0.5f * nd(rng);
-  AttentionPlanBuilder plan;
-  PlanOptions o;
-  o.num_q_heads = hq;
-  o.num_kv_heads = hkv;
-  o.token_bucket = token_rows;
-  plan.build(seqs, cursor, o);
+  const AttentionPlanBuilder plan = plan_step(step, hq, hkv, token_rows);
   const size_t pool_elems = kv_pool_elements(num_pages, hkv, ps);
   DeviceBuffer<float> d_qkv(qkv), d_bias(bias), d_k(std::vector<float>(pool_elems, NAN)),
       d_v(std::vector<float>(pool_elems, NAN));
