@@ -33,6 +33,8 @@ struct Params {
   int page_size_log2;
 };
 
+// Two CTAs an SM, as small_m_gemm's 256-thread CTAs have (without the bound the metadata warp's double
+// sincospi took the kernel to 122 registers, one CTA an SM; with it 96, no spills).
 __global__ void __launch_bounds__(kThreads, 2) qkv_rope_gemm_kernel(const __grid_constant__ Params p) {
   __shared__ float partial[kComputeWarps][4][32];
   __shared__ float s_cos[kQkvRopeGemmMaxTokens][kDimsPerCta], s_sin[kQkvRopeGemmMaxTokens][kDimsPerCta];
