@@ -197,9 +197,9 @@ for lim in 128 256; do
   bench "bench-decode-20b-route-fused-$lim" env ORCHID_ROUTE_FUSED_MAX_ITEMS=$lim "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024 --batch-sizes 16,32,64 --steps 32
 done
-# The QKV projection with its bias, RoPE and KV write in one launch at 1-8 tokens (ORCHID_QKV_ROPE=1, off by
-# default until these measure it) against the GEMM + rope_kv_write: golden bounds and decode steps.
-check golden-tiny-qkv-rope env ORCHID_QKV_ROPE=1 python3 tools/gpu/check_golden.py --orchid "$bin"
+# The QKV projection with its bias, RoPE and KV write in one launch at 1-8 tokens (the default) against the
+# GEMM + rope_kv_write (ORCHID_QKV_ROPE=0): golden bounds and decode steps.
+check golden-tiny-no-qkv-rope env ORCHID_QKV_ROPE=0 python3 tools/gpu/check_golden.py --orchid "$bin"
 for qr in 0 1; do
   for m in 20b 120b; do
     bench "bench-decode-$m-qkv-rope-$qr" env ORCHID_QKV_ROPE=$qr "$bin" bench decode synthetic:$m --weights mxfp4 \
