@@ -59,6 +59,7 @@ PARTS = [
     ("decode_merge", "attention: split merge"),
     ("merge", "attention: split merge"),
     ("prefill", "attention: prefill tiles"),
+    ("qkv_rope_gemm", "GEMM: QKV projection + RoPE + KV write"),  # 1-8 tokens: one fused launch
     ("rope", "RoPE + KV write"),
     ("rmsnorm", "RMSNorm (+ residual)"),
     ("embedding", "embedding"),
@@ -226,7 +227,8 @@ def summarize(step, shape, B, ctx, weights, prefill=False):
     table = []
     for name, p in sorted(parts.items(), key=lambda kv: -kv[1]["ns"]):
         key = "experts" if name.startswith("experts: MXFP4") or name.startswith("experts: FP8") or \
-            name == "experts: grouped GEMM" else "attention" if name == attention_part else name
+            name == "experts: grouped GEMM" else "attention" if name == attention_part else \
+            "GEMM: QKV projection" if name.startswith("GEMM: QKV projection") else name
         floor_us = fl.get(key)
         table.append({"part": name, "launches": p["launches"], "us": p["ns"] / 1e3,
                       "share": p["ns"] / (end - start), "floor_us": floor_us})
