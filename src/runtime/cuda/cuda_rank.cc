@@ -721,7 +721,7 @@ bool norm_in_moe() {
 }
 
 // The decode steps' QKV projection with its RoPE and KV write fused (qkv_rope_gemm.h), on by default:
-// whole steps -1.1/-1.4% at 20b/120b B=1 (RESULTS, 2026-12-07). ORCHID_QKV_ROPE=0 restores the GEMM +
+// whole steps -1.1/-1.3% at 20b/120b B=1 (RESULTS, 2026-12-07). ORCHID_QKV_ROPE=0 restores the GEMM +
 // rope_kv_write.
 bool fused_qkv_rope() {
   static const bool on = [] {
@@ -743,8 +743,8 @@ bool CudaRank::layer(int64_t l, const StepMeta& m, int64_t T, bool input_normed,
   const DeviceLayer& L = weights_.layers[size_t(l)];
   const bool sliding = c.is_sliding(l);
   if (!input_normed) kernels::norm::rmsnorm_residual(x_, nullptr, L.input_norm, h_, T, H, eps, stream_);
-  // A few tokens with a BF16 cache: the projection, bias, RoPE and KV write in one
-  // launch (qkv_rope_gemm.h); otherwise the GEMM, then rope_kv_write.
+  // A few tokens with a BF16 cache: the projection, bias, RoPE and KV write in one launch (qkv_rope_gemm.h);
+  // otherwise the GEMM, then rope_kv_write.
   attn::QkvRopeGemmArgs f;
   f.hidden = int(H);
   f.x = h_;
