@@ -193,6 +193,9 @@ done
 # Routing: moe_route against the four-kernel path (chains of routings), and decode steps with the single-CTA
 # routing up to 128 items (the default) and up to 256.
 bench moe-bench-route "$build"/bench/cuda/moe/moe_bench --filter "route E"
+# The one-token expert stream's memory pattern alone (chunk-major as the repacked experts, or warp-major; ring
+# depth; integer work a chunk): whether the layout or the warps' instruction chains hold it at ~1.6 TB/s.
+bench stream-pattern "$build"/bench/cuda/moe/stream_pattern_bench
 for lim in 128 256; do
   bench "bench-decode-20b-route-fused-$lim" env ORCHID_ROUTE_FUSED_MAX_ITEMS=$lim "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024 --batch-sizes 16,32,64 --steps 32

@@ -1,0 +1,144 @@
+// Where the one-token MXFP4 expert stream loses its bandwidth: the streaming GEMM's memory pattern alone.
+//
+// The streaming kernel at one token (mxfp4_gemm.cu, gpt-oss-20b gate_up: 360 CTAs of 4 warps, each warp 23
+// kilobyte chunks through a cp.async ring of 4) reaches ~1.6 TB/s on an H100, and neither fewer
+// instructions nor more requests in flight (deeper rings, k splits, L2 prefetches) made it faster
+// (bench/RESULTS.md, 2026-12-07). This kernel keeps the grid, the warps, the ring and the copies and drops
+// the GEMM: per chunk a warp waits for its copies, reads its 32 bytes a lane back and spends `work` integer
+// operations on them. What it varies:
+//   layout   chunk-major: chunk c of warp w at (c * warps + w) KB, the repacked experts' order (every warp
+//            reads chunk column c at about the same time, the columns 11.5 MB apart for 20b's gate_up);
+//            warp-major: at (w * chunks + c) KB (each warp reads one contiguous run);
+//   stages   the ring's depth (stages - 1 chunks in flight a warp);
+//   work     operations a chunk (the GEMM spends ~190 instructions on one);
+//   ctas     the grid (360: 20b's gate_up at one token; 720: twice the warps).
+// So: if warp-major is much faster than chunk-major at work 0, the layout is the limit; if both are near the
+// HBM rate at work 0 and fall with work, the warps' instruction chains are.
+//
+//   stream_pattern_bench [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "kernels/common/cuda_check.h"
+
+namespace {
+
+constexpr int kWarps = 4, kChunkBytes = 1024, kChunks = 23;
+constexpr size_t kRotateBytes = size_t(256) << 20;  // several copies past the L2: every repetition reads cold
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// One warp streams kChunks chunks of its own through a ring of kStages; `work` dependent-free integer
+// operations a chunk stand in for the GEMM. out gets one word a warp (so nothing is optimised away).
+template <int kStages, bool kWarpMajor>
+__global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* src, int work, uint32_t* out) {
+  __shared__ __align__(16) uint8_t ring[kWarps][kStages][kChunkBytes];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t w = int64_t(blockIdx.x) * kWarps + warp, warps = int64_t(gridDim.x) * kWarps;
+  auto chunk_at = [&](int c) {
+    return src + (kWarpMajor ? (w * kChunks + c) : (int64_t(c) * warps + w)) * kChunkBytes + lane * 16;
+  };
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(&ring[warp][0][0])) + lane * 16;
+  auto issue = [&](int c) {
+    if (c < kChunks) {
+      const uint32_t st = base + (c % kStages) * kChunkBytes;
+      cp_async_16(st, chunk_at(c));
+      cp_async_16(st + 512, chunk_at(c) + 512);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) issue(c);
+  uint32_t acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int c = 0; c < kChunks; ++c) {
+    issue(c + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint8_t* st = &ring[warp][c % kStages][lane * 16];
+    const uint4 a = *reinterpret_cast<const uint4*>(st), b = *reinterpret_cast<const uint4*>(st + 512);
+    acc[0] ^= a.x, acc[1] ^= a.y, acc[2] ^= a.z, acc[3] ^= a.w, acc[4] ^= b.x, acc[5] ^= b.y, acc[6] ^= b.z,
+        acc[7] ^= b.w;
+    for (int i = 0; i < work; i += 8) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] = acc[j] * 1664525u + 1013904223u;
+    }
+    __syncwarp();  // the stage is free for the copy issued next
+  }
+  uint32_t v = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v ^= acc[j];
+  for (int o = 16; o > 0; o /= 2) v ^= __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) out[w] = v;
+}
+
+template <int kStages, bool kWarpMajor>
+float time_us(const uint8_t* buf, size_t copy_bytes, int copies, int ctas, int work, uint32_t* out) {
+  auto launch = [&](int i) {
+    stream_kernel<kStages, kWarpMajor>
+        <<<ctas, kWarps * 32>>>(buf + size_t(i % copies) * copy_bytes, work, out);
+  };
+  for (int i = 0; i < 3; ++i) launch(i);
+  constexpr int kReps = 21;
+  std::vector<cudaEvent_t> ev(2 * kReps);
+  for (auto& e : ev) ORCHID_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < kReps; ++i) {
+    ORCHID_CUDA_CHECK(cudaEventRecord(ev[2 * i]));
+    launch(3 + i);
+    ORCHID_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  ORCHID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms(kReps);
+  for (int i = 0; i < kReps; ++i) ORCHID_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) ORCHID_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0f * ms[kReps / 2];
+}
+
+template <int kStages>
+void row(const uint8_t* buf, int ctas, int work, uint32_t* out) {
+  const size_t bytes = size_t(ctas) * kWarps * kChunks * kChunkBytes;
+  const int copies = int(std::max<size_t>(1, kRotateBytes / bytes));
+  for (const bool warp_major : {false, true}) {
+    const float us = warp_major ? time_us<kStages, true>(buf, bytes, copies, ctas, work, out)
+                                : time_us<kStages, false>(buf, bytes, copies, ctas, work, out);
+    std::printf("%-12s stages %d  ctas %4d  work %4d  %8.2f us  %6.2f TB/s\n",
+                warp_major ? "warp-major" : "chunk-major", kStages, ctas, work, us,
+                bytes / (us * 1e-6) / 1e12);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  uint8_t* buf = nullptr;
+  uint32_t* out = nullptr;
+  ORCHID_CUDA_CHECK(cudaMalloc(&buf, kRotateBytes + (size_t(64) << 20)));
+  ORCHID_CUDA_CHECK(cudaMemset(buf, 0x5a, kRotateBytes + (size_t(64) << 20)));
+  ORCHID_CUDA_CHECK(cudaMalloc(&out, size_t(4096) * kWarps * 4));
+  for (const int ctas : {360, 720}) {
+    for (const int work : {0, 64, 192}) {
+      row<2>(buf, ctas, work, out);
+      row<4>(buf, ctas, work, out);
+      if (!quick) row<8>(buf, ctas, work, out);
+    }
+  }
+  ORCHID_CUDA_CHECK(cudaFree(buf));
+  ORCHID_CUDA_CHECK(cudaFree(out));
+  return 0;
+}
