@@ -25,25 +25,19 @@
 #include <vector>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/moe/mxfp4_mma.cuh"  // the streaming kernel's cp.async helpers
 
 namespace {
+
+using orchid::kernels::mxfp4_detail::cp_async_16;
+using orchid::kernels::mxfp4_detail::cp_async_commit;
+using orchid::kernels::mxfp4_detail::cp_async_wait;
 
 constexpr int kWarps = 4, kChunkBytes = 1024, kChunks = 23;
 constexpr size_t kRotateBytes = size_t(256) << 20;  // several copies past the L2: every repetition reads cold
 
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// One warp streams kChunks chunks of its own through a ring of kStages; `work` dependent-free integer
-// operations a chunk stand in for the GEMM. out gets one word a warp (so nothing is optimised away).
+// One warp streams kChunks chunks of its own through a ring of kStages; `work` integer operations (8
+// independent chains) a chunk stand in for the GEMM. out gets one word a warp (nothing is optimised away).
 template <int kStages, bool kWarpMajor>
 __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* src, int work, uint32_t* out) {
   __shared__ __align__(16) uint8_t ring[kWarps][kStages][kChunkBytes];
@@ -52,12 +46,11 @@ __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* src,
   auto chunk_at = [&](int c) {
     return src + (kWarpMajor ? (w * kChunks + c) : (int64_t(c) * warps + w)) * kChunkBytes + lane * 16;
   };
-  const uint32_t base = uint32_t(__cvta_generic_to_shared(&ring[warp][0][0])) + lane * 16;
   auto issue = [&](int c) {
     if (c < kChunks) {
-      const uint32_t st = base + (c % kStages) * kChunkBytes;
-      cp_async_16(st, chunk_at(c));
-      cp_async_16(st + 512, chunk_at(c) + 512);
+      uint8_t* st = &ring[warp][c % kStages][lane * 16];
+      cp_async_16(st, chunk_at(c), true);
+      cp_async_16(st + 512, chunk_at(c) + 512, true);
     }
     cp_async_commit();
   };
