@@ -78,12 +78,13 @@ __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* src,
   if (lane == 0) out[w] = v;
 }
 
-template <int kStages, bool kWarpMajor>
-float time_us(const uint8_t* buf, size_t copy_bytes, int copies, int ctas, int work, uint32_t* out) {
-  auto launch = [&](int i) {
-    stream_kernel<kStages, kWarpMajor>
-        <<<ctas, kWarps * 32>>>(buf + size_t(i % copies) * copy_bytes, work, out);
-  };
+// The same grid doing nothing: the launch and event overhead inside every row's time.
+__global__ void __launch_bounds__(kWarps * 32) empty_kernel(uint32_t* out) {
+  if (out == nullptr) out[threadIdx.x] = 0;  // never taken; keeps the launch from being elided
+}
+
+template <typename Launch>
+float median_us(Launch launch) {
   for (int i = 0; i < 3; ++i) launch(i);
   constexpr int kReps = 21;
   std::vector<cudaEvent_t> ev(2 * kReps);
@@ -99,6 +100,14 @@ float time_us(const uint8_t* buf, size_t copy_bytes, int copies, int ctas, int w
   for (auto& e : ev) ORCHID_CUDA_CHECK(cudaEventDestroy(e));
   std::sort(ms.begin(), ms.end());
   return 1000.0f * ms[kReps / 2];
+}
+
+template <int kStages, bool kWarpMajor>
+float time_us(const uint8_t* buf, size_t copy_bytes, int copies, int ctas, int work, uint32_t* out) {
+  return median_us([&](int i) {
+    stream_kernel<kStages, kWarpMajor>
+        <<<ctas, kWarps * 32>>>(buf + size_t(i % copies) * copy_bytes, work, out);
+  });
 }
 
 template <int kStages>
@@ -124,6 +133,9 @@ int main(int argc, char** argv) {
   ORCHID_CUDA_CHECK(cudaMalloc(&buf, kRotateBytes + (size_t(64) << 20)));
   ORCHID_CUDA_CHECK(cudaMemset(buf, 0x5a, kRotateBytes + (size_t(64) << 20)));
   ORCHID_CUDA_CHECK(cudaMalloc(&out, size_t(4096) * kWarps * 4));
+  for (const int ctas : {360, 720})
+    std::printf("empty kernel ctas %4d  %8.2f us\n", ctas,
+                median_us([&](int) { empty_kernel<<<ctas, kWarps * 32>>>(out); }));
   for (const int ctas : {360, 720}) {
     for (const int work : {0, 64, 192}) {
       row<2>(buf, ctas, work, out);
