@@ -83,3 +83,23 @@ def test_a_prefill_breakdown_takes_the_last_forward_passes_and_counts_its_floor_
     assert f["attention"] < f["experts"]  # at 8k the experts dominate; at 128k attention does
     g = mod.prefill_floors(mod.SHAPES["20b"], 128000, "fp8")
     assert g["attention"] > 4 * g["experts"]
+
+
+def test_the_fused_qkv_rope_kernel_is_the_qkv_projection_and_leaves_the_o_gemm_its_role():
+    # A one-token layer with the QKV projection, RoPE and KV write in one launch: no separate RoPE part, the
+    # small-m O GEMM after attention still named O, and the fused part held to the QKV projection's floor.
+    mod = load()
+    names = ["void orchid::kernels::attention::(anonymous namespace)::qkv_rope_gemm_kernel(Params)",
+             "void orchid::kernels::attention::decode_kernel<1, false>(DecodeParams)",
+             "decode_merge_kernel(DecodeParams)", "void orchid::kernels::small_m_gemm_kernel<1, false>(...)",
+             "norm_route_kernel(...)", "mxfp4_moe_gemm_kernel<...>(...)", "mxfp4_moe_gemm_kernel<...>(...)",
+             "void orchid::kernels::combine_norm_kernel(...)"]
+    parts = roles(mod, names)
+    assert parts[0] == "GEMM: QKV projection + RoPE + KV write", parts
+    assert "RoPE + KV write" not in parts
+    assert parts[3] == "GEMM: O projection", parts
+    step = [{"name": n, "part": p, "start_ns": str(10 * i), "end_ns": str(10 * i + 8)}
+            for i, (n, p) in enumerate(zip(names, parts))]
+    table = {r["part"]: r for r in mod.summarize(step, mod.SHAPES["20b"], 1, 1024, "mxfp4")["parts"]}
+    qkv_floor = mod.floors(mod.SHAPES["20b"], 1, 1024, "mxfp4")["GEMM: QKV projection"] / mod.HBM * 1e6
+    assert abs(table["GEMM: QKV projection + RoPE + KV write"]["floor_us"] - qkv_floor) < 1e-9
