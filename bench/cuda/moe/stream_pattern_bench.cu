@@ -7,15 +7,18 @@
 // the GEMM: per chunk a warp waits for its copies, reads its 32 bytes a lane back and spends `work` integer
 // operations on them. What it varies:
 //   layout   chunk-major: chunk c of warp w at (c * warps + w) KB, the repacked experts' order (every warp
-//            reads chunk column c at about the same time, the columns 11.5 MB apart for 20b's gate_up);
-//            warp-major: at (w * chunks + c) KB (each warp reads one contiguous run);
+//            reads chunk column c at about the same time); warp-major: at (w * chunks + c) KB (each warp
+//            reads one contiguous run);
+//   spread   the same two orders inside a tensor of 32 or 128 experts of which 4 are read, as the GEMM
+//            reads them: repacked, each chunk column holds every expert's groups, so a launch reads 4
+//            runs of 360 KB in each of 23 columns 11.5 MB (32 experts) or 46 MB (128) apart;
 //   stages   the ring's depth (stages - 1 chunks in flight a warp);
 //   work     operations a chunk (the GEMM spends ~190 instructions on one);
 //   ctas     the grid (360: 20b's gate_up at one token; 720: twice the warps).
 // So: if warp-major is much faster than chunk-major at work 0, the layout is the limit; if both are near the
 // HBM rate at work 0 and fall with work, the warps' instruction chains are.
 //
-//   stream_pattern_bench [--quick]
+//   stream_pattern_bench [--quick]   (--quick: ring 4, 360 CTAs, no work, and the spread rows)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,15 +39,32 @@ using orchid::kernels::mxfp4_detail::cp_async_wait;
 constexpr int kWarps = 4, kChunkBytes = 1024, kChunks = 23;
 constexpr size_t kRotateBytes = size_t(256) << 20;  // several copies past the L2: every repetition reads cold
 
+// Where the grid's warps read from. experts == 0: one contiguous run of warps * kChunks kilobytes. Else the
+// repacked experts' tensor of `experts` experts of `warps / 4` groups, of which the grid reads 4 (`active`):
+// chunk-major as repacked ([chunk][expert][group], the chunk columns experts * groups KB apart), or
+// warp-major ([expert][group][chunk]).
+struct Spread {
+  int experts = 0;
+  int active[4] = {0, 0, 0, 0};
+};
+
 // One warp streams kChunks chunks of its own through a ring of kStages; `work` integer operations (8
 // independent chains) a chunk stand in for the GEMM. out gets one word a warp (nothing is optimised away).
 template <int kStages, bool kWarpMajor>
-__global__ void __launch_bounds__(kWarps * 32) stream_kernel(const uint8_t* src, int work, uint32_t* out) {
+__global__ void __launch_bounds__(kWarps * 32)
+    stream_kernel(const uint8_t* src, int work, Spread spread, uint32_t* out) {
   __shared__ __align__(16) uint8_t ring[kWarps][kStages][kChunkBytes];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t w = int64_t(blockIdx.x) * kWarps + warp, warps = int64_t(gridDim.x) * kWarps;
+  const int64_t per = warps / 4, group = w % per;
+  const int64_t e = spread.active[min(int(w / per), 3)], E = spread.experts;
   auto chunk_at = [&](int c) {
-    return src + (kWarpMajor ? (w * kChunks + c) : (int64_t(c) * warps + w)) * kChunkBytes + lane * 16;
+    int64_t kb;
+    if (E == 0)
+      kb = kWarpMajor ? w * kChunks + c : int64_t(c) * warps + w;
+    else
+      kb = kWarpMajor ? (e * per + group) * kChunks + c : (int64_t(c) * E + e) * per + group;
+    return src + kb * kChunkBytes + lane * 16;
   };
   auto issue = [&](int c) {
     if (c < kChunks) {
@@ -106,7 +126,7 @@ template <int kStages, bool kWarpMajor>
 float time_us(const uint8_t* buf, size_t copy_bytes, int copies, int ctas, int work, uint32_t* out) {
   return median_us([&](int i) {
     stream_kernel<kStages, kWarpMajor>
-        <<<ctas, kWarps * 32>>>(buf + size_t(i % copies) * copy_bytes, work, out);
+        <<<ctas, kWarps * 32>>>(buf + size_t(i % copies) * copy_bytes, work, Spread{}, out);
   });
 }
 
@@ -120,6 +140,27 @@ void row(const uint8_t* buf, int ctas, int work, uint32_t* out) {
     std::printf("%-12s stages %d  ctas %4d  work %4d  %8.2f us  %6.2f TB/s\n",
                 warp_major ? "warp-major" : "chunk-major", kStages, ctas, work, us,
                 bytes / (us * 1e-6) / 1e12);
+    std::fflush(stdout);
+  }
+}
+
+// 4 of `experts` experts, as a one-token gate_up reads them (360 CTAs: 360 groups an expert), each
+// repetition another 4 (every 4th group of experts apart), so that every repetition reads cold bytes.
+void spread_row(const uint8_t* buf, int experts, uint32_t* out) {
+  constexpr int kCtas = 360;
+  const size_t bytes = size_t(kCtas) * kWarps * kChunks * kChunkBytes;  // what one launch reads
+  for (const bool warp_major : {false, true}) {
+    const float us = median_us([&](int i) {
+      Spread sp;
+      sp.experts = experts;
+      for (int j = 0; j < 4; ++j) sp.active[j] = i % (experts / 4) + j * (experts / 4);
+      if (warp_major)
+        stream_kernel<4, true><<<kCtas, kWarps * 32>>>(buf, 0, sp, out);
+      else
+        stream_kernel<4, false><<<kCtas, kWarps * 32>>>(buf, 0, sp, out);
+    });
+    std::printf("%-12s stages 4  ctas  360  work    0  4 of %3d experts  %8.2f us  %6.2f TB/s\n",
+                warp_major ? "warp-major" : "chunk-major", experts, us, bytes / (us * 1e-6) / 1e12);
     std::fflush(stdout);
   }
 }
@@ -138,12 +179,21 @@ int main(int argc, char** argv) {
                 median_us([&](int) { empty_kernel<<<ctas, kWarps * 32>>>(out); }));
   for (const int ctas : {360, 720}) {
     for (const int work : {0, 64, 192}) {
-      row<2>(buf, ctas, work, out);
+      if (quick && (ctas != 360 || work != 0)) continue;
+      if (!quick) row<2>(buf, ctas, work, out);
       row<4>(buf, ctas, work, out);
       if (!quick) row<8>(buf, ctas, work, out);
     }
   }
   ORCHID_CUDA_CHECK(cudaFree(buf));
+  // The experts' tensor as the GEMM reads it: 4 experts' runs inside every chunk column.
+  for (const int experts : {32, 128}) {
+    const size_t tensor = size_t(experts) * (kWarps * 360 / 4) * kChunks * kChunkBytes;
+    ORCHID_CUDA_CHECK(cudaMalloc(&buf, tensor));
+    ORCHID_CUDA_CHECK(cudaMemset(buf, 0x5a, tensor));
+    spread_row(buf, experts, out);
+    ORCHID_CUDA_CHECK(cudaFree(buf));
+  }
   ORCHID_CUDA_CHECK(cudaFree(out));
   return 0;
 }
