@@ -144,8 +144,9 @@ void row(const uint8_t* buf, int ctas, int work, uint32_t* out) {
   }
 }
 
-// 4 of `experts` experts, as a one-token gate_up reads them (360 CTAs: 360 groups an expert), each
-// repetition another 4 (every 4th group of experts apart), so that every repetition reads cold bytes.
+// 4 of `experts` experts, as a one-token gate_up reads them (360 CTAs: 360 groups an expert): experts a
+// quarter of the tensor apart, shifted by one each repetition, so that a set comes back only after
+// experts / 4 - 1 others (at least 7 x 33 MB) and every repetition reads cold bytes.
 void spread_row(const uint8_t* buf, int experts, uint32_t* out) {
   constexpr int kCtas = 360;
   const size_t bytes = size_t(kCtas) * kWarps * kChunks * kChunkBytes;  // what one launch reads
