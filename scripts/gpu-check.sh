@@ -194,7 +194,8 @@ done
 # routing up to 128 items (the default) and up to 256.
 bench moe-bench-route "$build"/bench/cuda/moe/moe_bench --filter "route E"
 # The one-token expert stream's memory pattern alone (chunk-major as the repacked experts, or warp-major; ring
-# depth; integer work a chunk): whether the layout or the warps' instruction chains hold it at ~1.6 TB/s.
+# depth; integer work a chunk; 4 experts read inside a 32- or 128-expert tensor): the bare stream the
+# streaming GEMM's time is held against (bench/RESULTS.md 2026-12-07, seventeenth run).
 bench stream-pattern "$build"/bench/cuda/moe/stream_pattern_bench
 for lim in 128 256; do
   bench "bench-decode-20b-route-fused-$lim" env ORCHID_ROUTE_FUSED_MAX_ITEMS=$lim "$bin" bench decode synthetic:20b \
