@@ -356,7 +356,7 @@ struct Mxfp4Experts {
   int active = 0;
   size_t active_bytes = 0;
   int copies = 1;
-  std::vector<Buf> blocks, scales;
+  std::vector<Buf> blocks, scales, scale_max;  // scale_max: each copy's largest scale, as computed at load
   Mxfp4Experts(int T, int E, int K, int n, int k) : rt(T, E, K, 77 + T) {
     std::vector<int> off(E + 1);
     ORCHID_CUDA_CHECK(cudaMemcpy(off.data(), rt.b.off.p, (E + 1) * 4, cudaMemcpyDeviceToHost));
@@ -366,10 +366,21 @@ struct Mxfp4Experts {
     for (int i = 0; i < copies; ++i) {
       blocks.emplace_back(mxfp4_block_bytes(int64_t(E) * n, k), Fill::kBytes, 30 + i);
       scales.emplace_back(size_t(E) * n * k / 32, Fill::kE8m0, 300 + i);
+      scale_max.emplace_back(4, Fill::kBytes, 0);
+      mxfp4_scale_max(scales.back().as<uint8_t>(), int64_t(E) * n * k / 32, scale_max.back().as<uint32_t>(),
+                      nullptr);
     }
   }
   const uint8_t* b(int i) const { return blocks[size_t(i % copies)].as<uint8_t>(); }
   const uint8_t* s(int i) const { return scales[size_t(i % copies)].as<uint8_t>(); }
+  // As the runtime passes it (ORCHID_MXFP4_SCALE_MAX=0: none, the A/B).
+  const uint32_t* m(int i) const {
+    static const bool on = [] {
+      const char* v = std::getenv("ORCHID_MXFP4_SCALE_MAX");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on ? scale_max[size_t(i % copies)].as<uint32_t>() : nullptr;
+  }
 };
 
 // ---------------------------------------------------------------- MXFP4 streaming GEMM
@@ -407,6 +418,7 @@ void bench_mxfp4(const Options& o, cudaStream_t s) {
             a.blocks = ex.b(i);
             a.tiled_order = mxfp4_tiled_order();
             a.scales = ex.s(i);
+            a.scale_max = ex.m(i);
             a.x = x.p;
             a.x_rows = proj == 0 ? r.row_token : nullptr;
             a.y = y.p;
@@ -704,12 +716,17 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
         wf = Fill::kBf16;
       }
       const int copies = copies_for(T <= 8 ? (w1b + w2b) / 8 : w1b + w2b);  // T = 1 touches 4/32 experts
-      std::vector<Buf> w1, s1, w2, s2;
+      std::vector<Buf> w1, s1, w2, s2, m12;  // m12: the MXFP4 copies' largest scales, as computed at load
       for (int i = 0; i < copies; ++i) {
         w1.emplace_back(w1b, wf, 40 + i);
         s1.emplace_back(w1s, sf, 400 + i);
         w2.emplace_back(w2b, wf, 50 + i);
         s2.emplace_back(w2s, sf, 500 + i);
+        m12.emplace_back(8, Fill::kBytes, 0);
+        if (formats[f] == MoeWeights::kMxfp4) {
+          mxfp4_scale_max(s1.back().as<uint8_t>(), int64_t(w1s), m12.back().as<uint32_t>(), nullptr);
+          mxfp4_scale_max(s2.back().as<uint8_t>(), int64_t(w2s), m12.back().as<uint32_t>() + 1, nullptr);
+        }
       }
       Buf rw(size_t(E) * H * 2, Fill::kBf16, 1), rb(size_t(E) * 4, Fill::kScale, 2),
           b1(size_t(E) * 2 * I * 2, Fill::kBf16, 3), b2(size_t(E) * H * 2, Fill::kBf16, 4),
@@ -723,6 +740,10 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
         lw.w1_scale = s1[i % copies].p;
         lw.w2 = w2[i % copies].p;
         lw.w2_scale = s2[i % copies].p;
+        if (formats[f] == MoeWeights::kMxfp4) {
+          lw.w1_scale_max = m12[i % copies].as<uint32_t>();
+          lw.w2_scale_max = lw.w1_scale_max + 1;
+        }
         lw.b1 = b1.p;
         lw.b2 = b2.p;
         return lw;

@@ -186,6 +186,16 @@ bool moe_early_weights() {
   return on;
 }
 
+// The streaming GEMM skips its bias where the tensor's largest scale allows (Mxfp4GemmArgs::scale_max);
+// ORCHID_MXFP4_SCALE_MAX=0 makes it reduce one from the scales as before (the A/B).
+bool moe_scale_max_used() {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_MXFP4_SCALE_MAX");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // The block's input norm (moe_forward's in_norm): with the router and the routing in one launch where
 // moe_norm_route_taken (returns true: routed), else the norm kernel alone.
 bool input_norm(const MoeConfig& c, const MoeLayerWeights& w, const MoeInputNorm& in, const void* h, int T,
@@ -367,6 +377,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.k = H;
     g.blocks = static_cast<const uint8_t*>(w.w1);
     g.scales = static_cast<const uint8_t*>(w.w1_scale);
+    g.scale_max = moe_scale_max_used() ? w.w1_scale_max : nullptr;
     g.x = h;
     g.x_rows = b.routing.row_token;
     g.y = b.z_bf16;  // bias + SwiGLU fused into the epilogue: u never goes to memory
@@ -378,6 +389,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
     g.k = I;
     g.blocks = static_cast<const uint8_t*>(w.w2);
     g.scales = static_cast<const uint8_t*>(w.w2_scale);
+    g.scale_max = moe_scale_max_used() ? w.w2_scale_max : nullptr;
     g.x = b.z_bf16;
     g.x_rows = nullptr;
     g.y = b.y;

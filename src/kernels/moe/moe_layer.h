@@ -86,6 +86,9 @@ struct MoeLayerWeights {            // expert tensors and biases: the experts of
   const void* w2_scale = nullptr;
   const void* b1 = nullptr;  // bf16 [E, 2I]
   const void* b2 = nullptr;  // bf16 [E, H]
+  // MXFP4: each tensor's largest e8m0 scale (device [1], mxfp4_scale_max at load), or null (unknown).
+  const uint32_t* w1_scale_max = nullptr;
+  const uint32_t* w2_scale_max = nullptr;
 };
 
 // Every intermediate, carved out of the workspace (exposed so tests can check each stage).

@@ -65,8 +65,12 @@ __host__ __device__ constexpr int smem_bytes(int nt, int tile_rows, int warps, i
 // straight-line code, without the per-block exit the chunk holding the range's end needs; the compiler then
 // issues the next block's shared loads under this block's MMAs (mxfp4_straight_chunks). A template
 // parameter, so that the default kernels keep their registers and schedule.
+// The one-token 8-warp kernel is held to three CTAs a multiprocessor (80 registers): the activation fill's
+// batch took it to 83, two CTAs an SM. (The one-token 4-warp kernel went from 85 to 114 registers: four CTAs
+// an SM, above the ~2.7 a one-token grid places on each.)
 template <int kNT, int kWarps, int kStages, bool kTiledOrder, bool kStraight = false>
-__global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
+__global__ void __launch_bounds__(kWarps * 32, kWarps == 8 && kNT == 1 ? 3 : 1)
+    mxfp4_moe_gemm_kernel(Mxfp4GemmArgs p) {
   // Programmatic dependent launch (kernels/common/pdl.cuh); with early_weights only the activations wait.
   if (!p.early_weights) pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];
@@ -75,6 +79,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
     if (p.early_weights) pdl_wait();
     return;
   }
+  // Every scale <= 128: the tiled order's weights need no bias (Mxfp4GemmArgs::scale_max).
+  const bool unbiased = kTiledOrder && p.scale_max != nullptr && *p.scale_max <= 128u;
   const int e = p.active[slot];
   const int row0 = p.offsets[e];
   const int m = p.offsets[e + 1] - row0;
@@ -124,11 +130,46 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
   bool scales_loaded = false;
   int bias = 0;  // bf16 path (kTiledOrder): the weights carry 2^-bias (mxfp4_tiled_gemm.cu's rule)
 
+  // Activation tile: tokens tok0.. as fp16 in MX order (saturated), kFill 16-byte pieces a thread at a time:
+  // every piece's source row, then every piece, then the stores, so a thread waits on two round trips per
+  // batch instead of three per piece. Rows past the expert's tokens are left as they are: each token is its
+  // own MMA column, and those columns are never stored.
+  constexpr int kFill = 2, kThreads = kWarps * 32;
+  const int groups8 = k / 8;
+  uint4 xv[kFill];
+  auto load_fill = [&](int tok0, int pieces, int base) {
+    int64_t from[kFill];
+#pragma unroll
+    for (int j = 0; j < kFill; ++j) {
+      const int idx = base + j * kThreads + threadIdx.x;
+      const int64_t r = row0 + tok0 + idx / groups8;
+      from[j] = idx < pieces ? (p.x_rows ? p.x_rows[r] : r) * k + idx % groups8 * 8 : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kFill; ++j)
+      if (base + j * kThreads + threadIdx.x < pieces) xv[j] = *reinterpret_cast<const uint4*>(xg + from[j]);
+  };
+  auto store_fill = [&](int pieces, int base) {
+#pragma unroll
+    for (int j = 0; j < kFill; ++j) {
+      const int idx = base + j * kThreads + threadIdx.x;
+      if (idx < pieces)
+        *reinterpret_cast<uint4*>(xs + idx / groups8 * xstride + idx % groups8 * 16) =
+            kTiledOrder ? bf16x8_mx_order(xv[j]) : bf16x8_to_f16_mx_order(xv[j]);
+    }
+  };
+
   // A pass takes the tile's rows of tokens (its MMA columns beyond them are computed and never stored).
   for (int tok0 = 0; tok0 < m; tok0 += tile_rows) {
+    const bool first_pass = !scales_loaded;
+    const int pieces = min(tile_rows, m - tok0) * groups8;
+    // Where x is ready (no early weights), the fill's first batch is requested before the weight copies:
+    // issued after them it queues behind the grid's first ~6 MB of weights (bench/RESULTS.md, 2026-12-07
+    // seventeenth run: a 3.4 us prologue in a 21 us one-token GEMM).
+    const bool x_first = first_pass && !p.early_weights;
+    if (x_first) load_fill(tok0, pieces, 0);
     // The weight stream does not depend on the activations: start it before filling the activation tile,
     // so its latency overlaps the fill (this warp's ring is idle here: the previous pass drained it).
-    const bool first_pass = !scales_loaded;
     if (warp_active) {
       if (first_pass) {  // the group's 16 rows * kmx bytes, loaded by its warps together: one commit group
         for (int u = slice * 32 + lane; u < kmx; u += 32 * ks) cp_async_16(ss + u * 16, sbase + u * 16, true);
@@ -139,25 +180,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mxfp4_moe_gemm_kernel(Mxfp4Gem
     }
     scales_loaded = true;
     if (p.early_weights && first_pass) pdl_wait();  // x is the previous kernel's output
-    // Activation tile: tokens tok0.. as fp16 in MX order (saturated). Rows past the expert's tokens are left
-    // as they are: each token is its own MMA column, and those columns are never stored.
-    __syncthreads();
-    const int groups8 = k / 8;
-    const int valid_rows = min(tile_rows, m - tok0);
-    for (int idx = threadIdx.x; idx < valid_rows * groups8; idx += kWarps * 32) {
-      const int i = idx / groups8, grp = idx % groups8;
-      const int64_t r = row0 + tok0 + i;
-      const int64_t src = p.x_rows ? p.x_rows[r] : r;
-      const uint4 v = *reinterpret_cast<const uint4*>(xg + src * k + grp * 8);
-      *reinterpret_cast<uint4*>(xs + i * xstride + grp * 16) =
-          kTiledOrder ? bf16x8_mx_order(v) : bf16x8_to_f16_mx_order(v);
+    __syncthreads();                                // the previous pass's MMAs are done with the tile
+    if (!x_first) load_fill(tok0, pieces, 0);
+    store_fill(pieces, 0);
+    for (int base = kFill * kThreads; base < pieces; base += kFill * kThreads) {
+      load_fill(tok0, pieces, base);
+      store_fill(pieces, base);
     }
-    // The scales (the oldest commit group) have landed for every warp before anyone reads them.
-    if (first_pass && warp_active) cp_async_wait<kStages - 1>();
+    // The scales (the oldest commit group) have landed for every warp before anyone reads them. Unbiased at
+    // k split 1 nothing reads them before the loop, whose wait for chunk 0 covers them (the warp's own
+    // older copies).
+    if (first_pass && warp_active && !(unbiased && ks == 1)) cp_async_wait<kStages - 1>();
     __syncthreads();
     if (!warp_active) continue;
     if constexpr (kTiledOrder) {
-      if (first_pass) {  // the group's largest scale sets the bias (the same in every warp of the group)
+      if (first_pass &&
+          !unbiased) {  // the group's largest scale sets the bias (the same in every warp of it)
         const uint32_t* sw = reinterpret_cast<const uint32_t*>(ss);
         uint32_t mx4 = 0;
         for (int i = lane; i < kRowsPerWarp * kmx / 4; i += 32) mx4 = __vmaxu4(mx4, sw[i]);

@@ -43,6 +43,10 @@ struct Mxfp4GemmArgs {
   // The expert list and offsets were written before the previous kernel (the down GEMM after gate_up): the
   // scales and the first chunks of weights are requested before the dependency wait (pdl.cuh).
   bool early_weights = false;
+  // The blocks' largest e8m0 scale (device [1], mxfp4_scale_max at load), or null. At most 128 (every
+  // checkpoint seen: gpt-oss's scales stay below 2^1), the tiled order's bf16 weights need no bias, so the
+  // kernel neither reduces one nor, at k split 1, waits for its scales before the chunk loop.
+  const uint32_t* scale_max = nullptr;
 };
 
 // The CTA shape the streaming kernel takes by default for a grid of max_active experts x n rows.

@@ -294,7 +294,27 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The largest byte of scales[0, n) into *out (zeroed before): a grid-stride max, one atomic a warp.
+__global__ void scale_max_kernel(const uint8_t* scales, int64_t n, uint32_t* out) {
+  uint32_t m = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    m = max(m, uint32_t(scales[i]));
+  m = __reduce_max_sync(0xffffffffu, m);
+  if (threadIdx.x % 32 == 0 && m != 0) atomicMax(out, m);
+}
+
 }  // namespace
+
+void mxfp4_scale_max(const uint8_t* scales, int64_t n, uint32_t* out, cudaStream_t stream) {
+  ORCHID_KERNEL_REQUIRE(n >= 0 && out != nullptr && (n == 0 || scales != nullptr),
+                        "mxfp4_scale_max: null pointer");
+  ORCHID_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(uint32_t), stream));
+  if (n == 0) return;
+  const int grid = int(std::min<int64_t>((n + 255) / 256, 4 * int64_t(device_info().sm_count)));
+  scale_max_kernel<<<grid, 256, 0, stream>>>(scales, n, out);
+  ORCHID_CUDA_CHECK_LAUNCH();
+}
 
 void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int experts, int n, int k, void* out,
                    cudaStream_t stream) {

@@ -46,6 +46,10 @@ int mxfp4_to_fp8_ctas_per_sm();  // the persistent conversion's resident CTAs an
 // (ORCHID_MXFP4_WORD_ORDER=tiled, the default).
 void mxfp4_to_tiled_order(const uint8_t* blocks, uint8_t* out, int64_t rows, int k, cudaStream_t stream);
 
+// The largest of n e8m0 scales into *out (device, one uint32; 0 for n == 0), once at load: where it is at
+// most 128 the streaming expert GEMM needs no bias for the repacked order (Mxfp4GemmArgs::scale_max).
+void mxfp4_scale_max(const uint8_t* scales, int64_t n, uint32_t* out, cudaStream_t stream);
+
 // w: bf16 [E, n, k], k % 8 == 0.
 void bf16_to_fp8_block(const void* w, int experts, int n, int k, Fp8ScaleRule rule, uint8_t* out_q,
                        float* out_scale, cudaStream_t stream);

@@ -183,12 +183,12 @@ size_t DeviceWeights::bytes_needed(const model::ModelConfig& c, kernels::MoeWeig
   size_t total =
       arena_bytes(V * H * 2) + (c.tie_word_embeddings ? 0 : arena_bytes(Vl * H * 2)) + arena_bytes(H * 4);
   const ExpertBytes eb = expert_bytes(c, format, int64_t(E), repack && format == kernels::MoeWeights::kMxfp4);
-  const size_t per_layer = 2 * arena_bytes(H * 4) + arena_bytes(size_t(shard.num_q_heads()) * 4) +
-                           arena_bytes(qkv * H * 2) + arena_bytes(qkv * 4) + arena_bytes(H * q_dim * 2) +
-                           arena_bytes(H * 2) + arena_bytes(H * 4) + arena_bytes(Ef * H * 2) +
-                           arena_bytes(Ef * 4) +  // the router scores every expert
-                           arena_bytes(E * 2 * I * 2) + arena_bytes(E * H * 2) + arena_bytes(eb.w1) +
-                           arena_bytes(eb.w1_scale) + arena_bytes(eb.w2) + arena_bytes(eb.w2_scale);
+  const size_t per_layer =
+      2 * arena_bytes(H * 4) + arena_bytes(size_t(shard.num_q_heads()) * 4) + arena_bytes(qkv * H * 2) +
+      arena_bytes(qkv * 4) + arena_bytes(H * q_dim * 2) + arena_bytes(H * 2) + arena_bytes(H * 4) +
+      arena_bytes(Ef * H * 2) + arena_bytes(Ef * 4) +  // the router scores every expert
+      arena_bytes(E * 2 * I * 2) + arena_bytes(E * H * 2) + arena_bytes(eb.w1) + arena_bytes(eb.w1_scale) +
+      arena_bytes(eb.w2) + arena_bytes(eb.w2_scale) + arena_bytes(8);  // the MXFP4 tensors' largest scales
   return total + per_layer * size_t(c.num_layers);
 }
 
@@ -290,13 +290,15 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
     L.moe.w1_scale = w1s;
     L.moe.w2 = w2;
     L.moe.w2_scale = w2s;
+    uint32_t* scale_max = w.arena.take<uint32_t>(2);
     struct Mat {
       const char* name;
       int n, k;
       uint8_t *q, *s;
+      uint32_t* s_max;
     };
-    for (const Mat& m :
-         {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s}, Mat{"down_proj", int(H), int(I), w2, w2s}}) {
+    for (const Mat& m : {Mat{"gate_up_proj", int(2 * I), int(H), w1, w1s, scale_max},
+                         Mat{"down_proj", int(H), int(I), w2, w2s, scale_max + 1}}) {
       const std::string blocks = p + "mlp.experts." + m.name + "_blocks";
       const std::string scales = p + "mlp.experts." + m.name + "_scales";
       if (format == kernels::MoeWeights::kMxfp4) {  // kept as stored, or repacked from the staging area
@@ -308,6 +310,7 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
         ORCHID_CHECK(src.slice_numel(blocks) == El * m.n * m.k / 2, "{}: unexpected block count", blocks);
         src.fetch(blocks, stage);  // this rank's experts
         kernels::mxfp4_to_tiled_order(stage, m.q, El * m.n, m.k, stream);
+        kernels::mxfp4_scale_max(m.s, El * m.n * (m.k / 32), m.s_max, stream);
         ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));  // `stage` is reused by the next tensor
         continue;
       }
@@ -322,6 +325,10 @@ DeviceWeights DeviceWeights::load(const model::ModelRef& ref, const model::Model
                                     reinterpret_cast<float*>(m.s), nullptr, stream);
       }
       ORCHID_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    if (w.mxfp4_tiled_order) {
+      L.moe.w1_scale_max = scale_max;
+      L.moe.w2_scale_max = scale_max + 1;
     }
     w.layers.push_back(L);
   }

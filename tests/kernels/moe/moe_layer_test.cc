@@ -382,6 +382,13 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
       MoeLayerWeights repacked = lw;
       repacked.w1 = d_w1g.get();
       repacked.w2 = d_w2g.get();
+      DeviceBuffer<uint32_t> d_scale_max(2);  // as loaded: each tensor's largest scale
+      mxfp4_scale_max(static_cast<const uint8_t*>(lw.w1_scale), int64_t(E) * 2 * I * H / 32,
+                      d_scale_max.get(), stream);
+      mxfp4_scale_max(static_cast<const uint8_t*>(lw.w2_scale), int64_t(E) * H * I / 32,
+                      d_scale_max.get() + 1, stream);
+      repacked.w1_scale_max = d_scale_max.get();
+      repacked.w2_scale_max = d_scale_max.get() + 1;
       d_x.upload(x0);
       moe_forward(reordered, repacked, d_h.get(), d_x.get(), T, router, ws.get(), stream);
       ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));

@@ -7,6 +7,8 @@
 // fewest.
 #include "kernels/moe/mxfp4_gemm.h"
 
+#include "kernels/moe/weight_convert.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,6 +91,28 @@ TEST_P(Mxfp4GemmTest, MatchesReference) {
     const std::string name = std::string(c.name) + (tiled_order ? " tiled order" : "");
     EXPECT_TRUE(orchid::testing::check_close(name.c_str(), got, p.ref, 2e-3 * p.ref_rms, 8e-3, 5e-3));
   }
+
+  // The tensor's largest scale, computed on the device as at load, against the host's; with it the tiled
+  // order skips the bias (every scale <= 128) or falls back to reducing one: the same bits either way.
+  DeviceBuffer<uint32_t> dmax(1);
+  mxfp4_scale_max(ds.get(), int64_t(p.scales.size()), dmax.get(), nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const uint32_t host_max = p.scales.empty() ? 0u : *std::max_element(p.scales.begin(), p.scales.end());
+  EXPECT_EQ(dmax.download()[0], host_max) << c.name;
+  a.blocks = db_tiled.get();
+  a.tiled_order = true;
+  orchid::testing::poison(dy);
+  mxfp4_moe_gemm(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const auto without = dy.download();
+  a.scale_max = dmax.get();
+  orchid::testing::poison(dy);
+  mxfp4_moe_gemm(a, nullptr);
+  ORCHID_TEST_CUDA(cudaDeviceSynchronize());
+  const auto with = dy.download();
+  size_t differ = 0;
+  for (size_t i = 0; i < size_t(M) * p.out_cols; ++i) differ += with[i] != without[i];
+  EXPECT_EQ(differ, 0u) << c.name << ": the tiled order with the scale maximum (" << host_max << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -104,6 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"swiglu_fused_two_ntiles", 512, 2880, {12, 0, 1, 20}, false, true},
         // k split over 2, 4 or 8 warps of a 16-row block (slices of 45 / 22-23 / 11-12 MX
         // blocks; with k = 96 slices of one block and empty ones), every epilogue
+        // One token on 8-warp CTAs without a split (the kernel held to three CTAs an SM), fused epilogue
+        Case{"gate_up_decode_t1_w8", 5760, 2880, {0, 1, 0, 1, 1, 0, 0, 1}, true, true, 1},
         Case{"gate_up_decode_t1_ks2", 5760, 2880, {0, 1, 0, 1, 1, 0, 0, 1}, true, false, 2},
         Case{"down_partial_cta_tile_ks4", 2880, 2880, {1, 0, 2, 5}, false, false, 4},
         Case{"two_ntiles_and_passes_ks8", 2880, 2880, {9, 17, 0, 64, 33, 0, 1, 16}, false, false, 8},
