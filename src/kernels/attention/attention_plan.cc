@@ -225,6 +225,9 @@ void AttentionPlanBuilder::build(const std::vector<PlanSequence>& seqs, int32_t 
   if (bucket < int32_t(decodes.size()))
     fail("attention plan: decode_bucket {} is smaller than the step's {} decodes", bucket, decodes.size());
   int splits = o.decode_splits;
+  if (splits > kMaxDecodeSplits || o.max_decode_splits > kMaxDecodeSplits)
+    fail("attention plan: at most {} decode splits (asked {}, bound {})", kMaxDecodeSplits, splits,
+         o.max_decode_splits);
   if (splits <= 0) {
     splits = 1;
     if (bucket > 0)  // enough CTAs for two per multiprocessor, but no split shorter than two 64-key tiles

@@ -19,6 +19,9 @@
 
 namespace orchid::kernels::attention {
 
+// The most KV splits a decode may take (the merge kernel reads them two a lane).
+constexpr int kMaxDecodeSplits = 64;
+
 enum TableKind : int32_t { kFullTable = 0, kSlidingTable = 1 };
 
 // One sequence of the step, as the kernels read it (five int32, 4-byte aligned).
@@ -109,7 +112,7 @@ struct PlanOptions {
   // window's few key tiles need fewer splits than the full layers' long contexts).
   int decode_splits_window = 0;
   int window = 0;  // the model's sliding window (keys per query), for decode_splits_window; 0 = none
-  int max_decode_splits = 64;  // bound for the automatic choice (and the workspace)
+  int max_decode_splits = kMaxDecodeSplits;  // bound for the automatic choice (and the workspace)
   // Most query tokens a sequence may have and still go to the decode kernel (a speculative verify step has
   // 1 + k; its queries are causal among themselves). 1: only single-token decodes.
   int max_decode_queries = 1;

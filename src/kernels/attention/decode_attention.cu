@@ -102,33 +102,6 @@ struct DecodeParams {
   float scale_log2;
 };
 
-// Row r of (slot, token t, head) over the splits: weights each split's partial output by exp2(lse - max) and
-// adds the sink's exp2(sink - max) to the denominator once; `lse` and `o` read the split s's values. Shared
-// by the merge kernel and the merge in the last split CTA, so the two give the same bits.
-template <int kCols, typename LoadLse, typename LoadO>
-__device__ __forceinline__ void merge_splits(int splits, float sink2, LoadLse lse_of, LoadO o_of,
-                                             float (&out)[kCols]) {
-  float mx = sink2;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_of(s));
-  float l = exp2f(sink2 - mx);
-  float acc[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) acc[c] = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float lse = lse_of(s);
-    if (lse == -INFINITY) continue;  // empty split: its partial output was never written
-    const float wt = exp2f(lse - mx);
-    l += wt;
-    float v[kCols];
-    o_of(s, v);
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) acc[c] = fmaf(v[c], wt, acc[c]);
-  }
-  const float inv = 1.0f / l;
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) out[c] = acc[c] * inv;
-}
-
 // kLowRows: every query row of the CTA is among the first 8 of its one m16 tile (a plain decode with 8 query
 // heads a KV head, gpt-oss's GQA): the MMAs compute the other 8 rows anyway, but their softmax (maxima,
 // shuffles, exponentials, the output's rescale) is skipped and their probabilities are zero.
@@ -481,29 +454,62 @@ __global__ void __launch_bounds__(kThreads, (kFp8 && kMTiles == 1) ? 4 : 1)
 }
 
 // One warp per (decode slot, query token, query head): weights the splits' partial outputs by
-// exp2(lse - max) and adds the sink's exp2(sink - max) to the denominator (once).
+// exp2(lse - max) and adds the sink's exp2(sink - max) to the denominator (once). The warp works on the
+// splits together rather than one after another: lane s reads the log-sum-exps of splits s and s + 32 (a
+// plan has at most kMaxDecodeSplits), a warp max and sum give the weights, and the partial outputs (a lane's
+// two of the 64 columns) are requested kMergeBatch splits at a time, so the merge is a few round trips to L2
+// instead of two per split (at one token and 8k context a full layer's merge runs 33 splits). The
+// sequence's record, needed only for the output row, is read beside the log-sum-exps.
+constexpr int kMergeBatch = 8;
+static_assert(kMaxDecodeSplits <= 64, "decode_merge_kernel reads two splits a lane");
 __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
   pdl_wait();  // programmatic dependent launch (kernels/common/pdl.cuh)
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int slot = blockIdx.y, t = blockIdx.z;
-  if (head >= p.num_q_heads) return;
+  if (head >= p.num_q_heads) return;  // warp-uniform, as every exit below
+  const int splits = p.splits;
+  const size_t row0 = ((size_t(slot) * p.decode_q + t) * p.num_q_heads + head) * splits;
+  // In the workspace whatever the slot holds; used only for a live row. -inf: an empty split (its partial
+  // output was never written) or no split at all.
+  const float lse0 = lane < splits ? p.part_lse[row0 + lane] : -INFINITY;
+  const float lse1 = lane + 32 < splits ? p.part_lse[row0 + lane + 32] : -INFINITY;
+  const float sink2 = p.sinks != nullptr ? p.sinks[head] * kLog2e : -INFINITY;
   const int seq_idx = p.decode_seqs[slot];
   if (seq_idx < 0) return;
   const AttnSeq seq = p.seqs[seq_idx];
   if (t >= seq.num_q) return;
-  const size_t row0 = ((size_t(slot) * p.decode_q + t) * p.num_q_heads + head) * p.splits;
-  const float sink2 = p.sinks != nullptr ? p.sinks[head] * kLog2e : -INFINITY;
-  float o[2];
-  merge_splits<2>(
-      p.splits, sink2, [&](int s) { return p.part_lse[row0 + s]; },
-      [&](int s, float(&v)[2]) {
-        const float2 x = *reinterpret_cast<const float2*>(p.part_o + (row0 + s) * kHeadDim + 2 * lane);
-        v[0] = x.x, v[1] = x.y;
-      },
-      o);
+  float mx = fmaxf(sink2, fmaxf(lse0, lse1));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  // A live row has a key in some split (its own token), so mx is finite.
+  const float w0 = lse0 == -INFINITY ? 0.0f : exp2f(lse0 - mx);
+  const float w1 = lse1 == -INFINITY ? 0.0f : exp2f(lse1 - mx);
+  float l = w0 + w1;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  l += exp2f(sink2 - mx);
+  float acc0 = 0.0f, acc1 = 0.0f;
+  for (int s0 = 0; s0 < splits; s0 += kMergeBatch) {
+    float wt[kMergeBatch];
+    float2 v[kMergeBatch];
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const int s = s0 + j;
+      wt[j] = __shfl_sync(0xffffffffu, s < 32 ? w0 : w1, s & 31);
+      v[j] = s < splits && wt[j] != 0.0f
+                 ? *reinterpret_cast<const float2*>(p.part_o + (row0 + s) * kHeadDim + 2 * lane)
+                 : make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      acc0 = fmaf(v[j].x, wt[j], acc0);
+      acc1 = fmaf(v[j].y, wt[j], acc1);
+    }
+  }
+  const float inv = 1.0f / l;
   *reinterpret_cast<uint32_t*>(p.out + (size_t(seq.q_start + t) * p.num_q_heads + head) * kHeadDim +
-                               2 * lane) = pack_bf16(o[0], o[1]);
+                               2 * lane) = pack_bf16(acc0 * inv, acc1 * inv);
 }
 
 // One flag of ensure_dynamic_smem per kernel instantiation (kernels of one shared-memory layout differ).
@@ -613,7 +619,7 @@ void sink_attention_decode(const SinkAttentionArgs& a, const AttentionPlan& plan
                         "sink_attention: bad decode grid in the plan");
   // Sliding-window launches take the plan's split count for them (a window has few key tiles).
   const int splits = a.window > 0 ? plan.decode_splits_window : plan.decode_splits;
-  ORCHID_KERNEL_REQUIRE(splits >= 1 && splits <= plan.decode_splits,
+  ORCHID_KERNEL_REQUIRE(splits >= 1 && splits <= plan.decode_splits && splits <= kMaxDecodeSplits,
                         "sink_attention: bad window split count");
   ORCHID_KERNEL_REQUIRE(splits == 1 || workspace != nullptr,
                         "sink_attention: split-KV decode needs the workspace");

@@ -225,6 +225,14 @@ TEST(AttentionPlan, RejectsInconsistentSteps) {
   bad = o;
   bad.prefill_rows = 160;  // neither kernel's tile
   EXPECT_THROW(b.build({{0, 200, 0, 0, 0}}, 200, bad), orchid::Error);
+  bad = o;
+  bad.decode_splits = kMaxDecodeSplits + 1;  // more than the merge kernel reads
+  EXPECT_THROW(b.build({{0, 1, 4000, 0, 0}}, 1, bad), orchid::Error);
+  bad.decode_splits = kMaxDecodeSplits;
+  EXPECT_NO_THROW(b.build({{0, 1, 4000, 0, 0}}, 1, bad));
+  bad = o;
+  bad.max_decode_splits = kMaxDecodeSplits + 1;
+  EXPECT_THROW(b.build({{0, 1, 4000, 0, 0}}, 1, bad), orchid::Error);
   EXPECT_NO_THROW(b.build({}, 0, o));
   EXPECT_EQ(b.sizes().num_prefill_tiles, 0);
   EXPECT_EQ(b.sizes().decode_bucket, 0);
