@@ -224,6 +224,17 @@ for st in auto 4 3; do
   bench "bench-decode-20b-decode-stages-$st" env ORCHID_DECODE_STAGES=$st "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024,32768 --batch-sizes 1,64,256 --steps 16
 done
+# small_m_gemm's k split over a cluster pair (opt-in, ORCHID_SMALL_M_SPLIT=1: the O projection's 180 tiles as
+# 360 CTAs): its tests (the O shapes, k 4096, take the split; the tiny golden model's k does not) and
+# one-token decode steps against the default.
+check small-m-split-tests env ORCHID_SMALL_M_SPLIT=1 "$build"/tests/kernels/gemm/kernels_gemm_test \
+  --gtest_filter='Shapes/DenseGemmTest.MatchesFp64Reference/*:DenseGemmSplitInput.*'
+for sp in 0 1; do
+  for m in 20b 120b; do
+    bench "bench-decode-$m-small-m-split-$sp" env ORCHID_SMALL_M_SPLIT=$sp "$bin" bench decode synthetic:$m \
+      --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,8 --steps 32
+  done
+done
 # The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
 # pipeline, the tiled down GEMM on 128-row CTAs, the down GEMM's weights before its wait, the streaming GEMM's
 # bias skipped by the tensor's largest scale (ORCHID_MXFP4_SCALE_MAX=0 reduces it from the scales), the decode kernels'

@@ -13,7 +13,8 @@
 // token the O GEMM took 11.6 us for 23.6 MB where QKV took 10.3 for 29.5 MB, H200, RESULTS 2026-12-06
 // fourth run). There a cluster of two CTAs shares the 16 features, each half of k (360 CTAs for O: two or
 // three an SM); the second CTA's sums reach the first's shared memory (distributed shared memory) and the
-// first adds them in a fixed order and stores. ORCHID_SMALL_M_SPLIT=0 turns it off (the A/B).
+// first adds them in a fixed order and stores. Opt-in until measured: ORCHID_SMALL_M_SPLIT=1 (gpu-check's
+// small-m-split steps run its tests and the decode A/B).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -111,11 +112,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// ORCHID_SMALL_M_SPLIT=0: never split k (the A/B of kSplit).
+// ORCHID_SMALL_M_SPLIT=1: split k where the rule below says so (kSplit; off until measured).
 bool split_allowed() {
   static const bool on = [] {
     const char* v = std::getenv("ORCHID_SMALL_M_SPLIT");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
