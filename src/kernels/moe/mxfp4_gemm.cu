@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 && kNT == 1 ? 3 : 1)
     __syncthreads();
     if (!warp_active) continue;
     if constexpr (kTiledOrder) {
-      if (first_pass &&
-          !unbiased) {  // the group's largest scale sets the bias (the same in every warp of it)
+      // The group's largest scale sets the bias (the same in every warp of the group).
+      if (first_pass && !unbiased) {
         const uint32_t* sw = reinterpret_cast<const uint32_t*>(ss);
         uint32_t mx4 = 0;
         for (int i = lane; i < kRowsPerWarp * kmx / 4; i += 32) mx4 = __vmaxu4(mx4, sw[i]);
