@@ -235,6 +235,16 @@ for sp in 0 1; do
       --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,8 --steps 32
   done
 done
+# The router GEMM, top-k and permutation of a step in one launch (opt-in, ORCHID_ROUTER_ROUTE=1): the MoE
+# layer tests through it, and decode steps at 4-256 sequences against the router GEMM + moe_route.
+check router-route-tests env ORCHID_ROUTER_ROUTE=1 "$build"/tests/kernels/moe/kernels_moe_test \
+  --gtest_filter='*RouterRoute*:*NormRoute*:*RouteTest*:Formats/MoeLayerTest.*:MoeLayerSplitRouter.*:Paths/MoeLayerExpertParallelTest.*'
+check router-route-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.*'
+for rr in 0 1; do
+  bench "bench-decode-20b-router-route-$rr" env ORCHID_ROUTER_ROUTE=$rr "$bin" bench decode synthetic:20b \
+    --weights mxfp4 --seq-lens 1024 --batch-sizes 4,16,64,128,256 --steps 32
+done
 # The decode step's switches, each against its default: the MXFP4 GEMMs' straight-line stages and m-tile
 # pipeline, the tiled down GEMM on 128-row CTAs, the down GEMM's weights before its wait, the streaming GEMM's
 # bias skipped by the tensor's largest scale (ORCHID_MXFP4_SCALE_MAX=0 reduces it from the scales), the decode kernels'

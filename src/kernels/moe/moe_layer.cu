@@ -11,6 +11,7 @@
 #include "kernels/moe/mxfp4_tiled_gemm.h"
 #include "kernels/moe/mxfp4_w4a8_gemm.h"
 #include "kernels/moe/norm_route.h"
+#include "kernels/moe/router_route.h"
 #include "kernels/moe/weight_convert.h"
 #include "kernels/norm/rmsnorm.h"
 
@@ -96,6 +97,9 @@ MoeBuffers carve(const MoeConfig& c, uint8_t* base, size_t* total) {
   b.routing.active = static_cast<int*>(take(E * 4));
   b.routing.num_active = static_cast<int*>(take(4));
   b.permute_scratch = take(moe_permute_scratch_bytes(c.max_tokens, c.experts, c.top_k));
+  if (router_route_fits(1, c.hidden, c.experts, c.top_k))
+    b.route_scratch =
+        take(router_route_scratch_bytes(std::min(c.max_tokens, kRouterRouteMaxItems / c.top_k), c.experts));
   if (needs_fp8_path(c)) {
     b.a_q = static_cast<uint8_t*>(take(M * Hp));
     b.a_scale = static_cast<float*>(take(M * (Hp / 128) * 4));
@@ -165,6 +169,19 @@ size_t moe_workspace_bytes(const MoeConfig& cfg) {
   size_t total = 0;
   carve(cfg, nullptr, &total);
   return total;
+}
+
+void moe_workspace_init(const MoeConfig& cfg, void* workspace, cudaStream_t stream) {
+  const MoeBuffers b = moe_buffers(cfg, workspace);
+  if (b.route_scratch != nullptr) router_route_scratch_init(b.route_scratch, stream);
+}
+
+bool moe_router_route_taken(const MoeConfig& c, int num_tokens) {
+  static const bool on = [] {
+    const char* v = std::getenv("ORCHID_ROUTER_ROUTE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k);
 }
 
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
@@ -262,7 +279,24 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   const Mxfp4Path path = c.weights == MoeWeights::kMxfp4 ? mxfp4_path(c, T) : Mxfp4Path{};
   const bool mxfp4_stream = c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kStream;
   const bool routed = in_norm != nullptr && input_norm(c, w, *in_norm, h, T, split_input, b, stream);
-  if (!routed) {
+  if (!routed && moe_router_route_taken(c, T)) {
+    RouterRouteArgs ra;
+    ra.x = static_cast<const __nv_bfloat16*>(h);
+    ra.split = split_input;
+    ra.router_w = static_cast<const __nv_bfloat16*>(w.router_w);
+    ra.router_b = w.router_b;
+    ra.logits = b.logits;
+    ra.topk_idx = b.topk_idx;
+    ra.topk_w = b.topk_w;
+    ra.routing = b.routing;
+    ra.range = c.local;
+    ra.scratch = b.route_scratch;
+    ra.num_tokens = T;
+    ra.hidden = H;
+    ra.num_experts = c.experts;
+    ra.top_k = K;
+    moe_router_route(ra, stream);
+  } else if (!routed) {
     if (split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves and the bias
       r.m = 2 * T;
       r.bias = nullptr;

@@ -98,7 +98,8 @@ struct MoeBuffers {
   float* topk_w = nullptr;  // [T, k]
   MoeRouting routing;
   void* permute_scratch = nullptr;
-  uint8_t* a_q = nullptr;  // FP8 expert input [M, Hp] + scales [M, Hp/128]
+  void* route_scratch = nullptr;  // moe_router_route's (router_route.h), where its shapes fit
+  uint8_t* a_q = nullptr;         // FP8 expert input [M, Hp] + scales [M, Hp/128]
   float* a_scale = nullptr;
   void* a_bf16 = nullptr;   // BF16 expert input [M, H]
   void* u = nullptr;        // gate_up output, bf16 [M, 2I], no bias (unused on the fused MXFP4 paths)
@@ -118,6 +119,14 @@ struct MoeBuffers {
 
 size_t moe_workspace_bytes(const MoeConfig& cfg);
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 256-byte aligned
+// Once, after allocating the workspace and before its first moe_forward: zeroes the counters the fused
+// router kernel leaves zero after each launch.
+void moe_workspace_init(const MoeConfig& cfg, void* workspace, cudaStream_t stream);
+
+// Whether the router, top-k and permutation of a step of num_tokens tokens run as one launch
+// (moe_router_route) rather than the router GEMM and moe_route. Opt-in (ORCHID_ROUTER_ROUTE=1) until
+// measured.
+bool moe_router_route_taken(const MoeConfig& cfg, int num_tokens);
 
 // The next layer's input RMSNorm, done by the combine as it writes the residual (moe_combine_norm): gamma
 // fp32 [H], out bf16 [T, H] (may be h: the experts have read it by then).
@@ -128,7 +137,8 @@ struct MoeNextNorm {
 };
 
 // h: bf16 [T, H]; x: fp32 [T, H], updated in place (kAddToResidual) or overwritten with this rank's part.
-// router_gemm serves the router projection (its own cuBLASLt workspace). 1 <= num_tokens <= cfg.max_tokens.
+// router_gemm serves the router projection (its own cuBLASLt workspace) where moe_router_route_taken is
+// false. 1 <= num_tokens <= cfg.max_tokens.
 // split_input: h holds 2T rows, the BF16 halves of an fp32 input (rmsnorm_residual_split): hi in rows
 // 0..T-1, lo in rows T..2T-1. The router reads hi + lo (one GEMM over the 2T rows: near-ties between the
 // 4th and 5th expert resolve as in fp32), the experts read hi alone. next_norm (kAddToResidual only):

@@ -188,16 +188,18 @@ __device__ __forceinline__ void permute_few(const int* s_idx, int items, int top
   }
 }
 
-// Shared memory of permute_small for blocks of up to kMaxWarps warps.
+// Shared memory of permute_small for up to 32 * kMaxWarps items.
 template <int kMaxWarps>
 struct PermuteSmem {
-  int cnt[kMaxWarps][kMoeMaxExperts];  // per warp and key: items, then the warp's first rank
+  int cnt[kMaxWarps][kMoeMaxExperts];  // per group of 32 items and key: items, then the group's first rank
   int tot[kMoeMaxExperts], act[kMoeMaxExperts], own[kMoeMaxExperts];
 };
 
 // The stable permutation of a small batch by one block: item i (token i / top_k, slot i % top_k) has expert
-// s_idx[i] (shared memory). Every thread of the block calls it; blockDim.x is a multiple of 32, at most
-// 32 * kMaxWarps, and at least max(items, kMoeMaxExperts). Writes every array of `out` (routing.h).
+// s_idx[i] (shared memory), at most 32 * kMaxWarps items. Every thread of the block calls it; blockDim.x is a
+// multiple of 32 and at least kMoeMaxExperts. Item i is lane i % 32 of group i / 32 (a warp of the block
+// takes one group a pass: one pass where the block has a thread an item). Writes every array of `out`
+// (routing.h).
 template <int kMaxWarps>
 __device__ __forceinline__ void permute_small(const int* s_idx, int items, int top_k, int num_experts,
                                               KeyMap km, int num_keys, const MoeRouting& out,
@@ -206,18 +208,22 @@ __device__ __forceinline__ void permute_small(const int* s_idx, int items, int t
     permute_few(s_idx, items, top_k, num_experts, km, num_keys, out);
     return;
   }
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, warps = int(blockDim.x) / 32;
-  for (int x = tid; x < warps * kMoeMaxExperts; x += int(blockDim.x)) (&sm.cnt[0][0])[x] = 0;
+  const int tid = threadIdx.x, lane = tid % 32, threads = int(blockDim.x);
+  const int groups = (items + 31) / 32;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int x = tid; x < groups * kMoeMaxExperts; x += threads) (&sm.cnt[0][0])[x] = 0;
   __syncthreads();
-  const int e = tid < items ? km.key(s_idx[tid]) : -1;
-  const unsigned peers = __match_any_sync(0xffffffffu, e);
-  const int rank = __popc(peers & ((1u << lane) - 1u));
-  if (e >= 0 && rank == 0) sm.cnt[warp][e] = __popc(peers);
+  for (int base = 0; base < items; base += threads) {  // uniform: whole warps match
+    const int i = base + tid;
+    const int e = i < items ? km.key(s_idx[i]) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && (peers & lanes_below) == 0) sm.cnt[i / 32][e] = __popc(peers);
+  }
   __syncthreads();
   if (tid < kMoeMaxExperts) {
     int run = 0;
     if (tid < num_keys) {
-      for (int w = 0; w < warps; ++w) {
+      for (int w = 0; w < groups; ++w) {
         const int c = sm.cnt[w][tid];
         sm.cnt[w][tid] = run;
         run += c;
@@ -251,12 +257,17 @@ __device__ __forceinline__ void permute_small(const int* s_idx, int items, int t
     if (sm.own[tid] > 0 && tid < km.count) out.active[sm.act[tid] - 1] = tid;
   }
   if (tid < num_experts && tid >= sm.act[num_keys - 1]) out.active[tid] = -1;
-  if (e >= 0) {
-    const int row = sm.tot[e] - sm.own[e] + sm.cnt[warp][e] + rank;
-    const bool local = e < km.count;
-    out.row_token[row] = tid / top_k;
-    out.row_expert[row] = local ? e : 0;
-    out.slot_row[tid] = local ? row : -1;
+  for (int base = 0; base < items; base += threads) {
+    const int i = base + tid;
+    const int e = i < items ? km.key(s_idx[i]) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0) {
+      const int row = sm.tot[e] - sm.own[e] + sm.cnt[i / 32][e] + __popc(peers & lanes_below);
+      const bool local = e < km.count;
+      out.row_token[row] = i / top_k;
+      out.row_expert[row] = local ? e : 0;
+      out.slot_row[i] = local ? row : -1;
+    }
   }
 }
 

@@ -249,6 +249,7 @@ size_t CudaRank::plan_workspace(bool allocate) {
   if (tp) o_f32_ = ws_.take<float>(size_t(T * H));
   if (ep) moe_part_ = ws_.take<float>(size_t(T * H));
   moe_ws_ = ws_.take_bytes(kernels::moe_workspace_bytes(moe_cfg_));
+  kernels::moe_workspace_init(moe_cfg_, moe_ws_, stream_);
   attn_ws_ = ws_.take_bytes(attn_ws);
   attn_ws_bytes_ = attn_ws;
   void* gemm_ws = ws_.take_bytes(kernels::DenseGemm::kRecommendedWorkspace);

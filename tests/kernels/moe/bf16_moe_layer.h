@@ -40,6 +40,7 @@ struct Bf16MoeLayer {
     router = std::make_unique<DenseGemm>(gemm_ws.get(), gemm_ws.size());
     ws.resize(moe_workspace_bytes(cfg));
     orchid::testing::poison(ws);
+    moe_workspace_init(cfg, ws.get(), nullptr);
   }
 
   MoeLayerWeights weights() const {

@@ -156,6 +156,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
   DenseGemm router(gemm_ws.get(), gemm_ws.size());
   DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
   orchid::testing::poison(ws);
+  moe_workspace_init(cfg, ws.get(), nullptr);
   const MoeBuffers b = moe_buffers(cfg, ws.get());
   cudaStream_t stream;
   ORCHID_TEST_CUDA(cudaStreamCreate(&stream));
@@ -433,6 +434,7 @@ TEST_P(MoeLayerTest, StagesAndEndToEnd) {
         w4a8_only.mxfp4_tiled_max_tokens = 0;
         ASSERT_EQ(mxfp4_path(w4a8_only, T).kind, Mxfp4Path::kW4a8);
         DeviceBuffer<uint8_t> ws_only(moe_workspace_bytes(w4a8_only));
+        moe_workspace_init(w4a8_only, ws_only.get(), nullptr);
         d_x.upload(x0);
         moe_forward(w4a8_only, repacked, d_h.get(), d_x.get(), T, router, ws_only.get(), stream);
         ORCHID_TEST_CUDA(cudaStreamSynchronize(stream));
@@ -669,6 +671,7 @@ TEST_P(MoeLayerExpertParallelTest, PartsSumToTheWholeBlock) {
   DenseGemm router(gemm_ws.get(), gemm_ws.size());
   DeviceBuffer<float> d_x(size_t(T) * H);
   DeviceBuffer<uint8_t> ws(moe_workspace_bytes(cfg));
+  moe_workspace_init(cfg, ws.get(), nullptr);
   orchid::testing::poison(d_x);
   moe_forward(cfg, shard(0), d_h.get(), d_x.get(), T, router, ws.get(), nullptr, false,
               MoeOutput::kStorePart);
@@ -686,6 +689,7 @@ TEST_P(MoeLayerExpertParallelTest, PartsSumToTheWholeBlock) {
       rc.local = MoeExpertRange{begin, E / ep};
       DeviceBuffer<uint8_t> rws(moe_workspace_bytes(rc));
       orchid::testing::poison(rws);
+      moe_workspace_init(rc, rws.get(), nullptr);
       orchid::testing::poison(d_x);
       moe_forward(rc, shard(begin), d_h.get(), d_x.get(), T, router, rws.get(), nullptr, false,
                   MoeOutput::kStorePart);
