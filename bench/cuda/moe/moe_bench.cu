@@ -26,6 +26,7 @@
 #include "kernels/moe/mxfp4_w4a8_gemm.h"
 #include "kernels/moe/mxfp4_word_order.h"
 #include "kernels/moe/norm_route.h"
+#include "kernels/moe/router_route.h"
 #include "kernels/moe/routing.h"
 #include "kernels/moe/weight_convert.h"
 #include "kernels/norm/rmsnorm.h"
@@ -732,6 +733,7 @@ void bench_layer(const Options& o, cudaStream_t s, DenseGemm& router_gemm) {
           b1(size_t(E) * 2 * I * 2, Fill::kBf16, 3), b2(size_t(E) * H * 2, Fill::kBf16, 4),
           h(size_t(T) * H * 2, Fill::kBf16, 5), x(size_t(T) * H * 4, Fill::kScale, 6);
       Buf ws(moe_workspace_bytes(cfg), Fill::kBytes, 0);
+      moe_workspace_init(cfg, ws.p, s);
       auto weights = [&](int i) {
         MoeLayerWeights lw;
         lw.router_w = rw.p;
@@ -863,6 +865,62 @@ void bench_norm_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
   }
 }
 
+// ---------------------------------------------------------------- router + routing
+// A step's router and routing above the fused norm kernel's tokens: the router GEMM over the hi and lo rows
+// and moe_route (two to five launches) against moe_router_route's one, each timed by chain_us.
+void bench_router_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
+  for (int E : {32, 128}) {
+    for (int T : {4, 16, 64, 128, 256}) {
+      const std::string base = "router route E" + std::to_string(E) + " T" + std::to_string(T);
+      if (!want(o, base + " kernels") && !want(o, base + " fused")) continue;
+      const int H = 2880, K = 4;
+      Buf h(size_t(2) * T * H * 2, Fill::kBf16, 4), rw(size_t(E) * H * 2, Fill::kBf16, 5),
+          rb(size_t(E) * 4, Fill::kScale, 6), logits(size_t(2) * T * E * 4, Fill::kBytes, 0),
+          rscratch(router_route_scratch_bytes(T, E), Fill::kBytes, 0);
+      router_route_scratch_init(rscratch.p, s);
+      RoutingBufs bufs(T, E, K);
+      Buf &idx = bufs.idx, &w = bufs.w, &scratch = bufs.scratch;
+      const MoeRouting routing = bufs.routing();
+      auto kernels = [&] {
+        DenseGemmArgs r;
+        r.m = 2 * T;
+        r.n = E;
+        r.k = H;
+        r.x = h.p;
+        r.w = rw.p;
+        r.y = logits.p;
+        r.out = GemmOut::kF32;
+        gemm.run(r, s);
+        moe_route(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), routing, scratch.p, s,
+                  logits.as<float>() + size_t(T) * E, rb.as<float>());
+      };
+      auto fused = [&] {
+        RouterRouteArgs a;
+        a.x = h.as<__nv_bfloat16>();
+        a.split = true;
+        a.router_w = rw.as<__nv_bfloat16>();
+        a.router_b = rb.as<float>();
+        a.logits = logits.as<float>();
+        a.topk_idx = idx.as<int>();
+        a.topk_w = w.as<float>();
+        a.routing = routing;
+        a.scratch = rscratch.p;
+        a.num_tokens = T;
+        a.hidden = H;
+        a.num_experts = E;
+        a.top_k = K;
+        moe_router_route(a, s);
+      };
+      for (int variant = 0; variant < 2; ++variant) {
+        const std::string name = base + (variant == 0 ? " kernels" : " fused");
+        if (!want(o, name)) continue;
+        const double us = chain_us(o, s, variant == 0 ? std::function<void()>(kernels) : fused);
+        report(name, "split H2880 top4 (a chain of 32)", us, 0, double(E) * H * 2 + double(T) * H * 4, 0);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- routing
 // moe_route as a step calls it (one CTA up to moe_route_fused_max_items() items, else four kernels) against
 // the four kernels, on the same logits, each timed by chain_us.
@@ -928,6 +986,7 @@ int main(int argc, char** argv) {
     bench_overlap(o, s);
     bench_layer(o, s, gemm);
     bench_norm_route(o, s, gemm);
+    bench_router_route(o, s, gemm);
     bench_route(o, s);
     std::printf(
         "\n==== moe_bench summary (median; %% of 742 TFLOP/s BF16, 1332 TFLOP/s FP8, 4.17 TB/s HBM) ====\n");
