@@ -56,6 +56,9 @@ __global__ void rmsnorm_residual_kernel(float* __restrict__ residual, const Delt
       }
     }
   }
+  // The row is in registers: the next kernel may launch (under programmatic dependent launch its CTAs
+  // start and read their constants, e.g. the fused router's weights, while this one reduces and writes).
+  pdl_launch_dependents();
   detail::rmsnorm_row<kMaxChunks>(v, hidden, gamma, eps, out + row_off,
                                   out_lo != nullptr ? out_lo + row_off : nullptr);
 }
