@@ -804,6 +804,18 @@ double chain_us(const Options& o, cudaStream_t s, const std::function<void()>& c
   return us;
 }
 
+// "BASE kernels" (the chain of kernels a step runs) and "BASE fused" (the one launch replacing them), each
+// timed by chain_us, as the filter asks.
+void report_kernels_and_fused(const Options& o, cudaStream_t s, const std::string& base,
+                              const std::function<void()>& kernels, const std::function<void()>& fused,
+                              const std::string& shape, double bytes) {
+  for (int variant = 0; variant < 2; ++variant) {
+    const std::string name = base + (variant == 0 ? " kernels" : " fused");
+    if (!want(o, name)) continue;
+    report(name, shape, chain_us(o, s, variant == 0 ? kernels : fused), 0, bytes, 0);
+  }
+}
+
 // ---------------------------------------------------------------- post-attention norm + router + routing
 // A decode step's chain from the O projection to the experts: the norm kernel, the router GEMM over the hi
 // and lo rows and the routing, against moe_norm_route's one launch, each timed by chain_us.
@@ -855,12 +867,8 @@ void bench_norm_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
         a.top_k = K;
         moe_norm_route(a, s);
       };
-      for (int variant = 0; variant < 2; ++variant) {
-        const std::string name = base + (variant == 0 ? " kernels" : " fused");
-        if (!want(o, name)) continue;
-        const double us = chain_us(o, s, variant == 0 ? std::function<void()>(kernels) : fused);
-        report(name, "H2880 top4 (a chain of 32)", us, 0, double(E) * H * 2 + double(T) * H * 10, 0);
-      }
+      report_kernels_and_fused(o, s, base, kernels, fused, "H2880 top4 (a chain of 32)",
+                               double(E) * H * 2 + double(T) * H * 10);
     }
   }
 }
@@ -911,12 +919,8 @@ void bench_router_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
         a.top_k = K;
         moe_router_route(a, s);
       };
-      for (int variant = 0; variant < 2; ++variant) {
-        const std::string name = base + (variant == 0 ? " kernels" : " fused");
-        if (!want(o, name)) continue;
-        const double us = chain_us(o, s, variant == 0 ? std::function<void()>(kernels) : fused);
-        report(name, "split H2880 top4 (a chain of 32)", us, 0, double(E) * H * 2 + double(T) * H * 4, 0);
-      }
+      report_kernels_and_fused(o, s, base, kernels, fused, "split H2880 top4 (a chain of 32)",
+                               double(E) * H * 2 + double(T) * H * 4);
     }
   }
 }
