@@ -242,6 +242,10 @@ check router-route-tests env ORCHID_ROUTER_ROUTE=1 "$build"/tests/kernels/moe/ke
 check router-route-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.*'
 bench moe-bench-router-route "$build"/bench/cuda/moe/moe_bench --filter "router route"
+for sl in 4 16; do  # the fused kernel's k slices forced (default: 8 at 8 or more token groups, else 16)
+  bench "moe-bench-router-route-slices-$sl" env ORCHID_ROUTER_SLICES=$sl "$build"/bench/cuda/moe/moe_bench \
+    --filter "router route"
+done
 for rr in 0 1; do
   bench "bench-decode-20b-router-route-$rr" env ORCHID_ROUTER_ROUTE=$rr "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024 --batch-sizes 4,16,64,128,256 --steps 32
