@@ -235,10 +235,15 @@ for sp in 0 1; do
       --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,8 --steps 32
   done
 done
-# The router GEMM, top-k and permutation of a step in one launch (opt-in, ORCHID_ROUTER_ROUTE=1): the MoE
-# layer tests through it, and decode steps at 4-256 sequences against the router GEMM + moe_route.
-check router-route-tests env ORCHID_ROUTER_ROUTE=1 "$build"/tests/kernels/moe/kernels_moe_test \
-  --gtest_filter='*RouterRoute*:*NormRoute*:*RouteTest*:Formats/MoeLayerTest.*:MoeLayerSplitRouter.*:Paths/MoeLayerExpertParallelTest.*'
+# The router GEMM, top-k and permutation of a step in one launch (opt-in, ORCHID_ROUTER_ROUTE=1; =2 with the
+# block's input norm in it too): the MoE layer tests through it, and decode steps at 4-256 sequences against
+# the router GEMM + moe_route.
+for rr in 1 2; do
+  check "router-route-tests-$rr" env ORCHID_ROUTER_ROUTE=$rr "$build"/tests/kernels/moe/kernels_moe_test \
+    --gtest_filter='*RouterRoute*:*NormRoute*:*RouteTest*:Formats/MoeLayerTest.*:MoeLayerSplitRouter.*:Paths/MoeLayerExpertParallelTest.*'
+done
+check router-route-racecheck compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 1 \
+  "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.t37*:Cases/RouterRouteTest.norm_t37*'
 check router-route-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.*'
 bench moe-bench-router-route "$build"/bench/cuda/moe/moe_bench --filter "router route"
@@ -246,7 +251,7 @@ for sl in 4 16; do  # the fused kernel's k slices forced (default: 8 at 8 or mor
   bench "moe-bench-router-route-slices-$sl" env ORCHID_ROUTER_SLICES=$sl "$build"/bench/cuda/moe/moe_bench \
     --filter "router route"
 done
-for rr in 0 1; do
+for rr in 0 1 2; do
   bench "bench-decode-20b-router-route-$rr" env ORCHID_ROUTER_ROUTE=$rr "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024 --batch-sizes 4,16,64,128,256 --steps 32
 done

@@ -176,12 +176,42 @@ void moe_workspace_init(const MoeConfig& cfg, void* workspace, cudaStream_t stre
   if (b.route_scratch != nullptr) router_route_scratch_init(b.route_scratch, stream);
 }
 
-bool moe_router_route_taken(const MoeConfig& c, int num_tokens) {
-  static const bool on = [] {
+namespace {
+// ORCHID_ROUTER_ROUTE: 0 (unset) the router GEMM and moe_route; 1 moe_router_route; 2 also the block's input
+// norm in that launch (where moe_forward has one and the fused norm kernel of 1-2 tokens is not taken).
+int router_route_mode() {
+  static const int mode = [] {
     const char* v = std::getenv("ORCHID_ROUTER_ROUTE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) ? std::atoi(v) : 0;
   }();
-  return on && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k);
+  return mode;
+}
+bool router_route_norm_taken(const MoeConfig& c, int num_tokens) {
+  return router_route_mode() == 2 && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k, true);
+}
+RouterRouteArgs router_route_args(const MoeConfig& c, const MoeLayerWeights& w, const MoeBuffers& b,
+                                  const void* h, int T, bool split_input) {
+  RouterRouteArgs ra;
+  ra.x = static_cast<const __nv_bfloat16*>(h);
+  ra.split = split_input;
+  ra.router_w = static_cast<const __nv_bfloat16*>(w.router_w);
+  ra.router_b = w.router_b;
+  ra.logits = b.logits;
+  ra.topk_idx = b.topk_idx;
+  ra.topk_w = b.topk_w;
+  ra.routing = b.routing;
+  ra.range = c.local;
+  ra.scratch = b.route_scratch;
+  ra.num_tokens = T;
+  ra.hidden = c.hidden;
+  ra.num_experts = c.experts;
+  ra.top_k = c.top_k;
+  return ra;
+}
+}  // namespace
+
+bool moe_router_route_taken(const MoeConfig& c, int num_tokens) {
+  return router_route_mode() > 0 && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k);
 }
 
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {
@@ -222,6 +252,17 @@ bool input_norm(const MoeConfig& c, const MoeLayerWeights& w, const MoeInputNorm
   auto* out = static_cast<__nv_bfloat16*>(in.out);
   const auto* delta = static_cast<const __nv_bfloat16*>(in.delta);
   const int H = c.hidden;
+  if (!moe_norm_route_taken(c, T) && router_route_norm_taken(c, T)) {  // the norm, router and routing
+    RouterRouteArgs ra = router_route_args(c, w, b, h, T, split_input);
+    ra.x = nullptr;
+    ra.residual = in.residual;
+    ra.delta = delta;
+    ra.gamma = in.gamma;
+    ra.eps = in.eps;
+    ra.out = out;
+    moe_router_route(ra, stream);
+    return true;
+  }
   if (!moe_norm_route_taken(c, T)) {
     if (split_input)
       norm::rmsnorm_residual_split(in.residual, delta, in.gamma, out, out + size_t(T) * H, T, H, in.eps,
@@ -280,22 +321,7 @@ void moe_forward(const MoeConfig& c, const MoeLayerWeights& w, const void* h, fl
   const bool mxfp4_stream = c.weights == MoeWeights::kMxfp4 && path.kind == Mxfp4Path::kStream;
   const bool routed = in_norm != nullptr && input_norm(c, w, *in_norm, h, T, split_input, b, stream);
   if (!routed && moe_router_route_taken(c, T)) {
-    RouterRouteArgs ra;
-    ra.x = static_cast<const __nv_bfloat16*>(h);
-    ra.split = split_input;
-    ra.router_w = static_cast<const __nv_bfloat16*>(w.router_w);
-    ra.router_b = w.router_b;
-    ra.logits = b.logits;
-    ra.topk_idx = b.topk_idx;
-    ra.topk_w = b.topk_w;
-    ra.routing = b.routing;
-    ra.range = c.local;
-    ra.scratch = b.route_scratch;
-    ra.num_tokens = T;
-    ra.hidden = H;
-    ra.num_experts = c.experts;
-    ra.top_k = K;
-    moe_router_route(ra, stream);
+    moe_router_route(router_route_args(c, w, b, h, T, split_input), stream);
   } else if (!routed) {
     if (split_input) {  // one GEMM over the hi and lo rows, no bias; moe_route adds the halves and the bias
       r.m = 2 * T;

@@ -124,8 +124,8 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 25
 void moe_workspace_init(const MoeConfig& cfg, void* workspace, cudaStream_t stream);
 
 // Whether the router, top-k and permutation of a step of num_tokens tokens run as one launch
-// (moe_router_route) rather than the router GEMM and moe_route. Opt-in (ORCHID_ROUTER_ROUTE=1) until
-// measured.
+// (moe_router_route) rather than the router GEMM and moe_route. Opt-in until measured: ORCHID_ROUTER_ROUTE=1,
+// or =2 to fold the block's input norm (in_norm) into that launch too above the fused norm kernel's tokens.
 bool moe_router_route_taken(const MoeConfig& cfg, int num_tokens);
 
 // The next layer's input RMSNorm, done by the combine as it writes the residual (moe_combine_norm): gamma

@@ -13,7 +13,17 @@
 // the group sums them in slice order and ranks the group's top-k (routing_device.cuh: the one-block top-k
 // the fused norm kernel uses, equal to moe_route's); the last group permutes every token's picks in one
 // block. The writes before each ticket are fenced (__threadfence) and the reads after it bypass L1.
+//
+// With the input norm (RouterRouteArgs::residual) a group's slices are a cluster of 8 CTAs: CTA r norms
+// tokens 2r and 2r + 1 with the norm kernel's row block and order (so the residual and the experts' rows keep
+// its bits), writes the rows, and stores each slice's part of the hi and lo halves straight into that CTA's
+// staged rows (distributed shared memory, between cluster barriers); after the MMAs CTA r sums its two
+// tokens' partial products from the cluster's shared memory in slice order and ranks them, and every CTA
+// takes the last ticket (the last permutes). One launch replaces the norm kernel too, and the lo halves never
+// leave the chip.
 #include "kernels/moe/router_route.h"
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -25,10 +35,12 @@
 #include "kernels/common/smem_attribute.h"
 #include "kernels/moe/mxfp4_mma.cuh"
 #include "kernels/moe/routing_device.cuh"
+#include "kernels/norm/rmsnorm_row.cuh"
 
 namespace orchid::kernels {
 namespace {
 
+namespace cg = cooperative_groups;
 using namespace routing_detail;
 using mxfp4_detail::cp_async_16;
 using mxfp4_detail::cp_async_commit;
@@ -43,13 +55,21 @@ constexpr int kAllTicket = kMaxGroups;                           // after the pe
 constexpr int kTicketBytes = 512;                                // keeps the partial sums aligned
 static_assert((kMaxGroups + 1) * 4 <= kTicketBytes, "the tickets fit their bytes");
 constexpr int kPermuteWarps = kRouterRouteMaxItems / 32;  // PermuteSmem groups of 32 items
+// With the input norm: the slices of a group are a cluster, each CTA norming two of its tokens with the norm
+// kernel's row block (at most 128 threads a row: hidden <= 4096).
+constexpr int kNormCluster = 8;
+constexpr int kNormRows = kGroupTokens / kNormCluster;
+constexpr int kNormMaxRowThreads = kThreads / kNormRows;
+constexpr int kNormChunks = norm::detail::kMaxChunks;
 
 struct Params {
   RouterRouteArgs a;
   KeyMap km;
   int num_keys;
   int groups, slices, steps_per_slice, total_steps;
-  int stride;  // bf16 elements of a staged row
+  int stride;       // bf16 elements of a staged row
+  int finishers;    // arrivals on the last ticket: the groups' last CTAs, or (with the norm) every CTA
+  int row_threads;  // with the norm: the norm kernel's block size for this hidden size
 };
 
 size_t mma_smem_bytes(int num_experts, int split, int steps_per_slice) {
@@ -66,18 +86,99 @@ const int kMaxSmemBytes =
                      size_t(2 * kGroupTokens) * kMaxExperts * 4,
                  kPermuteSmemBytes));
 
+// The input norm of the cluster's CTA `rank` (two tokens of the group): residual += delta written back, the
+// norm kernel's sum of squares (thread vt of row j holds chunks vt, vt + rt, ... in registers; warp shuffles,
+// then the row's warps through shared memory), out = bf16(y) written, and y's hi (and lo) halves sent to
+// the staged rows of the CTA of each chunk's slice. Ends with the cluster barrier after which every CTA's
+// rows are in. The caller arrived on the cluster barrier before its dependency wait.
+__device__ __forceinline__ void norm_rows(const Params& p, int g, int rank, __nv_bfloat16* sa,
+                                          float (&s_wsum)[kNormRows][kNormMaxRowThreads / 32]) {
+  const RouterRouteArgs& a = p.a;
+  const int T = a.num_tokens, H = a.hidden, chunks = H / 8, rt = p.row_threads;
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int j = tid / rt, vt = tid - j * rt, tl = rank * kNormRows + j, t = g * kGroupTokens + tl;
+  const bool mine = j < kNormRows && t < T;  // uniform over a warp: rt is whole warps
+  float v[kNormChunks][8];
+  float ss = 0.0f;
+  if (mine) {
+    float* res = a.residual + size_t(t) * H;
+    const __nv_bfloat16* del = a.delta + size_t(t) * H;
+#pragma unroll
+    for (int c = 0; c < kNormChunks; ++c) {
+      const int idx = vt + c * rt;
+      if (idx < chunks) {
+        const float4 x0 = reinterpret_cast<const float4*>(res)[2 * idx];
+        const float4 x1 = reinterpret_cast<const float4*>(res)[2 * idx + 1];
+        float d[8];
+        bf16x8_to_float(reinterpret_cast<const uint4*>(del)[idx], d);
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[c][e] = __fadd_rn(xv[e], d[e]);
+        reinterpret_cast<float4*>(res)[2 * idx] = make_float4(v[c][0], v[c][1], v[c][2], v[c][3]);
+        reinterpret_cast<float4*>(res)[2 * idx + 1] = make_float4(v[c][4], v[c][5], v[c][6], v[c][7]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss = fmaf(v[c][e], v[c][e], ss);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (mine && lane == 0) s_wsum[j][vt / 32] = ss;
+  __syncthreads();
+  float total = mine && lane < rt / 32 ? s_wsum[j][lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  const float r = rsqrtf(total / float(H) + a.eps);
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.barrier_wait();  // the kernel's arrive: every CTA of the cluster has started
+  if (mine) {
+    const int slice_cols = p.steps_per_slice * 16;
+#pragma unroll
+    for (int c = 0; c < kNormChunks; ++c) {
+      const int idx = vt + c * rt;
+      if (idx < chunks) {
+        const float4 ga = reinterpret_cast<const float4*>(a.gamma)[2 * idx];
+        const float4 gb = reinterpret_cast<const float4*>(a.gamma)[2 * idx + 1];
+        const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+        float y[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(__fmul_rn(v[c][e], r), gv[e]);
+        const uint4 hi = make_uint4(pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]), pack_bf16x2(y[4], y[5]),
+                                    pack_bf16x2(y[6], y[7]));
+        reinterpret_cast<uint4*>(a.out + size_t(t) * H)[idx] = hi;
+        const int col = idx * 8, q = col / slice_cols, off = col - q * slice_cols;
+        __nv_bfloat16* dst = sa + size_t(tl) * p.stride + off;
+        *cluster.map_shared_rank(reinterpret_cast<uint4*>(dst), unsigned(q)) = hi;
+        if (a.split) {
+          float h8[8];
+          bf16x8_to_float(hi, h8);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) h8[e] = __fsub_rn(y[e], h8[e]);  // exact (Sterbenz)
+          const uint4 lo = make_uint4(pack_bf16x2(h8[0], h8[1]), pack_bf16x2(h8[2], h8[3]),
+                                      pack_bf16x2(h8[4], h8[5]), pack_bf16x2(h8[6], h8[7]));
+          *cluster.map_shared_rank(reinterpret_cast<uint4*>(dst + size_t(kGroupTokens) * p.stride),
+                                   unsigned(q)) = lo;
+        }
+      }
+    }
+  }
+  cluster.sync();
+}
+
+template <bool kNorm>
 __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) float s_logits[kGroupTokens * kMaxExperts];
   __shared__ float s_val[kGroupTokens * kMoeMaxTopK];
   __shared__ int s_idx[kGroupTokens * kMoeMaxTopK];
+  __shared__ float s_wsum[kNormRows][kNormMaxRowThreads / 32];
   __shared__ int s_last;
   const RouterRouteArgs& a = p.a;
   const int T = a.num_tokens, H = a.hidden, E = a.num_experts, K = a.top_k;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = int(blockIdx.x) / p.slices, s = int(blockIdx.x) - g * p.slices;
   const int k0 = s * p.steps_per_slice * 16;
-  const int steps = min(p.steps_per_slice, p.total_steps - s * p.steps_per_slice);
+  const int steps = min(p.steps_per_slice, p.total_steps - s * p.steps_per_slice);  // <= 0: an empty slice
   const int m_tiles = a.split ? 2 : 1, n_tiles = (E + 7) / 8, cols = n_tiles * 8, stride = p.stride;
   const int pieces = 2 * steps;  // 16-byte pieces of a staged row
   auto* sw = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -85,24 +186,33 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
   auto* sc = reinterpret_cast<float*>(sa + size_t(m_tiles) * kGroupTokens * stride);
   const int t0 = g * kGroupTokens, tg = min(kGroupTokens, T - t0);
 
-  // 1. The router rows' slice (weights: before the dependency wait), then the tokens' rows (zero past T).
+  // 1. The router rows' slice (weights: before the dependency wait), then the tokens' rows: staged from x
+  //    (zero past T), or normed by the cluster (rows past T are never written: their MMA rows are dropped).
   for (int x = tid; x < cols * pieces; x += kThreads) {
     const int r = x / pieces, c = x - r * pieces;
     const bool ok = r < E;
     cp_async_16(sw + size_t(r) * stride + c * 8, a.router_w + size_t(ok ? r : 0) * H + k0 + c * 8, ok);
   }
   cp_async_commit();
+  // With the norm, every CTA of the cluster must have started before another writes its shared memory.
+  if constexpr (kNorm) cg::this_cluster().barrier_arrive();
   pdl_wait();
-  for (int x = tid; x < m_tiles * kGroupTokens * pieces; x += kThreads) {
-    const int r = x / pieces, c = x - r * pieces;
-    const int t = t0 + (r % kGroupTokens), half = r / kGroupTokens;
-    const bool ok = t < T;
-    cp_async_16(sa + size_t(r) * stride + c * 8, a.x + (size_t(half) * T + (ok ? t : 0)) * H + k0 + c * 8,
-                ok);
+  if constexpr (kNorm) {
+    norm_rows(p, g, s, sa, s_wsum);
+    cp_async_wait<0>();
+    __syncthreads();
+  } else {
+    for (int x = tid; x < m_tiles * kGroupTokens * pieces; x += kThreads) {
+      const int r = x / pieces, c = x - r * pieces;
+      const int t = t0 + (r % kGroupTokens), half = r / kGroupTokens;
+      const bool ok = t < T;
+      cp_async_16(sa + size_t(r) * stride + c * 8, a.x + (size_t(half) * T + (ok ? t : 0)) * H + k0 + c * 8,
+                  ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
   }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
 
   // 2. The partial dot products: warp w takes the (m16, n8) tile pairs w, w + 8, ... over the slice.
   const uint32_t sw_at = smem_addr(sw), sa_at = smem_addr(sa);
@@ -127,7 +237,7 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
       step(st, c);
       step(st + 1, d);
     }
-    if (steps % 2 != 0) step(steps - 1, c);
+    if (steps > 0 && steps % 2 != 0) step(steps - 1, c);
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[i] += d[i];
     const int row = mt * 16 + lane / 4, col = nt * 8 + 2 * (lane % 4);
@@ -140,53 +250,88 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
   pdl_launch_dependents();
   __syncthreads();
   int* tickets = static_cast<int*>(a.scratch);
-  float* part = reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) + kTicketBytes);
-  for (int x = tid; x < m_tiles * tg * E; x += kThreads) {
-    const int half = x / (tg * E), rem = x - half * tg * E, tl = rem / E, e = rem - tl * E;
-    part[((size_t(s) * 2 + half) * T + t0 + tl) * E + e] = sc[(half * kGroupTokens + tl) * cols + e];
+
+  // 3. Each token's logits (the slices summed in order) and its group's top-k: with the norm, CTA `rank` of
+  //    the cluster reads its two tokens' partial sums from every CTA's shared memory; else the group's last
+  //    CTA (a ticket) reads them from the scratch.
+  int t_first, t_count;
+  const float* part = nullptr;
+  if constexpr (kNorm) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every CTA's partial sums are in
+    t_first = t0 + s * kNormRows;
+    t_count = max(0, min(kNormRows, T - t_first));
+    for (int x = tid; x < t_count * E; x += kThreads) {
+      const int jj = x / E, e = x - jj * E, tl = s * kNormRows + jj, t = t_first + jj;
+      float hi = 0.0f, lo = 0.0f;
+      for (int q = 0; q < p.slices; ++q) {
+        const float* rsc = cluster.map_shared_rank(sc, unsigned(q));
+        hi += rsc[tl * cols + e];
+        if (a.split) lo += rsc[(kGroupTokens + tl) * cols + e];
+      }
+      float v;
+      if (a.split) {
+        a.logits[size_t(t) * E + e] = hi;
+        a.logits[size_t(T + t) * E + e] = lo;
+        v = (hi + lo) + a.router_b[e];
+      } else {
+        v = hi + a.router_b[e];
+        a.logits[size_t(t) * E + e] = v;
+      }
+      s_logits[jj * E + e] = v == v ? v : -INFINITY;  // NaN (from NaN inputs) ranks as -inf
+    }
+    cluster.sync();  // no CTA reuses or leaves its shared memory while another reads it
+  } else {
+    float* parts = reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) + kTicketBytes);
+    for (int x = tid; x < m_tiles * tg * E; x += kThreads) {
+      const int half = x / (tg * E), rem = x - half * tg * E, tl = rem / E, e = rem - tl * E;
+      parts[((size_t(s) * 2 + half) * T + t0 + tl) * E + e] = sc[(half * kGroupTokens + tl) * cols + e];
+    }
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      s_last = atomicAdd(&tickets[g], 1) == p.slices - 1;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (tid == 0) tickets[g] = 0;  // every CTA of the group has taken its ticket
+    part = parts;
+    t_first = t0;
+    t_count = tg;
+    for (int x = tid; x < tg * E; x += kThreads) {
+      const int tl = x / E, e = x - tl * E, t = t0 + tl;
+      float hi = 0.0f, lo = 0.0f;
+      for (int q = 0; q < p.slices; ++q) {
+        hi += __ldcg(part + (size_t(q) * 2 * T + t) * E + e);
+        if (a.split) lo += __ldcg(part + ((size_t(q) * 2 + 1) * T + t) * E + e);
+      }
+      float v;
+      if (a.split) {
+        a.logits[size_t(t) * E + e] = hi;
+        a.logits[size_t(T + t) * E + e] = lo;
+        v = (hi + lo) + a.router_b[e];
+      } else {
+        v = hi + a.router_b[e];
+        a.logits[size_t(t) * E + e] = v;
+      }
+      s_logits[tl * E + e] = v == v ? v : -INFINITY;  // NaN (from NaN inputs) ranks as -inf
+    }
   }
+  __syncthreads();
+  if (t_count > 0) topk_rank(s_logits, t_count, E, K, s_val, s_idx);
+  __syncthreads();
+  if (t_count > 0)
+    topk_weights(s_val, s_idx, t_count, K, a.topk_idx + size_t(t_first) * K, a.topk_w + size_t(t_first) * K);
   __syncthreads();
   if (tid == 0) {
     __threadfence();
-    s_last = atomicAdd(&tickets[g], 1) == p.slices - 1;
+    s_last = atomicAdd(&tickets[kAllTicket], 1) == p.finishers - 1;
   }
   __syncthreads();
   if (!s_last) return;
 
-  // 3. The group's last CTA: its tokens' logits (slices summed in order), their top-k.
-  __threadfence();
-  if (tid == 0) tickets[g] = 0;  // every CTA of the group has taken its ticket
-  for (int x = tid; x < tg * E; x += kThreads) {
-    const int tl = x / E, e = x - tl * E, t = t0 + tl;
-    float hi = 0.0f, lo = 0.0f;
-    for (int q = 0; q < p.slices; ++q) {
-      hi += __ldcg(part + (size_t(q) * 2 * T + t) * E + e);
-      if (a.split) lo += __ldcg(part + ((size_t(q) * 2 + 1) * T + t) * E + e);
-    }
-    float v;
-    if (a.split) {
-      a.logits[size_t(t) * E + e] = hi;
-      a.logits[size_t(T + t) * E + e] = lo;
-      v = (hi + lo) + a.router_b[e];
-    } else {
-      v = hi + a.router_b[e];
-      a.logits[size_t(t) * E + e] = v;
-    }
-    s_logits[tl * E + e] = v == v ? v : -INFINITY;  // NaN (from NaN inputs) ranks as -inf
-  }
-  __syncthreads();
-  topk_rank(s_logits, tg, E, K, s_val, s_idx);
-  __syncthreads();
-  topk_weights(s_val, s_idx, tg, K, a.topk_idx + size_t(t0) * K, a.topk_w + size_t(t0) * K);
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    s_last = atomicAdd(&tickets[kAllTicket], 1) == p.groups - 1;
-  }
-  __syncthreads();
-  if (!s_last) return;
-
-  // 4. The last group: every token's picks, permuted in this block (the staging area is free).
+  // 4. The last to finish: every token's picks, permuted in this block (the staging area is free).
   __threadfence();
   if (tid == 0) tickets[kAllTicket] = 0;
   const int items = T * K;
@@ -197,7 +342,8 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
   permute_small<kPermuteWarps>(s_all, items, K, E, p.km, p.num_keys, a.routing, psm);
 }
 
-struct RouterRouteTag {};
+template <bool kNorm>
+struct RouterRouteTag {};  // one shared-memory attribute flag per instantiation
 
 // Slices of k: enough CTAs to spread the staging (about 128 at 16 groups), at most 32 k16 steps a slice
 // (shared memory); fewer at 128 experts, whose router rows are 4x the bytes a slice. Not tuned by
@@ -216,10 +362,13 @@ int choose_slices(int groups, int num_experts, int total_steps) {
 
 }  // namespace
 
-bool router_route_fits(int num_tokens, int hidden, int num_experts, int top_k) {
-  return num_tokens >= 1 && top_k >= 1 && top_k <= kMoeMaxTopK && top_k <= num_experts &&
-         num_experts <= kMaxExperts && int64_t(num_tokens) * top_k <= kRouterRouteMaxItems && hidden > 0 &&
-         hidden % 16 == 0 && hidden / 16 <= kMaxSlices * kMaxStepsPerSlice;
+bool router_route_fits(int num_tokens, int hidden, int num_experts, int top_k, bool with_norm) {
+  const bool fits = num_tokens >= 1 && top_k >= 1 && top_k <= kMoeMaxTopK && top_k <= num_experts &&
+                    num_experts <= kMaxExperts && int64_t(num_tokens) * top_k <= kRouterRouteMaxItems &&
+                    hidden > 0 && hidden % 16 == 0 && hidden / 16 <= kMaxSlices * kMaxStepsPerSlice;
+  if (!with_norm) return fits;
+  return fits && hidden / 16 <= kNormCluster * kMaxStepsPerSlice &&
+         norm::detail::row_threads(hidden) <= kNormMaxRowThreads;
 }
 
 size_t router_route_scratch_bytes(int max_tokens, int num_experts) {
@@ -232,26 +381,39 @@ void router_route_scratch_init(void* scratch, cudaStream_t stream) {
 }
 
 void moe_router_route(const RouterRouteArgs& a, cudaStream_t stream) {
-  ORCHID_KERNEL_REQUIRE(router_route_fits(a.num_tokens, a.hidden, a.num_experts, a.top_k),
+  const bool norm = a.residual != nullptr;
+  ORCHID_KERNEL_REQUIRE(router_route_fits(a.num_tokens, a.hidden, a.num_experts, a.top_k, norm),
                         "moe_router_route: shapes outside the fused kernel (router_route_fits)");
-  ORCHID_KERNEL_REQUIRE(a.x && a.router_w && a.router_b && a.logits && a.topk_idx && a.topk_w &&
-                            a.routing.offsets && a.routing.row_token && a.routing.row_expert &&
-                            a.routing.slot_row && a.routing.active && a.routing.num_active && a.scratch,
+  ORCHID_KERNEL_REQUIRE((norm ? a.delta && a.gamma && a.out : a.x != nullptr) && a.router_w && a.router_b &&
+                            a.logits && a.topk_idx && a.topk_w && a.routing.offsets && a.routing.row_token &&
+                            a.routing.row_expert && a.routing.slot_row && a.routing.active &&
+                            a.routing.num_active && a.scratch,
                         "moe_router_route: null pointer");
-  auto aligned = [](const void* q, uintptr_t n) { return (reinterpret_cast<uintptr_t>(q) & (n - 1)) == 0; };
-  ORCHID_KERNEL_REQUIRE(aligned(a.x, 16) && aligned(a.router_w, 16) && aligned(a.scratch, 16),
-                        "moe_router_route: x and the router rows 16-byte aligned, the scratch too");
+  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  ORCHID_KERNEL_REQUIRE(aligned(a.x) && aligned(a.router_w) && aligned(a.scratch) && aligned(a.residual) &&
+                            aligned(a.delta) && aligned(a.gamma) && aligned(a.out),
+                        "moe_router_route: pointers must be 16-byte aligned");
   Params p;
   p.a = a;
   p.km = key_map(a.num_experts, a.range, &p.num_keys);
   p.groups = (a.num_tokens + kGroupTokens - 1) / kGroupTokens;
   p.total_steps = a.hidden / 16;
-  p.slices = choose_slices(p.groups, a.num_experts, p.total_steps);
+  // With the norm the slices are the cluster's CTAs (one may be empty at small hidden sizes).
+  p.slices = norm ? kNormCluster : choose_slices(p.groups, a.num_experts, p.total_steps);
   p.steps_per_slice = (p.total_steps + p.slices - 1) / p.slices;
   p.stride = p.steps_per_slice * 16 + 8;
-  ensure_dynamic_smem<RouterRouteTag>(router_route_kernel, kMaxSmemBytes);
-  launch_pdl(router_route_kernel, dim3(unsigned(p.groups * p.slices)), dim3(kThreads),
-             smem_bytes(a.num_experts, a.split, p.steps_per_slice), stream, p);
+  p.finishers = norm ? p.groups * p.slices : p.groups;
+  p.row_threads = norm ? norm::detail::row_threads(a.hidden) : 0;
+  const dim3 grid(unsigned(p.groups * p.slices));
+  const size_t bytes = smem_bytes(a.num_experts, a.split, p.steps_per_slice);
+  if (norm) {
+    ensure_dynamic_smem<RouterRouteTag<true>>(router_route_kernel<true>, kMaxSmemBytes);
+    launch_pdl_cluster(router_route_kernel<true>, grid, dim3(kThreads), bytes, unsigned(kNormCluster), stream,
+                       p);
+  } else {
+    ensure_dynamic_smem<RouterRouteTag<false>>(router_route_kernel<false>, kMaxSmemBytes);
+    launch_pdl(router_route_kernel<false>, grid, dim3(kThreads), bytes, stream, p);
+  }
   ORCHID_CUDA_CHECK_LAUNCH();
 }
 

@@ -50,10 +50,22 @@ struct RouterRouteArgs {
   MoeExpertRange range;                     // expert parallelism: routing.h
   void* scratch = nullptr;                  // router_route_scratch_bytes(>= T, E), 256-byte aligned
   int num_tokens = 0, hidden = 0, num_experts = 0, top_k = 0;
+  // Optional: the post-attention residual add and RMSNorm in the same launch (as norm_route.h does at 1-2
+  // tokens): residual += delta; y = (residual * rsqrt(mean(residual^2) + eps)) * gamma; out = bf16(y), the
+  // experts' input (with split the lo halves stay on chip, where the router reads them; x is not read).
+  // residual and out are bit for bit norm::rmsnorm_residual(_split)'s. Each CTA of a cluster of 8 norms two
+  // of the group's tokens and sends each slice's part of them to that slice's CTA (distributed shared
+  // memory). residual null: no norm, the router reads x.
+  float* residual = nullptr;             // fp32 [T, H], updated in place
+  const __nv_bfloat16* delta = nullptr;  // bf16 [T, H]
+  const float* gamma = nullptr;          // fp32 [H]
+  float eps = 1e-5f;
+  __nv_bfloat16* out = nullptr;  // bf16 [T, H]: the hi rows (x is not read)
 };
 
-// Whether moe_router_route takes these shapes (else: the router GEMM and moe_route).
-bool router_route_fits(int num_tokens, int hidden, int num_experts, int top_k);
+// Whether moe_router_route takes these shapes (else: the router GEMM and moe_route); with_norm: with the
+// input norm (RouterRouteArgs::residual).
+bool router_route_fits(int num_tokens, int hidden, int num_experts, int top_k, bool with_norm = false);
 
 size_t router_route_scratch_bytes(int max_tokens, int num_experts);
 // Zeroes the scratch's tickets (once, after allocating it).

@@ -20,6 +20,7 @@
 #include "kernel_reference.h"
 #include "kernel_test_util.h"
 #include "kernels/moe/routing.h"
+#include "kernels/norm/rmsnorm.h"
 
 namespace orchid::kernels {
 namespace {
@@ -31,6 +32,7 @@ struct Case {
   int tokens, hidden, experts, top_k;
   bool split;
   MoeExpertRange range = {};
+  bool norm = false;  // with the input norm (RouterRouteArgs::residual)
 };
 
 class RouterRouteTest : public ::testing::TestWithParam<Case> {};
@@ -43,12 +45,13 @@ struct Outputs {
 TEST_P(RouterRouteTest, MatchesReferenceAndMoeRoute) {
   ORCHID_REQUIRE_GPU_OR_SKIP();
   const Case c = GetParam();
-  ASSERT_TRUE(router_route_fits(c.tokens, c.hidden, c.experts, c.top_k));
+  ASSERT_TRUE(router_route_fits(c.tokens, c.hidden, c.experts, c.top_k, c.norm));
   const int T = c.tokens, H = c.hidden, E = c.experts, K = c.top_k, items = T * K;
   const int rows = c.split ? 2 * T : T;
   std::mt19937_64 rng(orchid::testing::named_seed(c.name));
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  // The input: fp32 activations as hi + lo bf16 rows (split), or bf16 rows.
+  // The input: fp32 activations as hi + lo bf16 rows (split), or bf16 rows. With the norm, a residual and a
+  // delta instead (x then holds what the norm kernel makes of them, computed below).
   auto make_x = [&](std::vector<uint16_t>& x, std::vector<float>& xf) {
     x.assign(size_t(rows) * H, 0);
     xf.assign(size_t(rows) * H, 0.0f);
@@ -68,6 +71,39 @@ TEST_P(RouterRouteTest, MatchesReferenceAndMoeRoute) {
   std::vector<float> x1f, x2f;
   make_x(x1, x1f);
   make_x(x2, x2f);
+  std::vector<float> res1(size_t(T) * H), res2(size_t(T) * H), gamma(static_cast<size_t>(H));
+  for (auto& v : res1) v = 3.0f * nd(rng);
+  for (auto& v : res2) v = 3.0f * nd(rng);
+  for (auto& v : gamma) v = 1.0f + 0.2f * nd(rng);
+  const auto delta = orchid::testing::random_bf16(rng, size_t(T) * H, 1.0f);
+  DeviceBuffer<float> d_res, d_gamma;
+  DeviceBuffer<uint16_t> d_delta, d_out(size_t(T) * H);
+  d_gamma.upload(gamma);
+  d_delta.upload(delta);
+  const float eps = 1e-5f;
+  auto* delta_p = reinterpret_cast<const __nv_bfloat16*>(d_delta.get());
+  // The norm kernel's residual and rows for a residual: what the fused kernel must reproduce bit for bit.
+  auto norm_reference = [&](const std::vector<float>& res, std::vector<float>& res_out,
+                            std::vector<uint16_t>& x, std::vector<float>& xf) {
+    DeviceBuffer<float> r;
+    DeviceBuffer<uint16_t> h(size_t(rows) * H);
+    r.upload(res);
+    auto* hp = reinterpret_cast<__nv_bfloat16*>(h.get());
+    if (c.split)
+      norm::rmsnorm_residual_split(r.get(), delta_p, d_gamma.get(), hp, hp + size_t(T) * H, T, H, eps,
+                                   nullptr);
+    else
+      norm::rmsnorm_residual(r.get(), delta_p, d_gamma.get(), hp, T, H, eps, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    res_out = r.download();
+    x = h.download();
+    xf = orchid::testing::bf16_to_floats(x);
+  };
+  std::vector<float> res1_ref, res2_ref;
+  if (c.norm) {
+    norm_reference(res1, res1_ref, x1, x1f);
+    norm_reference(res2, res2_ref, x2, x2f);
+  }
   std::vector<float> bias(static_cast<size_t>(E));
   for (auto& v : bias) v = 0.5f * nd(rng);
   const auto wr = orchid::testing::random_bf16(rng, size_t(E) * H, 0.05f);
@@ -94,9 +130,19 @@ TEST_P(RouterRouteTest, MatchesReferenceAndMoeRoute) {
   a.hidden = H;
   a.num_experts = E;
   a.top_k = K;
-  auto run = [&](const std::vector<uint16_t>& x) {
-    d_x.upload(x);
-    a.x = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+  auto run = [&](const std::vector<uint16_t>& x, const std::vector<float>& res) {
+    if (c.norm) {
+      d_res.upload(res);
+      orchid::testing::poison(d_out);
+      a.residual = d_res.get();
+      a.delta = delta_p;
+      a.gamma = d_gamma.get();
+      a.eps = eps;
+      a.out = reinterpret_cast<__nv_bfloat16*>(d_out.get());
+    } else {
+      d_x.upload(x);
+      a.x = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+    }
     for (auto* b : {&d_idx, &off, &rt, &re, &sr, &act, &nact}) orchid::testing::poison(*b);
     orchid::testing::poison(d_logits);
     orchid::testing::poison(d_w);
@@ -115,8 +161,16 @@ TEST_P(RouterRouteTest, MatchesReferenceAndMoeRoute) {
 
   for (int round = 0; round < 2; ++round) {
     const std::vector<float>& xf = round == 0 ? x1f : x2f;
-    const Outputs o = run(round == 0 ? x1 : x2);
+    const Outputs o = run(round == 0 ? x1 : x2, round == 0 ? res1 : res2);
     const std::string r = n + (round == 0 ? "" : " (second inputs)");
+    if (c.norm) {  // the norm kernel's bits: the residual and the experts' rows
+      EXPECT_TRUE(orchid::testing::check_exact((r + " residual").c_str(), d_res.download(),
+                                               round == 0 ? res1_ref : res2_ref));
+      const std::vector<uint16_t>& x = round == 0 ? x1 : x2;
+      EXPECT_TRUE(
+          orchid::testing::check_exact((r + " out").c_str(), d_out.download(),
+                                       std::vector<uint16_t>(x.begin(), x.begin() + ptrdiff_t(T) * H)));
+    }
     // The logits: fp64 dot products of each row (no bias on the split rows).
     std::vector<double> ref(size_t(rows) * E);
     orchid::ref::gemm(rows, E, H, xf.data(), H, wrf.data(), c.split ? nullptr : bias.data(), ref.data());
@@ -147,7 +201,7 @@ TEST_P(RouterRouteTest, MatchesReferenceAndMoeRoute) {
     EXPECT_EQ(o.nact[0], nact2.download()[0]) << r;
   }
   // The first inputs again: the first launch's bits (tickets reset, sums in a fixed order).
-  const Outputs first = run(x1), again = run(x1);
+  const Outputs first = run(x1, res1), again = run(x1, res1);
   EXPECT_TRUE(orchid::testing::check_exact((n + " logits, repeated").c_str(), again.logits, first.logits));
   EXPECT_TRUE(orchid::testing::check_exact((n + " row_token, repeated").c_str(), again.rt, first.rt));
   EXPECT_TRUE(orchid::testing::check_exact((n + " weights, repeated").c_str(), again.w, first.w));
@@ -179,6 +233,10 @@ TEST(RouterRoute, RefusesWhatItDoesNotFit) {
   EXPECT_FALSE(router_route_fits(8, 16 * 16 * 33, 32, 4));
   EXPECT_FALSE(router_route_fits(0, 2880, 32, 4));
   EXPECT_FALSE(router_route_fits(8, 2880, 4, 8));  // k above the experts
+  EXPECT_TRUE(router_route_fits(256, 2880, 32, 4, true));
+  EXPECT_TRUE(router_route_fits(8, 4096, 32, 4, true));
+  EXPECT_FALSE(router_route_fits(8, 4096 + 16, 32, 4, true));  // a row needs more than 128 norm threads
+  EXPECT_TRUE(router_route_fits(8, 4096 + 16, 32, 4, false));
 }
 
 }  // namespace
