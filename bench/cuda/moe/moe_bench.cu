@@ -880,7 +880,9 @@ void bench_router_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
   for (int E : {32, 128}) {
     for (int T : {4, 16, 64, 128, 256}) {
       const std::string base = "router route E" + std::to_string(E) + " T" + std::to_string(T);
-      if (!want(o, base + " kernels") && !want(o, base + " fused")) continue;
+      if (!want(o, base + " kernels") && !want(o, base + " fused") && !want(o, base + " norm kernels") &&
+          !want(o, base + " norm fused"))
+        continue;
       const int H = 2880, K = 4;
       Buf h(size_t(2) * T * H * 2, Fill::kBf16, 4), rw(size_t(E) * H * 2, Fill::kBf16, 5),
           rb(size_t(E) * 4, Fill::kScale, 6), logits(size_t(2) * T * E * 4, Fill::kBytes, 0),
@@ -921,6 +923,37 @@ void bench_router_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
       };
       report_kernels_and_fused(o, s, base, kernels, fused, "split H2880 top4 (a chain of 32)",
                                double(E) * H * 2 + double(T) * H * 4);
+      // With the block's input norm: the norm kernel first, or in the fused launch (ORCHID_ROUTER_ROUTE=2).
+      Buf res(size_t(T) * H * 4, Fill::kScale, 1), delta(size_t(T) * H * 2, Fill::kBf16, 2),
+          gamma(size_t(H) * 4, Fill::kScale, 3);
+      auto* hb = h.as<__nv_bfloat16>();
+      auto norm_kernels = [&] {
+        norm::rmsnorm_residual_split(res.as<float>(), delta.as<__nv_bfloat16>(), gamma.as<float>(), hb,
+                                     hb + size_t(T) * H, T, H, 1e-5f, s);
+        kernels();
+      };
+      auto norm_fused = [&] {
+        RouterRouteArgs a;
+        a.split = true;
+        a.router_w = rw.as<__nv_bfloat16>();
+        a.router_b = rb.as<float>();
+        a.logits = logits.as<float>();
+        a.topk_idx = idx.as<int>();
+        a.topk_w = w.as<float>();
+        a.routing = routing;
+        a.scratch = rscratch.p;
+        a.num_tokens = T;
+        a.hidden = H;
+        a.num_experts = E;
+        a.top_k = K;
+        a.residual = res.as<float>();
+        a.delta = delta.as<__nv_bfloat16>();
+        a.gamma = gamma.as<float>();
+        a.out = hb;
+        moe_router_route(a, s);
+      };
+      report_kernels_and_fused(o, s, base + " norm", norm_kernels, norm_fused,
+                               "split H2880 top4 (a chain of 32)", double(E) * H * 2 + double(T) * H * 10);
     }
   }
 }
