@@ -247,7 +247,7 @@ check router-route-racecheck compute-sanitizer --tool racecheck --racecheck-repo
 check router-route-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.*'
 bench moe-bench-router-route "$build"/bench/cuda/moe/moe_bench --filter "router route"
-for sl in 4 16; do  # the fused kernel's k slices forced (default: 8 at 8 or more token groups, else 16)
+for sl in 4 16; do  # the fused kernel's k slices forced (default 8)
   bench "moe-bench-router-route-slices-$sl" env ORCHID_ROUTER_SLICES=$sl "$build"/bench/cuda/moe/moe_bench \
     --filter "router route"
 done

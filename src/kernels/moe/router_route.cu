@@ -345,15 +345,16 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
 template <bool kNorm>
 struct RouterRouteTag {};  // one shared-memory attribute flag per instantiation
 
-// Slices of k: enough CTAs to spread the staging (about 128 at 16 groups), at most 32 k16 steps a slice
-// (shared memory); fewer at 128 experts, whose router rows are 4x the bytes a slice. Not tuned by
-// measurement yet; ORCHID_ROUTER_SLICES=N asks for N (1-16) to compare.
-int choose_slices(int groups, int num_experts, int total_steps) {
+// Slices of k: 8 (128 CTAs at 256 tokens: the staging spread over most SMs; at most 32 k16 steps a slice by
+// shared memory), the cluster's with the input norm, so that both variants sum the same partial products in
+// the same order (the same logits with or without the norm). Not tuned by measurement yet;
+// ORCHID_ROUTER_SLICES=N (1-16) asks for N to compare.
+int choose_slices(int total_steps) {
   static const int asked = [] {
     const char* v = std::getenv("ORCHID_ROUTER_SLICES");
     return v != nullptr ? std::atoi(v) : 0;
   }();
-  int want = asked > 0 ? asked : num_experts > 64 || groups >= 8 ? 8 : 16;
+  int want = asked > 0 ? asked : kNormCluster;
   want = std::min({want, kMaxSlices, total_steps});
   want = std::max(want, (total_steps + kMaxStepsPerSlice - 1) / kMaxStepsPerSlice);
   const int per = (total_steps + want - 1) / want;
@@ -399,7 +400,7 @@ void moe_router_route(const RouterRouteArgs& a, cudaStream_t stream) {
   p.groups = (a.num_tokens + kGroupTokens - 1) / kGroupTokens;
   p.total_steps = a.hidden / 16;
   // With the norm the slices are the cluster's CTAs (one may be empty at small hidden sizes).
-  p.slices = norm ? kNormCluster : choose_slices(p.groups, a.num_experts, p.total_steps);
+  p.slices = norm ? kNormCluster : choose_slices(p.total_steps);
   p.steps_per_slice = (p.total_steps + p.slices - 1) / p.slices;
   p.stride = p.steps_per_slice * 16 + 8;
   p.finishers = norm ? p.groups * p.slices : p.groups;
