@@ -904,23 +904,21 @@ void bench_router_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
         moe_route(logits.as<float>(), T, E, K, idx.as<int>(), w.as<float>(), routing, scratch.p, s,
                   logits.as<float>() + size_t(T) * E, rb.as<float>());
       };
-      auto fused = [&] {
-        RouterRouteArgs a;
-        a.x = h.as<__nv_bfloat16>();
-        a.split = true;
-        a.router_w = rw.as<__nv_bfloat16>();
-        a.router_b = rb.as<float>();
-        a.logits = logits.as<float>();
-        a.topk_idx = idx.as<int>();
-        a.topk_w = w.as<float>();
-        a.routing = routing;
-        a.scratch = rscratch.p;
-        a.num_tokens = T;
-        a.hidden = H;
-        a.num_experts = E;
-        a.top_k = K;
-        moe_router_route(a, s);
-      };
+      RouterRouteArgs args;
+      args.x = h.as<__nv_bfloat16>();
+      args.split = true;
+      args.router_w = rw.as<__nv_bfloat16>();
+      args.router_b = rb.as<float>();
+      args.logits = logits.as<float>();
+      args.topk_idx = idx.as<int>();
+      args.topk_w = w.as<float>();
+      args.routing = routing;
+      args.scratch = rscratch.p;
+      args.num_tokens = T;
+      args.hidden = H;
+      args.num_experts = E;
+      args.top_k = K;
+      auto fused = [&] { moe_router_route(args, s); };
       report_kernels_and_fused(o, s, base, kernels, fused, "split H2880 top4 (a chain of 32)",
                                double(E) * H * 2 + double(T) * H * 4);
       // With the block's input norm: the norm kernel first, or in the fused launch (ORCHID_ROUTER_ROUTE=2).
@@ -932,26 +930,13 @@ void bench_router_route(const Options& o, cudaStream_t s, DenseGemm& gemm) {
                                      hb + size_t(T) * H, T, H, 1e-5f, s);
         kernels();
       };
-      auto norm_fused = [&] {
-        RouterRouteArgs a;
-        a.split = true;
-        a.router_w = rw.as<__nv_bfloat16>();
-        a.router_b = rb.as<float>();
-        a.logits = logits.as<float>();
-        a.topk_idx = idx.as<int>();
-        a.topk_w = w.as<float>();
-        a.routing = routing;
-        a.scratch = rscratch.p;
-        a.num_tokens = T;
-        a.hidden = H;
-        a.num_experts = E;
-        a.top_k = K;
-        a.residual = res.as<float>();
-        a.delta = delta.as<__nv_bfloat16>();
-        a.gamma = gamma.as<float>();
-        a.out = hb;
-        moe_router_route(a, s);
-      };
+      RouterRouteArgs norm_args = args;
+      norm_args.x = nullptr;
+      norm_args.residual = res.as<float>();
+      norm_args.delta = delta.as<__nv_bfloat16>();
+      norm_args.gamma = gamma.as<float>();
+      norm_args.out = hb;
+      auto norm_fused = [&] { moe_router_route(norm_args, s); };
       report_kernels_and_fused(o, s, base + " norm", norm_kernels, norm_fused,
                                "split H2880 top4 (a chain of 32)", double(E) * H * 2 + double(T) * H * 10);
     }

@@ -165,6 +165,23 @@ __device__ __forceinline__ void norm_rows(const Params& p, int g, int rank, __nv
   cluster.sync();
 }
 
+// Token t's logit for expert e from its summed dot products (hi rows, and lo rows with a split input): the
+// logits written as the router GEMM would (split: both halves, no bias), the value ranked returned (NaN,
+// from NaN inputs, ranks as -inf).
+__device__ __forceinline__ float finish_logit(const RouterRouteArgs& a, int t, int e, float hi, float lo) {
+  const int T = a.num_tokens, E = a.num_experts;
+  float v;
+  if (a.split) {
+    a.logits[size_t(t) * E + e] = hi;
+    a.logits[size_t(T + t) * E + e] = lo;
+    v = (hi + lo) + a.router_b[e];
+  } else {
+    v = hi + a.router_b[e];
+    a.logits[size_t(t) * E + e] = v;
+  }
+  return v == v ? v : -INFINITY;
+}
+
 template <bool kNorm>
 __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -269,16 +286,7 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
         hi += rsc[tl * cols + e];
         if (a.split) lo += rsc[(kGroupTokens + tl) * cols + e];
       }
-      float v;
-      if (a.split) {
-        a.logits[size_t(t) * E + e] = hi;
-        a.logits[size_t(T + t) * E + e] = lo;
-        v = (hi + lo) + a.router_b[e];
-      } else {
-        v = hi + a.router_b[e];
-        a.logits[size_t(t) * E + e] = v;
-      }
-      s_logits[jj * E + e] = v == v ? v : -INFINITY;  // NaN (from NaN inputs) ranks as -inf
+      s_logits[jj * E + e] = finish_logit(a, t, e, hi, lo);
     }
     cluster.sync();  // no CTA reuses or leaves its shared memory while another reads it
   } else {
@@ -306,16 +314,7 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(Params p) {
         hi += __ldcg(part + (size_t(q) * 2 * T + t) * E + e);
         if (a.split) lo += __ldcg(part + ((size_t(q) * 2 + 1) * T + t) * E + e);
       }
-      float v;
-      if (a.split) {
-        a.logits[size_t(t) * E + e] = hi;
-        a.logits[size_t(T + t) * E + e] = lo;
-        v = (hi + lo) + a.router_b[e];
-      } else {
-        v = hi + a.router_b[e];
-        a.logits[size_t(t) * E + e] = v;
-      }
-      s_logits[tl * E + e] = v == v ? v : -INFINITY;  // NaN (from NaN inputs) ranks as -inf
+      s_logits[tl * E + e] = finish_logit(a, t, e, hi, lo);
     }
   }
   __syncthreads();
