@@ -224,21 +224,11 @@ for st in auto 4 3; do
   bench "bench-decode-20b-decode-stages-$st" env ORCHID_DECODE_STAGES=$st "$bin" bench decode synthetic:20b \
     --weights mxfp4 --seq-lens 1024,32768 --batch-sizes 1,64,256 --steps 16
 done
-# small_m_gemm's k split over a cluster pair (opt-in, ORCHID_SMALL_M_SPLIT=1: the O projection's 180 tiles as
-# 360 CTAs): its tests (the O shapes, k 4096, take the split; the tiny golden model's k does not) and
-# one-token decode steps against the default.
-check small-m-split-tests env ORCHID_SMALL_M_SPLIT=1 "$build"/tests/kernels/gemm/kernels_gemm_test \
-  --gtest_filter='Shapes/DenseGemmTest.MatchesFp64Reference/*:DenseGemmSplitInput.*'
-for sp in 0 1; do
-  for m in 20b 120b; do
-    bench "bench-decode-$m-small-m-split-$sp" env ORCHID_SMALL_M_SPLIT=$sp "$bin" bench decode synthetic:$m \
-      --weights mxfp4 --seq-lens 1024,8192 --batch-sizes 1,2,8 --steps 32
-  done
-done
-# The router GEMM, top-k and permutation of a step in one launch (opt-in, ORCHID_ROUTER_ROUTE=1; =2 with the
-# block's input norm in it too): the MoE layer tests through it, and decode steps at 4-256 sequences against
-# the router GEMM + moe_route.
-for rr in 1 2; do
+# The router GEMM, top-k and permutation of a step in one launch, with the block's input norm (the default
+# from 8 tokens at up to 32 experts; ORCHID_ROUTER_ROUTE=0 the router GEMM + moe_route, =1 the launch without
+# the norm, =2 with it at any expert count): the MoE layer tests through each forced mode, and decode steps
+# at 4-256 sequences against each other.
+for rr in 0 1 2; do
   check "router-route-tests-$rr" env ORCHID_ROUTER_ROUTE=$rr "$build"/tests/kernels/moe/kernels_moe_test \
     --gtest_filter='*RouterRoute*:*NormRoute*:*RouteTest*:Formats/MoeLayerTest.*:MoeLayerSplitRouter.*:Paths/MoeLayerExpertParallelTest.*'
 done

@@ -177,17 +177,27 @@ void moe_workspace_init(const MoeConfig& cfg, void* workspace, cudaStream_t stre
 }
 
 namespace {
-// ORCHID_ROUTER_ROUTE: 0 (unset) the router GEMM and moe_route; 1 moe_router_route; 2 also the block's input
-// norm in that launch (where moe_forward has one and the fused norm kernel of 1-2 tokens is not taken).
-int router_route_mode() {
-  static const int mode = [] {
+// ORCHID_ROUTER_ROUTE: 0 the router GEMM and moe_route; 1 moe_router_route; 2 also the block's input norm in
+// that launch (where moe_forward has one and the fused norm kernel of 1-2 tokens is not taken). Unset: 2
+// where it was measured faster, else 0. Measured (bench/RESULTS.md, 2026-12-07 twentieth run, H100): 20b
+// decode steps at 16 / 64 / 128 / 256 sequences -0.8 / -1.1 / -1.0 / -0.2% against 0, +0.4% at 4; with
+// 128 experts the launch is 2.3x the two-kernel chain (a slice stages four times the router rows, and
+// the 8 slices of a 16-token group are too few CTAs for small batches).
+constexpr int kRouterRouteMaxExperts = 32;
+constexpr int kRouterRouteMinTokens = 8;
+int router_route_mode(const MoeConfig& c, int num_tokens) {
+  static const int forced = [] {
     const char* v = std::getenv("ORCHID_ROUTER_ROUTE");
-    return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) ? std::atoi(v) : 0;
+    if (v == nullptr) return -1;
+    return std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0 ? std::atoi(v)
+                                                                                            : -1;
   }();
-  return mode;
+  if (forced >= 0) return forced;
+  return c.experts <= kRouterRouteMaxExperts && num_tokens >= kRouterRouteMinTokens ? 2 : 0;
 }
 bool router_route_norm_taken(const MoeConfig& c, int num_tokens) {
-  return router_route_mode() == 2 && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k, true);
+  return router_route_mode(c, num_tokens) == 2 &&
+         router_route_fits(num_tokens, c.hidden, c.experts, c.top_k, true);
 }
 RouterRouteArgs router_route_args(const MoeConfig& c, const MoeLayerWeights& w, const MoeBuffers& b,
                                   const void* h, int T, bool split_input) {
@@ -211,7 +221,7 @@ RouterRouteArgs router_route_args(const MoeConfig& c, const MoeLayerWeights& w, 
 }  // namespace
 
 bool moe_router_route_taken(const MoeConfig& c, int num_tokens) {
-  return router_route_mode() > 0 && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k);
+  return router_route_mode(c, num_tokens) > 0 && router_route_fits(num_tokens, c.hidden, c.experts, c.top_k);
 }
 
 MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace) {

@@ -124,8 +124,9 @@ MoeBuffers moe_buffers(const MoeConfig& cfg, void* workspace);  // workspace: 25
 void moe_workspace_init(const MoeConfig& cfg, void* workspace, cudaStream_t stream);
 
 // Whether the router, top-k and permutation of a step of num_tokens tokens run as one launch
-// (moe_router_route) rather than the router GEMM and moe_route. Opt-in until measured: ORCHID_ROUTER_ROUTE=1,
-// or =2 to fold the block's input norm (in_norm) into that launch too above the fused norm kernel's tokens.
+// (moe_router_route) rather than the router GEMM and moe_route: by default with the block's input norm
+// (in_norm) in that launch too, from 8 tokens where there are at most 32 experts (measured faster there);
+// ORCHID_ROUTER_ROUTE=0 / 1 / 2 forces the two kernels / the launch without the norm / with it.
 bool moe_router_route_taken(const MoeConfig& cfg, int num_tokens);
 
 // The next layer's input RMSNorm, done by the combine as it writes the residual (moe_combine_norm): gamma

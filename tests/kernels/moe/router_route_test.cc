@@ -221,7 +221,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"t7_h256_e20_k3", 7, 256, 20, 3, false}, Case{"t100_h128_e32_k1", 100, 128, 32, 1, true},
         Case{"t300_h8192_e8_k3", 300, 8192, 8, 3, false},
         Case{"t64_h2880_e32_ep4_rank1", 64, 2880, 32, 4, true, MoeExpertRange{8, 8}},
-        Case{"t256_h2880_e128_ep8_rank7", 256, 2880, 128, 4, true, MoeExpertRange{112, 16}}),
+        Case{"t256_h2880_e128_ep8_rank7", 256, 2880, 128, 4, true, MoeExpertRange{112, 16}},
+        // With the block's input norm (clusters of 8 CTAs, the rows exchanged in distributed shared memory).
+        Case{"norm_t3_h2880_e32_split", 3, 2880, 32, 4, true, {}, true},
+        Case{"norm_t16_h2880_e32_split", 16, 2880, 32, 4, true, {}, true},
+        Case{"norm_t37_h2880_e32_split", 37, 2880, 32, 4, true, {}, true},
+        Case{"norm_t64_h2880_e32_bf16", 64, 2880, 32, 4, false, {}, true},
+        Case{"norm_t256_h2880_e32_split", 256, 2880, 32, 4, true, {}, true},
+        Case{"norm_t7_h256_e20_k3", 7, 256, 20, 3, false, {}, true},
+        Case{"norm_t100_h4096_e32_k1_ep4_rank1", 100, 4096, 32, 1, true, MoeExpertRange{8, 8}, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(RouterRoute, RefusesWhatItDoesNotFit) {
