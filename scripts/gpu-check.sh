@@ -233,7 +233,7 @@ for rr in 0 1 2; do
     --gtest_filter='*RouterRoute*:*NormRoute*:*RouteTest*:Formats/MoeLayerTest.*:MoeLayerSplitRouter.*:Paths/MoeLayerExpertParallelTest.*'
 done
 check router-route-racecheck compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 1 \
-  "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.t37*:Cases/RouterRouteTest.norm_t37*'
+  "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.*/t37*:Cases/RouterRouteTest.*/norm_t37*'
 check router-route-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$build"/tests/kernels/moe/kernels_moe_test --gtest_filter='Cases/RouterRouteTest.*'
 bench moe-bench-router-route "$build"/bench/cuda/moe/moe_bench --filter "router route"
