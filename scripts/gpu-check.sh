@@ -13,7 +13,8 @@
 #     without their micro-benchmarks), e.g. while the GPU is busy with something else; --bench-only: 4 alone
 #     (the kernel suites' micro-benchmarks come only with a full run); --only REGEX: the steps whose name
 #     matches (grep -E), e.g. --only 'async|fp8|ops_kernels|disagg' after a change to those paths (the
-#     layer-check steps need synth-20b in the pattern: it writes their checkpoint).
+#     layer-check steps need synth-20b in the pattern: it writes their checkpoint); `--bench-only --only
+#     acceptance`: the decode and long-prefill issues' tables alone.
 # Exit status 0 only when every check passed. Logs: build/cuda/gpu-check/ (or $ORCHID_LOG_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -309,6 +310,23 @@ bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:1
 # The same with each step read before the next is planned (--no-async-scheduling; the default pipelines).
 bench serve-bench-20b-sync env ORCHID_LOG_DIR="$logs/serve-bench-sync" \
   ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b -- --no-async-scheduling
+# The acceptance tables of the decode issue (#11) and the long-prefill issue (#13), as the issues state them
+# (on an H200; `--bench-only --only acceptance` runs these alone): the decode grid and 120b, batch-1 prefill
+# of 20b (both formats) and 120b, the attention kernels' prefill lines, and FP8 against BF16 KV at 32k.
+bench acceptance-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 1024,8192 \
+  --batch-sizes 1,2,4,8,16,32,64,128,256 --steps 32
+bench acceptance-decode-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,64 \
+  --steps 32
+for w in fp8 mxfp4; do
+  bench "acceptance-prefill-20b-$w" "$bin" bench prefill synthetic:20b --weights $w \
+    --input-lens 8192,32768,65536,128000 --repeats 2
+done
+bench acceptance-prefill-120b "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 8192,128000 --repeats 2
+bench acceptance-attention-prefill "$build"/bench/cuda/attention/attention_bench --prefill
+for kv in bf16 fp8; do
+  bench "acceptance-kv-$kv" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 32768 --batch-sizes 64 \
+    --steps 8 --kv-cache-dtype $kv
+done
 rm -rf "$(dirname "$ck20")"
 echo "==== gpu-check summary (logs in $logs)"
 printf '%s\n' "${summary[@]}"
