@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/thread_pool.h"
 
 namespace orchid::model {
@@ -88,7 +89,17 @@ void fill_synthetic(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t 
 io::Checkpoint synthetic_checkpoint(const ModelConfig& c, uint64_t seed) {
   io::Checkpoint ck;
   ck.set_where(fmt::format("{}@{}", c.name, seed));
-  for (const auto& spec : gpt_oss_manifest(c)) {
+  const std::vector<TensorSpec> manifest = gpt_oss_manifest(c);
+  uint64_t total = 0;
+  for (const auto& spec : manifest) {
+    uint64_t numel = 1;
+    for (int64_t d : spec.shape) numel *= uint64_t(d);
+    total += numel * dtype_size(spec.dtypes.front());
+  }
+  require_host_memory(total, fmt::format("{}'s weights (generated in host memory)", c.name),
+                      "the CUDA backend generates them on the GPU instead; on the CPU backend take a smaller "
+                      "preset (synthetic:tiny)");
+  for (const auto& spec : manifest) {
     const DType dtype = spec.dtypes.front();
     int64_t numel = 1;
     for (int64_t d : spec.shape) numel *= d;

@@ -44,6 +44,8 @@ def test_seeded_sampling_is_reproducible(orchid, golden):
     (["--backend", "cpu", "--prefill-attention", "hopper"], "--prefill-attention hopper is for the CUDA backend"),
     (["--kv-cache-dtype", "fp16"], "--kv-cache-dtype must be auto, bf16, fp8 or fp8_e4m3, got 'fp16'"),
     (["--async-scheduling", "--no-async-scheduling"], "--no-async-scheduling"),
+    # A KV cache no host holds: refused before it is allocated (not std::bad_alloc or an out-of-memory kill).
+    (["--backend", "cpu", "--kv-pages", "1000000000"], "GiB of host memory and"),
 ])
 def test_bad_engine_flags_are_clear_errors(orchid, args, words):
     res = orchid("generate", GOLDEN / "checkpoint", "--prompt-ids", "1,2,3", *args, check=False)

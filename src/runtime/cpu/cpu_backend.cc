@@ -20,6 +20,7 @@
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "runtime/cpu/cpu_blocks.h"
 #include "runtime/kv_reshard.h"
 #include "runtime/rank_threads.h"
@@ -187,6 +188,22 @@ CpuBackend::CpuBackend(std::shared_ptr<Group> group, int replica, const CpuBacke
 
   // In a process group this process holds one rank, whose TP group is the process group.
   process_group_ = opts.process_group;
+  // The pools below are fp32 K and V of every layer and rank of this replica, zeroed now: refuse what the
+  // host cannot hold before touching it.
+  uint64_t kv_bytes = 0;
+  for (int r = replica * pc.tp; r < (replica + 1) * pc.tp; ++r) {
+    if (process_group_ && r != process_group_->rank()) continue;
+    const uint64_t row = uint64_t(group_->plan.ranks[size_t(r)].num_kv_heads() * c.head_dim) *
+                         uint64_t(spec_.page_size) * sizeof(float);
+    kv_bytes += 2 * row *
+                (uint64_t(c.num_full_layers()) * uint64_t(spec_.num_full_pages) +
+                 uint64_t(c.num_sliding_layers()) * uint64_t(spec_.num_sliding_pages));
+  }
+  require_host_memory(
+      kv_bytes,
+      fmt::format("the CPU backend's KV cache (fp32; {} full and {} sliding pages of {} tokens)",
+                  spec_.num_full_pages, spec_.num_sliding_pages, spec_.page_size),
+      "lower --max-model-len or --kv-pages (bench: the lengths or batch sizes)");
   for (int r = replica * pc.tp; r < (replica + 1) * pc.tp; ++r) {
     if (process_group_ && r != process_group_->rank()) continue;
     auto rank = std::make_unique<Rank>();

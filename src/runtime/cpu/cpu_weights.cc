@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/host_memory.h"
+
 namespace orchid::runtime::cpu {
 
 namespace {
@@ -28,6 +30,14 @@ CpuWeights CpuWeights::resolve(const model::LoadedModel& m) {
   const auto& c = m.config;
   const auto& ck = m.checkpoint;
   CpuWeights w;
+  if (!c.experts_mxfp4) {  // dense experts become fp32 [out, in] copies (transposed_expert)
+    // gate_up [hidden, 2 * intermediate] and down [intermediate, hidden] an expert
+    const uint64_t per_layer =
+        uint64_t(c.num_experts) * 3 * uint64_t(c.hidden_size) * uint64_t(c.intermediate_size) * sizeof(float);
+    require_host_memory(per_layer * uint64_t(c.num_layers),
+                        "the CPU backend's fp32 copy of the dense experts",
+                        "use the MXFP4 checkpoint (its experts are read as stored) or the CUDA backend");
+  }
   w.embedding = MatrixRef::dense(ck.get("model.embed_tokens.weight"));
   w.lm_head =
       MatrixRef::dense(ck.get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
