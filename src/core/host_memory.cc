@@ -83,8 +83,8 @@ std::optional<uint64_t> host_memory_available() {
 void require_host_memory(uint64_t bytes, std::string_view what, std::string_view advice,
                          std::optional<uint64_t> available) {
   if (!available || bytes <= *available) return;
-  fail("{} needs {:.1f} GiB of host memory and {:.1f} GiB is available; {}", what, gib(bytes), gib(*available),
-       advice);
+  fail("{} needs {:.1f} GiB of host memory and {:.1f} GiB is available; {}", what, gib(bytes),
+       gib(*available), advice);
 }
 
 }  // namespace orchid
