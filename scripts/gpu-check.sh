@@ -311,8 +311,9 @@ bench serve-bench-20b env ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:1
 bench serve-bench-20b-sync env ORCHID_LOG_DIR="$logs/serve-bench-sync" \
   ORCHID_SERVE_WORKLOADS="1:128:256 64:128:256 256:128:128" scripts/gpu-serve-bench.sh synthetic:20b -- --no-async-scheduling
 # The acceptance tables of the decode issue (#11) and the long-prefill issue (#13), as the issues state them
-# (on an H200; `--bench-only --only acceptance` runs these alone): the decode grid and 120b, batch-1 prefill
-# of 20b (both formats) and 120b, the attention kernels' prefill lines, and FP8 against BF16 KV at 32k.
+# (on an H200; `--bench-only --only acceptance` runs these alone): the decode grid and 120b, batch-1
+# prefill of 20b (both formats) and 120b, the attention kernels' prefill lines, the serving workloads
+# (orchid serve + orchid bench serve, the issue's four), and FP8 against BF16 KV at 32k.
 bench acceptance-decode-20b "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 1024,8192 \
   --batch-sizes 1,2,4,8,16,32,64,128,256 --steps 32
 bench acceptance-decode-120b "$bin" bench decode synthetic:120b --weights mxfp4 --seq-lens 8192 --batch-sizes 1,64 \
@@ -323,6 +324,7 @@ for w in fp8 mxfp4; do
 done
 bench acceptance-prefill-120b "$bin" bench prefill synthetic:120b --weights mxfp4 --input-lens 8192,128000 --repeats 2
 bench acceptance-attention-prefill "$build"/bench/cuda/attention/attention_bench --prefill
+bench acceptance-serve-20b env ORCHID_LOG_DIR="$logs/acceptance-serve" scripts/gpu-serve-bench.sh synthetic:20b
 for kv in bf16 fp8; do
   bench "acceptance-kv-$kv" "$bin" bench decode synthetic:20b --weights mxfp4 --seq-lens 32768 --batch-sizes 64 \
     --steps 8 --kv-cache-dtype $kv
