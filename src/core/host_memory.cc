@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "core/error.h"
+#include "core/parse.h"
 
 namespace orchid {
 
@@ -26,12 +25,13 @@ std::optional<uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-std::optional<std::string> read_file(const char* path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// The file's text, or nullopt where it cannot be opened (no /proc, no cgroup v2).
+std::optional<std::string> read_file(const std::string& path) {
+  try {
+    return read_text_file(path, "host memory");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 double gib(uint64_t bytes) {
@@ -71,8 +71,8 @@ std::optional<uint64_t> host_memory_available() {
     std::string_view s = trim(*self);
     if (s.substr(0, 3) == "0::") {
       const std::string dir = "/sys/fs/cgroup" + std::string(s.substr(3));
-      const auto max = read_file((dir + "/memory.max").c_str());
-      const auto cur = read_file((dir + "/memory.current").c_str());
+      const auto max = read_file(dir + "/memory.max");
+      const auto cur = read_file(dir + "/memory.current");
       if (max && cur)
         if (const auto left = cgroup_memory_left(*max, *cur)) avail = avail ? std::min(*avail, *left) : *left;
     }
