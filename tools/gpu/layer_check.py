@@ -36,10 +36,25 @@ def reference(args, layers, work):
     """FP32 forward with hooks; saves each checked layer's input, output and router decisions, and runs the
     layer again in BF16 on the same input."""
     dev = torch.device(args.device)
+    offload = args.offload_layers and dev.type == "cuda"
     model = GptOssForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32, attn_implementation="eager",
                                               quantization_config=transformers.Mxfp4Config(dequantize=True),
-                                              **({"device_map": str(dev)} if dev.type == "cuda" else {}))
-    model = model.float().to(dev).eval()
+                                              **({"device_map": str(dev)} if dev.type == "cuda" and not offload
+                                                 else {}))
+    model = model.float().eval()
+    handles = []
+    if offload:
+        # Everything but the decoder layers on the GPU; each layer comes over for its own forward and goes
+        # back to host memory after it, so one FP32 layer is on the GPU at a time.
+        decoder_layers = model.model.layers
+        model.model.layers = torch.nn.ModuleList()
+        model.to(dev)
+        model.model.layers = decoder_layers
+        for layer in decoder_layers:
+            handles.append(layer.register_forward_pre_hook(lambda mod, a: mod.to(dev)))
+            handles.append(layer.register_forward_hook(lambda mod, a, out: mod.to("cpu")))
+    else:
+        model = model.to(dev)
     k = model.config.num_experts_per_tok
     captured = {}
 
@@ -60,7 +75,6 @@ def reference(args, layers, work):
             captured[i]["gap"] = (top.values[:, k - 1] - top.values[:, k]).cpu().numpy()
         return hook
 
-    handles = []
     for i in layers:
         handles.append(model.model.layers[i].register_forward_hook(layer_hook(i), with_kwargs=True))
         handles.append(model.model.layers[i].mlp.router.register_forward_hook(router_hook(i)))
@@ -77,7 +91,7 @@ def reference(args, layers, work):
         suffix = f".{i}" if len(layers) > 1 else ""
         with open(os.path.join(work, f"in.npy{suffix}"), "wb") as f:
             np.save(f, x_in.astype(np.float32))
-        layer16 = copy.deepcopy(model.model.layers[i]).to(torch.bfloat16)
+        layer16 = copy.deepcopy(model.model.layers[i]).to(device=dev, dtype=torch.bfloat16)
         hf_topk = {}
 
         def hf_router_hook(mod, a, out):
@@ -124,6 +138,9 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--orchid-args", default="",
                     help="more flags for `orchid layer`, e.g. '--tp 8 --ep 8 --collectives local'")
+    ap.add_argument("--offload-layers", action="store_true",
+                    help="keep the FP32 reference's decoder layers in host memory and bring each onto the GPU "
+                         "for its own forward: for GPUs that cannot hold the whole FP32 model (20b needs ~84 GB)")
     ap.add_argument("--report-only", action="store_true",
                     help="print the verdicts against the BF16 bounds but exit 0 (e.g. the FP8 KV cache's "
                          "accuracy, which those bounds were not made for)")
