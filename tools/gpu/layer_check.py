@@ -31,12 +31,24 @@ def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+def fp32_fits(checkpoint, margin=16 << 30):
+    """Whether the whole FP32 reference fits in the GPU's free memory with room for its activations (20b:
+    ~84 GB of weights, so not on an 80 GB card)."""
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in GptOssForCausalLM(config).parameters())
+    return 4 * params + margin <= torch.cuda.mem_get_info()[0]
+
+
 @torch.no_grad()
 def reference(args, layers, work):
     """FP32 forward with hooks; saves each checked layer's input, output and router decisions, and runs the
     layer again in BF16 on the same input."""
     dev = torch.device(args.device)
-    offload = args.offload_layers and dev.type == "cuda"
+    offload = dev.type == "cuda" and (args.offload_layers == "always" or
+                                      (args.offload_layers == "auto" and not fp32_fits(args.checkpoint)))
+    if offload:
+        print("(the FP32 reference's decoder layers stay in host memory, each on the GPU for its forward)")
     model = GptOssForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32, attn_implementation="eager",
                                               quantization_config=transformers.Mxfp4Config(dequantize=True),
                                               **({"device_map": str(dev)} if dev.type == "cuda" and not offload
@@ -138,9 +150,9 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--orchid-args", default="",
                     help="more flags for `orchid layer`, e.g. '--tp 8 --ep 8 --collectives local'")
-    ap.add_argument("--offload-layers", action="store_true",
+    ap.add_argument("--offload-layers", choices=["auto", "always", "never"], default="auto",
                     help="keep the FP32 reference's decoder layers in host memory and bring each onto the GPU "
-                         "for its own forward: for GPUs that cannot hold the whole FP32 model (20b needs ~84 GB)")
+                         "for its own forward; auto: where the whole FP32 model does not fit (20b: ~84 GB)")
     ap.add_argument("--report-only", action="store_true",
                     help="print the verdicts against the BF16 bounds but exit 0 (e.g. the FP8 KV cache's "
                          "accuracy, which those bounds were not made for)")
