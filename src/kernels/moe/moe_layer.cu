@@ -39,22 +39,16 @@ struct TileChoice {
   int max_avg_rows;
   Mxfp4TiledShape shape;
   int tile_tokens;
-  Mxfp4TiledShape down_shape;  // the down GEMM's CTA rows (it has half gate_up's rows, so its own waves)
 };
 // (moe_bench "mxfp4 tiled", 2026-12-04: at ~8 rows an expert 256 x 16 wins (mma.sync), at ~32 256 x 48 and
 // 128 x 48 tie (wgmma), at ~128 128 x 64 is 4-5% ahead of 256 x 48.) Above 128 rows an expert (only where
 // ORCHID_MXFP4_TILED_MAX_TOKENS raises the crossover, until measured) 128 x 128 tiles at one CTA an SM: twice
 // the tokens per dequantized weight.
-// The down GEMM (2880 rows at 20b: 12 CTAs of 256 rows an expert tile, 1.45 waves of two CTAs an SM at 32
-// tiles) takes 128-row CTAs (23 a tile) up to 16 rows an expert: 20b decode at ctx 1024 (H100, 2026-12-08)
-// B=64 -1.4%, B=128 -1.1%; at B=192 (24 rows, more experts past one 32-token tile) +1.9% and at B=256 +0.2%,
-// so 256 rows there.
-constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows256, 16, Mxfp4TiledShape::kRows128},
-                                     {16, Mxfp4TiledShape::kRows256, 32, Mxfp4TiledShape::kRows128},
-                                     {24, Mxfp4TiledShape::kRows256, 32, Mxfp4TiledShape::kRows256},
-                                     {64, Mxfp4TiledShape::kRows256, 48, Mxfp4TiledShape::kRows256},
-                                     {128, Mxfp4TiledShape::kRows128, 64, Mxfp4TiledShape::kRows128},
-                                     {1 << 30, Mxfp4TiledShape::kRows128, 128, Mxfp4TiledShape::kRows128}};
+constexpr TileChoice kTileTable[] = {{12, Mxfp4TiledShape::kRows256, 16},
+                                     {24, Mxfp4TiledShape::kRows256, 32},
+                                     {64, Mxfp4TiledShape::kRows256, 48},
+                                     {128, Mxfp4TiledShape::kRows128, 64},
+                                     {1 << 30, Mxfp4TiledShape::kRows128, 128}};
 
 int stream_max(const MoeConfig& c) {
   return c.mxfp4_stream_max_tokens >= 0 ? c.mxfp4_stream_max_tokens : kStreamMaxTokens;
@@ -163,9 +157,9 @@ Mxfp4Path mxfp4_path(const MoeConfig& c, int num_tokens) {
     if (avg_rows <= t.max_avg_rows) {
       p.shape = t.shape;
       p.tile_tokens = t.tile_tokens;
-      p.down_shape = t.down_shape;
       break;
     }
+  p.down_shape = p.shape;
   if (p.tile_tokens <= kMxfp4TiledRows256MaxTokens && (c.mxfp4_down_rows == 128 || c.mxfp4_down_rows == 256))
     p.down_shape = c.mxfp4_down_rows == 128 ? Mxfp4TiledShape::kRows128 : Mxfp4TiledShape::kRows256;
   return p;

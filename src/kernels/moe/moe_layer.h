@@ -43,9 +43,9 @@ struct MoeConfig {
   // defaults (moe_layer.cu; the tiled one scales with the expert count).
   int mxfp4_stream_max_tokens = -1;
   int mxfp4_tiled_max_tokens = -1;
-  // MXFP4 tiled steps: the down GEMM's CTA rows (128 or 256) where its tile allows either; 0: mxfp4_path's
-  // measured table. The down GEMM has half gate_up's rows: at 256-row CTAs its grid is 1.45 waves of two
-  // CTAs an SM at 32 experts, at 128 rows 2.8.
+  // MXFP4 tiled steps: the down GEMM's CTA rows (128 or 256) where its tile allows either; 0: as gate_up
+  // (the table's shape). The down GEMM has half gate_up's rows: at 256-row CTAs its grid is 1.45 waves of
+  // two CTAs an SM at 32 experts, at 128 rows 2.8.
   int mxfp4_down_rows = 0;
   // MXFP4 only: the expert blocks' words are in mxfp4_word_order.h's order (mxfp4_to_tiled_order at load),
   // which every MXFP4 kernel of the layer then decodes.

@@ -64,32 +64,30 @@ TEST(Mxfp4Path, W4a8TakesTheConversionsStepsWhereItApplies) {
 TEST(Mxfp4Path, TileByRowsPerExpert) {
   MoeConfig c = config(32);
   c.mxfp4_tiled_max_tokens = 16384;  // as ORCHID_MXFP4_TILED_MAX_TOKENS does, to reach the large tiles
-  constexpr Mxfp4TiledShape k128 = Mxfp4TiledShape::kRows128, k256 = Mxfp4TiledShape::kRows256;
   struct Want {
     int tokens;
     Mxfp4TiledShape shape;
     int tile_tokens;
-    Mxfp4TiledShape down_shape;
   };
-  // rows per expert = tokens * 4 / 32, rounded down: the table's bounds 12, 16, 24, 64 and 128 on either side
+  // rows per expert = tokens * 4 / 32, rounded down: the table's bounds 12, 24, 64 and 128 on either side
   for (const Want& w :
-       {Want{16, k256, 16, k128}, Want{96, k256, 16, k128}, Want{104, k256, 32, k128},
-        Want{128, k256, 32, k128}, Want{136, k256, 32, k256}, Want{192, k256, 32, k256},
-        Want{200, k256, 48, k256}, Want{512, k256, 48, k256}, Want{520, k128, 64, k128},
-        Want{1024, k128, 64, k128}, Want{1032, k128, 128, k128}, Want{8192, k128, 128, k128}}) {
+       {Want{16, Mxfp4TiledShape::kRows256, 16}, Want{96, Mxfp4TiledShape::kRows256, 16},
+        Want{104, Mxfp4TiledShape::kRows256, 32}, Want{192, Mxfp4TiledShape::kRows256, 32},
+        Want{200, Mxfp4TiledShape::kRows256, 48}, Want{512, Mxfp4TiledShape::kRows256, 48},
+        Want{520, Mxfp4TiledShape::kRows128, 64}, Want{1024, Mxfp4TiledShape::kRows128, 64},
+        Want{1032, Mxfp4TiledShape::kRows128, 128}, Want{8192, Mxfp4TiledShape::kRows128, 128}}) {
     const Mxfp4Path p = mxfp4_path(c, w.tokens);
     EXPECT_EQ(p.kind, Mxfp4Path::kTiled) << w.tokens;
     EXPECT_EQ(p.shape, w.shape) << w.tokens;
     EXPECT_EQ(p.tile_tokens, w.tile_tokens) << w.tokens;
-    EXPECT_EQ(p.down_shape, w.down_shape) << w.tokens;  // unless mxfp4_down_rows says otherwise
-    bool instantiated = false;                          // every choice is a tile size the GEMM is built for
+    bool instantiated = false;  // every choice is a tile size the GEMM is built for
     for (int t : kMxfp4TileTokens) instantiated |= t == p.tile_tokens;
     EXPECT_TRUE(instantiated) << w.tokens;
-    // 64- and 128-token tiles exist for 128-row CTAs only (mxfp4_tiled_gemm.h), for either GEMM.
+    // 64- and 128-token tiles exist for 128-row CTAs only (mxfp4_tiled_gemm.h).
     if (p.tile_tokens >= 64) {
-      EXPECT_EQ(p.shape, k128) << w.tokens;
-      EXPECT_EQ(p.down_shape, k128) << w.tokens;
+      EXPECT_EQ(p.shape, Mxfp4TiledShape::kRows128) << w.tokens;
     }
+    EXPECT_EQ(p.down_shape, p.shape) << w.tokens;  // unless mxfp4_down_rows says otherwise
   }
 }
 
@@ -106,8 +104,8 @@ TEST(Mxfp4Path, DownRowsOverrideOnlyWhereTheTileAllowsIt) {
   EXPECT_EQ(p.down_shape, Mxfp4TiledShape::kRows128);
   p = mxfp4_path(c, 64);  // 8 rows an expert: 16-token tiles
   EXPECT_EQ(p.down_shape, Mxfp4TiledShape::kRows256);
-  c.mxfp4_down_rows = 7;  // not a CTA shape: the table's (128 rows at 8 rows an expert)
-  EXPECT_EQ(mxfp4_path(c, 64).down_shape, Mxfp4TiledShape::kRows128);
+  c.mxfp4_down_rows = 7;  // not a CTA shape: the table's
+  EXPECT_EQ(mxfp4_path(c, 64).down_shape, p.shape);
 }
 
 }  // namespace
