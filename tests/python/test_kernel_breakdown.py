@@ -103,3 +103,18 @@ def test_the_fused_qkv_rope_kernel_is_the_qkv_projection_and_leaves_the_o_gemm_i
     table = {r["part"]: r for r in mod.summarize(step, mod.SHAPES["20b"], 1, 1024, "mxfp4")["parts"]}
     qkv_floor = mod.floors(mod.SHAPES["20b"], 1, 1024, "mxfp4")["GEMM: QKV projection"] / mod.HBM * 1e6
     assert abs(table["GEMM: QKV projection + RoPE + KV write"]["floor_us"] - qkv_floor) < 1e-9
+
+
+def test_time_past_the_kernels_before_counts_what_each_adds_to_the_span():
+    # Overlapping launches (programmatic dependent launch): B starts while A runs and waits inside itself;
+    # C lies wholly inside B; D starts after a gap. Past time: A 10, B 15 (its end past A's), C 0, D 5.
+    mod = load()
+    step = [{"name": n, "part": n, "start_ns": str(s), "end_ns": str(e)}
+            for n, s, e in (("B", 5, 25), ("A", 0, 10), ("C", 12, 20), ("D", 30, 35))]
+    got = mod.summarize(step, mod.SHAPES["20b"], 1, 1024, "mxfp4")
+    past = {p["part"]: p["past_us"] * 1e3 for p in got["parts"]}
+    assert past == {"A": 10, "B": 15, "C": 0, "D": 5}, past
+    assert abs(sum(past.values()) - got["busy_us"] * 1e3) < 1e-9
+    assert abs(got["idle_us"] * 1e3 - 5) < 1e-9
+    device = {p["part"]: p["us"] * 1e3 for p in got["parts"]}
+    assert device == {"A": 10, "B": 20, "C": 8, "D": 5}, device

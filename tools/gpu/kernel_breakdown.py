@@ -7,6 +7,10 @@ launch share a correlation id), and prints a table: each part of the step (kerne
 cuBLASLt GEMMs named by the kernel that precedes them), its launches, device time, share of the step, and the
 floor of the parts that move real bytes (weights, KV) at the HBM ceiling. The step's span (first kernel start
 to last kernel end) minus the kernels' busy time is the idle time between kernels inside the graph.
+Under programmatic dependent launch a kernel starts while the one before it still runs and waits inside
+itself, so its device time includes that wait; "us past the ones before" counts only the time it ends after
+every earlier kernel had (its end minus the later of its start and their last end): what it adds to the
+step's critical path, summing over all kernels to the busy time.
 
   kernel_breakdown.py --orchid build/cuda/src/cli/orchid --tracer build/cuda/bench/cuda/trace/liborchid_kernel_trace.so \
       --model synthetic:20b --batch-sizes 1,256 --seq-len 1024 [--weights mxfp4] [--json OUT.json]
@@ -202,6 +206,7 @@ def trace_step(args, B):
 
 
 def summarize(step, shape, B, ctx, weights, prefill=False):
+    step = sorted(step, key=lambda r: int(r["start_ns"]))
     start = min(int(r["start_ns"]) for r in step)
     end = max(int(r["end_ns"]) for r in step)
     busy, cur_s, cur_e = 0, None, None
@@ -215,10 +220,14 @@ def summarize(step, shape, B, ctx, weights, prefill=False):
             cur_e = max(cur_e, e)
     busy += cur_e - cur_s
     parts = {}
+    last_end = None
     for r in step:
-        p = parts.setdefault(r["part"], {"launches": 0, "ns": 0})
+        s, e = int(r["start_ns"]), int(r["end_ns"])
+        p = parts.setdefault(r["part"], {"launches": 0, "ns": 0, "past_ns": 0})
         p["launches"] += 1
-        p["ns"] += int(r["end_ns"]) - int(r["start_ns"])
+        p["ns"] += e - s
+        p["past_ns"] += max(0, e - (s if last_end is None else max(s, last_end)))
+        last_end = e if last_end is None else max(last_end, e)
     if prefill:
         fl = {k: v * 1e6 for k, v in prefill_floors(shape, ctx, weights).items()}
     else:
@@ -230,7 +239,7 @@ def summarize(step, shape, B, ctx, weights, prefill=False):
             name == "experts: grouped GEMM" else "attention" if name == attention_part else \
             "GEMM: QKV projection" if name.startswith("GEMM: QKV projection") else name
         floor_us = fl.get(key)
-        table.append({"part": name, "launches": p["launches"], "us": p["ns"] / 1e3,
+        table.append({"part": name, "launches": p["launches"], "us": p["ns"] / 1e3, "past_us": p["past_ns"] / 1e3,
                       "share": p["ns"] / (end - start), "floor_us": floor_us})
     return {"batch": B, "seq_len": ctx, "span_us": (end - start) / 1e3, "busy_us": busy / 1e3,
             "idle_us": (end - start - busy) / 1e3, "kernels": len(step), "parts": table}
@@ -279,14 +288,14 @@ def main():
 
 
 def print_parts(s):
-    print("| part | launches | us | share of span | floor us | x floor |")
-    print("|---|---|---|---|---|---|")
+    print("| part | launches | us | us past the ones before | share of span | floor us | x floor |")
+    print("|---|---|---|---|---|---|---|")
     for p in s["parts"]:
         fl = p["floor_us"]
         fl_text = "-" if fl is None else "%.1f" % fl
         ratio = "-" if not fl else "%.2f" % (p["us"] / fl)
-        print("| %s | %d | %.1f | %.1f%% | %s | %s |" % (p["part"], p["launches"], p["us"], 100 * p["share"],
-                                                      fl_text, ratio))
+        print("| %s | %d | %.1f | %.1f | %.1f%% | %s | %s |" % (p["part"], p["launches"], p["us"], p["past_us"],
+                                                             100 * p["share"], fl_text, ratio))
 
 
 def write_json(args, results):
