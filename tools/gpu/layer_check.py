@@ -61,9 +61,15 @@ def reference(args, layers, work):
         model.model.layers = torch.nn.ModuleList()
         model.to(dev)
         model.model.layers = decoder_layers
+        def bring(mod, a):  # (hooks return None: a value would replace the layer's input or output)
+            mod.to(dev)
+
+        def send_back(mod, a, out):
+            mod.to("cpu")
+
         for layer in decoder_layers:
-            handles.append(layer.register_forward_pre_hook(lambda mod, a: mod.to(dev)))
-            handles.append(layer.register_forward_hook(lambda mod, a, out: mod.to("cpu")))
+            handles.append(layer.register_forward_pre_hook(bring))
+            handles.append(layer.register_forward_hook(send_back))
     else:
         model = model.to(dev)
     k = model.config.num_experts_per_tok
