@@ -30,13 +30,17 @@ def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+def fp32_bytes(checkpoint):
+    """The FP32 reference's weight bytes, from the checkpoint's config (a model on the meta device)."""
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    with torch.device("meta"):
+        return 4 * sum(p.numel() for p in GptOssForCausalLM(config).parameters())
+
+
 def fp32_fits(checkpoint, margin=16 << 30):
     """Whether the whole FP32 reference fits in the GPU's free memory with room for its activations (20b:
     ~84 GB of weights, so not on an 80 GB card)."""
-    config = transformers.AutoConfig.from_pretrained(checkpoint)
-    with torch.device("meta"):
-        params = sum(p.numel() for p in GptOssForCausalLM(config).parameters())
-    return 4 * params + margin <= torch.cuda.mem_get_info()[0]
+    return fp32_bytes(checkpoint) + margin <= torch.cuda.mem_get_info()[0]
 
 
 @torch.no_grad()
@@ -44,8 +48,8 @@ def reference(args, layers, work):
     """FP32 forward with hooks; saves each checked layer's input, output and router decisions, and runs the
     layer again in BF16 on the same input."""
     dev = torch.device(args.device)
-    offload = dev.type == "cuda" and (args.offload_layers == "always" or
-                                      (args.offload_layers == "auto" and not fp32_fits(args.checkpoint)))
+    offload = args.offload_layers == "always" or (args.offload_layers == "auto" and dev.type == "cuda" and
+                                                  not fp32_fits(args.checkpoint))
     if offload:
         print("(the FP32 reference's decoder layers stay in host memory, each on the GPU for its forward)")
     model = GptOssForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32, attn_implementation="eager",
