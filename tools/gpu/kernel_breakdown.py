@@ -209,25 +209,17 @@ def summarize(step, shape, B, ctx, weights, prefill=False):
     step = sorted(step, key=lambda r: int(r["start_ns"]))
     start = min(int(r["start_ns"]) for r in step)
     end = max(int(r["end_ns"]) for r in step)
-    busy, cur_s, cur_e = 0, None, None
-    for r in step:  # union of kernel intervals
-        s, e = int(r["start_ns"]), int(r["end_ns"])
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
     parts = {}
-    last_end = None
+    busy, last_end = 0, start  # busy: the union of the kernels' intervals, the sum of their past times
     for r in step:
         s, e = int(r["start_ns"]), int(r["end_ns"])
+        past = max(0, e - max(s, last_end))
         p = parts.setdefault(r["part"], {"launches": 0, "ns": 0, "past_ns": 0})
         p["launches"] += 1
         p["ns"] += e - s
-        p["past_ns"] += max(0, e - (s if last_end is None else max(s, last_end)))
-        last_end = e if last_end is None else max(last_end, e)
+        p["past_ns"] += past
+        busy += past
+        last_end = max(last_end, e)
     if prefill:
         fl = {k: v * 1e6 for k, v in prefill_floors(shape, ctx, weights).items()}
     else:
